@@ -1,0 +1,18 @@
+"""uavsim: cooperative multi-UAV coverage as batched torch tensors, with a NumPy reference.
+
+``EnvConfig`` holds the task's constants, ``UAVSwarmEnv`` steps thousands of environments at once
+and ``uavsim.reference.ReferenceEnv`` plays one environment in NumPy (imported lazily here so that
+``import uavsim.reference`` alone never imports torch).
+"""
+
+from uavsim.config import EnvConfig
+
+__all__ = ["EnvConfig", "UAVSwarmEnv"]
+
+
+def __getattr__(name):
+    if name == "UAVSwarmEnv":
+        from uavsim.env import UAVSwarmEnv
+
+        return UAVSwarmEnv
+    raise AttributeError(f"module 'uavsim' has no attribute {name!r}")

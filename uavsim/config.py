@@ -1,0 +1,126 @@
+"""`EnvConfig`: the frozen, validated constants of the coverage task (see `uavsim.rules`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Physics and task constants. Every field is checked in `__post_init__`; nothing is clamped.
+
+    Grid cells are addressed (row, col) with row 0 at the top. The launch area is the
+    `launch_size` x `launch_size` square in the top-left corner, kept free of obstacles.
+    """
+
+    grid_height: int = 32
+    grid_width: int = 32
+    num_uavs: int = 10
+    num_obstacles: int = 40
+    max_steps: int = 200
+    obstacle_min_size: int = 1  # side length of an obstacle rectangle, in cells (inclusive range)
+    obstacle_max_size: int = 4
+    launch_size: int = 4
+    sensor_radius: int = 2  # a UAV covers free cells with dr^2 + dc^2 <= sensor_radius^2
+    obs_radius: int = 3  # egocentric window is (2 * obs_radius + 1)^2 cells
+    moves: int = 4  # 4: hover + N/S/W/E; 8: hover + the 8 neighbours
+    coverage_reward: float = 10.0  # team reward per step = coverage_reward * newly covered fraction ...
+    time_penalty: float = 0.01  # ... - time_penalty, for every UAV
+    collision_penalty: float = 0.1  # individual: a move into an obstacle or off the map
+    near_miss_penalty: float = 0.05  # individual: ending a step in the same cell as another UAV
+    target_coverage: float = 0.95  # terminated when covered / free cells >= this
+    state_pool: int = 8  # the global state pools each map to state_pool x state_pool blocks
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+                raise TypeError(f"EnvConfig.{f.name} must be an int, got {type(value).__name__} {value!r}")
+            if f.type == "float":
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise TypeError(f"EnvConfig.{f.name} must be a float, got {type(value).__name__} {value!r}")
+                if not math.isfinite(value):
+                    raise ValueError(f"EnvConfig.{f.name} must be finite, got {value!r}")
+                object.__setattr__(self, f.name, float(value))
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        def need(ok: bool, name: str, expected: str) -> None:
+            if not ok:
+                raise ValueError(f"EnvConfig.{name} must be {expected}, got {getattr(self, name)!r}")
+
+        need(self.grid_height >= 2, "grid_height", ">= 2")
+        need(self.grid_width >= 2, "grid_width", ">= 2")
+        # 4096 x 4096 keeps every flat cell index and every hash product inside int64 exactly.
+        need(self.grid_height <= 4096, "grid_height", "<= 4096")
+        need(self.grid_width <= 4096, "grid_width", "<= 4096")
+        need(self.num_uavs >= 1, "num_uavs", ">= 1")
+        need(self.num_obstacles >= 0, "num_obstacles", ">= 0")
+        need(self.max_steps >= 1, "max_steps", ">= 1")
+        need(self.obstacle_min_size >= 1, "obstacle_min_size", ">= 1")
+        need(self.obstacle_max_size >= self.obstacle_min_size, "obstacle_max_size",
+             f">= obstacle_min_size ({self.obstacle_min_size})")
+        need(self.obstacle_max_size <= min(self.grid_height, self.grid_width), "obstacle_max_size",
+             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so obstacles fit on the map")
+        need(self.launch_size >= 1, "launch_size", ">= 1")
+        need(self.launch_size <= min(self.grid_height, self.grid_width), "launch_size",
+             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})")
+        need(self.num_uavs <= self.launch_size ** 2, "num_uavs",
+             f"<= the launch area's {self.launch_size ** 2} cells (launch_size={self.launch_size})")
+        need(self.sensor_radius >= 0, "sensor_radius", ">= 0")
+        need(self.sensor_radius < max(self.grid_height, self.grid_width), "sensor_radius",
+             f"< the larger grid side ({max(self.grid_height, self.grid_width)})")
+        need(self.obs_radius >= 1, "obs_radius", ">= 1")
+        need(self.obs_radius < max(self.grid_height, self.grid_width), "obs_radius",
+             f"< the larger grid side ({max(self.grid_height, self.grid_width)})")
+        need(self.moves in (4, 8), "moves", "4 or 8")
+        need(self.coverage_reward >= 0, "coverage_reward", ">= 0")
+        need(self.time_penalty >= 0, "time_penalty", ">= 0")
+        need(self.collision_penalty >= 0, "collision_penalty", ">= 0")
+        need(self.near_miss_penalty >= 0, "near_miss_penalty", ">= 0")
+        need(0 < self.target_coverage <= 1, "target_coverage", "in (0, 1]")
+        need(self.state_pool >= 1, "state_pool", ">= 1")
+        need(self.state_pool <= min(self.grid_height, self.grid_width), "state_pool",
+             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "EnvConfig":
+        """Build from a mapping; an unknown key is a `ValueError` that names it."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"EnvConfig.from_dict expects a mapping, got {type(values).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown EnvConfig field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**dict(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> "EnvConfig":
+        return self.from_dict({**self.to_dict(), **changes})
+
+    # Derived values: computed, never configured.
+    @property
+    def num_actions(self) -> int:
+        return self.moves + 1
+
+    @property
+    def window(self) -> int:
+        return 2 * self.obs_radius + 1
+
+    @property
+    def pad(self) -> int:
+        """Border of blocked cells around the map: wide enough for every window and footprint."""
+        return max(1, self.obs_radius, self.sensor_radius)
+
+    @property
+    def local_obs_dim(self) -> int:
+        return 3 * self.window ** 2 + 3
+
+    @property
+    def state_dim(self) -> int:
+        return 2 * self.state_pool ** 2 + 2 * self.num_uavs + 2

@@ -1,0 +1,194 @@
+"""`ReferenceEnv`: one coverage environment in plain NumPy, the rules of `uavsim.rules` as written.
+
+This is the honest baseline: NumPy inside the environment and a loop over UAVs, the way the
+team's original ``CTDEMultiUAVEnv`` stepped. The batched torch env must match it bit for bit
+(tests/uavsim/test_equivalence.py); the benchmarks measure speedups against it. It never imports
+torch, so it also serves the PettingZoo adapter and gymnasium's process-parallel vector env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from uavsim import rules
+from uavsim.config import EnvConfig
+from uavsim.rng import MAX_KEY, below, hash32
+
+
+def _check_key(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= int(value) < MAX_KEY:
+        raise ValueError(f"{name} must be in [0, 2**31), got {value}")
+    return int(value)
+
+
+class ReferenceEnv:
+    """A single environment. ``step`` does not reset: the caller calls ``reset`` when done.
+
+    ``reset() -> {"local": [N, local_obs_dim], "state": [state_dim]}`` (float32) and
+    ``step(actions[N]) -> (obs, reward [N] float32, terminated bool, truncated bool, info)``.
+    """
+
+    def __init__(self, config: EnvConfig | None = None, seed: int = 0, env_index: int = 0):
+        self.config = cfg = config if config is not None else EnvConfig()
+        if not isinstance(cfg, EnvConfig):
+            raise TypeError(f"config must be an EnvConfig, got {type(cfg).__name__}")
+        self.seed = _check_key("seed", seed)
+        self.env_index = _check_key("env_index", env_index)
+        self.num_uavs, self.num_actions = cfg.num_uavs, cfg.num_actions
+        self.local_obs_dim, self.state_dim = cfg.local_obs_dim, cfg.state_dim
+        self.episode = -1  # index of the current episode; the first reset makes it 0
+        self._moves = rules.move_table(cfg)
+        self._footprint = rules.footprint_offsets(cfg)
+        self._block = rules.block_of_cell(cfg)
+        self._block_cells = rules.cells_per_block(cfg).astype(np.float32)
+        self._scale = np.array([cfg.grid_height - 1, cfg.grid_width - 1], dtype=np.float32)
+
+    # -- episode start -----------------------------------------------------------------------
+    def _draws(self, first: int, count: int) -> np.ndarray:
+        draw = np.arange(first, first + count, dtype=np.uint64)
+        return hash32(np.uint64(self.seed), np.uint64(self.env_index), np.uint64(self.episode), draw)
+
+    def reset(self) -> dict[str, np.ndarray]:
+        cfg, p = self.config, self.config.pad
+        self.episode += 1
+        if self.episode >= MAX_KEY:
+            raise OverflowError("episode index reached 2**31")
+        lo, hi = cfg.obstacle_min_size, cfg.obstacle_max_size
+        grid = np.zeros((cfg.grid_height, cfg.grid_width), dtype=bool)
+        for k in range(cfg.num_obstacles):
+            d = self._draws(rules.obstacle_draw(k), 4).astype(np.int64)
+            h = lo + int(below(d[0], hi - lo + 1))
+            w = lo + int(below(d[1], hi - lo + 1))
+            top = int(below(d[2], cfg.grid_height - h + 1))
+            left = int(below(d[3], cfg.grid_width - w + 1))
+            grid[top : top + h, left : left + w] = True
+        grid[: cfg.launch_size, : cfg.launch_size] = False
+
+        # Padded grids: off-map cells are blocked, so windows and footprints never leave the array.
+        self.blocked = np.ones((cfg.grid_height + 2 * p, cfg.grid_width + 2 * p), dtype=bool)
+        self.blocked[p:-p, p:-p] = grid
+        self.covered = np.zeros_like(self.blocked)
+        self.free_cells = int((~grid).sum())
+
+        num_launch = cfg.launch_size**2
+        keys = self._draws(rules.launch_draw(cfg, 0), num_launch).astype(np.int64)
+        keys = keys * num_launch + np.arange(num_launch)
+        order = np.argsort(keys, kind="stable")[: cfg.num_uavs]
+        self.pos = rules.launch_cells(cfg)[order]  # [N, 2] int64 (row, col)
+
+        for i in range(cfg.num_uavs):
+            self._cover(i)
+        self.t = 0
+        self.episode_reward = np.zeros(cfg.num_uavs, dtype=np.float32)
+        self.episode_collisions = 0
+        self.episode_near_misses = 0
+        return self._observe()
+
+    # -- dynamics ------------------------------------------------------------------------------
+    def _cover(self, i: int) -> None:
+        p = self.config.pad
+        for dr, dc in self._footprint:
+            r, c = self.pos[i, 0] + p + dr, self.pos[i, 1] + p + dc
+            if not self.blocked[r, c]:
+                self.covered[r, c] = True
+
+    def _check_actions(self, actions: Any) -> np.ndarray:
+        a = np.asarray(actions)
+        if a.shape != (self.num_uavs,):
+            raise ValueError(f"actions must have shape ({self.num_uavs},), got {a.shape}")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"actions must be integers, got dtype {a.dtype}")
+        if a.min() < 0 or a.max() >= self.num_actions:
+            raise ValueError(
+                f"actions must be in [0, {self.num_actions}), got values {a.min()}..{a.max()}"
+            )
+        return a.astype(np.int64)
+
+    def step(self, actions: Any):
+        if self.episode < 0:
+            raise RuntimeError("call reset() before step()")
+        cfg, p = self.config, self.config.pad
+        a = self._check_actions(actions)
+        collided = np.zeros(cfg.num_uavs, dtype=bool)
+        for i in range(cfg.num_uavs):
+            target = self.pos[i] + self._moves[a[i]]
+            if self.blocked[target[0] + p, target[1] + p]:
+                collided[i] = a[i] != 0
+            else:
+                self.pos[i] = target
+        near = np.zeros(cfg.num_uavs, dtype=bool)
+        for i in range(cfg.num_uavs):
+            for j in range(cfg.num_uavs):
+                if i != j and (self.pos[i] == self.pos[j]).all():
+                    near[i] = True
+
+        before = int(self.covered.sum())
+        for i in range(cfg.num_uavs):
+            self._cover(i)
+        newly = int(self.covered.sum()) - before
+        self.t += 1
+
+        free = np.float32(self.free_cells)
+        coverage = np.float32(self.covered.sum()) / free
+        team = np.float32(cfg.coverage_reward) * (np.float32(newly) / free) - np.float32(cfg.time_penalty)
+        reward = (
+            team
+            - np.float32(cfg.collision_penalty) * collided.astype(np.float32)
+            - np.float32(cfg.near_miss_penalty) * near.astype(np.float32)
+        )
+        terminated = bool(coverage >= np.float32(cfg.target_coverage))
+        truncated = self.t >= cfg.max_steps and not terminated
+
+        self.episode_reward += reward
+        self.episode_collisions += int(collided.sum())
+        self.episode_near_misses += int(near.sum())
+        info = {
+            "coverage": coverage,
+            "collisions": collided,
+            "near_misses": near,
+            "episode_return": self.episode_reward.mean(dtype=np.float32),
+            "episode_length": self.t,
+            "episode_coverage": coverage,
+            "episode_collisions": self.episode_collisions,
+            "episode_near_misses": self.episode_near_misses,
+        }
+        return self._observe(), reward, terminated, truncated, info
+
+    # -- observations --------------------------------------------------------------------------
+    def _observe(self) -> dict[str, np.ndarray]:
+        cfg, p, r = self.config, self.config.pad, self.config.obs_radius
+        n, win = cfg.num_uavs, cfg.window
+        local = np.zeros((n, cfg.local_obs_dim), dtype=np.float32)
+        for i in range(n):
+            row, col = self.pos[i] + p
+            local[i, : win * win] = self.blocked[row - r : row + r + 1, col - r : col + r + 1].ravel()
+            local[i, win * win : 2 * win * win] = self.covered[row - r : row + r + 1, col - r : col + r + 1].ravel()
+            others = np.zeros((win, win), dtype=np.float32)
+            for j in range(n):
+                dr, dc = self.pos[j] - self.pos[i]
+                if j != i and abs(dr) <= r and abs(dc) <= r:
+                    others[dr + r, dc + r] += 1
+            local[i, 2 * win * win : 3 * win * win] = others.ravel()
+        positions = self.pos.astype(np.float32) / self._scale  # [N, 2]
+        time = np.float32(self.t) / np.float32(cfg.max_steps)
+        local[:, -3:-1] = positions
+        local[:, -1] = time
+
+        interior = (slice(p, p + cfg.grid_height), slice(p, p + cfg.grid_width))
+        pools = cfg.state_pool**2
+        blocked = np.bincount(self._block, weights=self.blocked[interior].ravel(), minlength=pools)
+        covered = np.bincount(self._block, weights=self.covered[interior].ravel(), minlength=pools)
+        coverage = np.float32(self.covered.sum()) / np.float32(self.free_cells)
+        state = np.concatenate(
+            [
+                blocked.astype(np.float32) / self._block_cells,
+                covered.astype(np.float32) / self._block_cells,
+                positions.ravel(),
+                np.array([time, coverage], dtype=np.float32),
+            ]
+        )
+        return {"local": local, "state": state}

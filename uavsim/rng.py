@@ -1,0 +1,46 @@
+"""Counter-based random numbers shared, bit for bit, by the batched env and the NumPy reference.
+
+Every random value of an episode is a pure function of four integers:
+``(seed, env_index, episode_index, draw_index)``. There is no RNG state to carry, split or
+synchronise: environment ``i`` of a batch and ``ReferenceEnv(seed=s, env_index=i)`` compute the
+same numbers because they evaluate the same integer hash, whatever the batch size.
+
+The hash is Chris Wellons' ``lowbias32`` finaliser applied once per key part. It is written with
+operators only (``^ >> * &``), so one function body serves NumPy ``uint64`` arrays and torch
+``int64`` tensors alike: products are reduced to their low 32 bits right away, and the low bits of
+a product are the same under unsigned and two's-complement wrap-around, so both backends agree.
+"""
+
+from __future__ import annotations
+
+MASK32 = 0xFFFFFFFF
+MAX_KEY = 2**31  # seed, env index, episode index and draw index must lie in [0, MAX_KEY)
+
+_M1 = 0x7FEB352D
+_M2 = 0x846CA68B
+_SALTS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F)
+
+
+def _mix32(x):
+    x = x ^ (x >> 16)
+    x = (x * _M1) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * _M2) & MASK32
+    return x ^ (x >> 16)
+
+
+def hash32(seed, env_index, episode, draw):
+    """uint32 hash of the four keys (each an int or an integer array/tensor; they broadcast).
+
+    NumPy inputs must be ``uint64`` (or Python ints), torch inputs ``int64``. Returns values in
+    ``[0, 2**32)`` in the same dtype.
+    """
+    h = _mix32(seed ^ _SALTS[0])
+    h = _mix32(h ^ env_index ^ _SALTS[1])
+    h = _mix32(h ^ episode ^ _SALTS[2])
+    return _mix32(h ^ draw ^ _SALTS[3])
+
+
+def below(h, n):
+    """Map uint32 hashes to integers in ``[0, n)`` by multiply-shift (``n`` int or array, n < 2**31)."""
+    return (h * n) >> 32

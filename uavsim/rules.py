@@ -1,0 +1,109 @@
+"""The rules of the cooperative coverage task, and the constant tables both implementations share.
+
+This module is the single statement of the rules. ``uavsim.env.UAVSwarmEnv`` (batched torch) and
+``uavsim.reference.ReferenceEnv`` (one environment, NumPy) both implement exactly this, and the
+tests check that they agree step for step, bit for bit. It imports NumPy only.
+
+World
+    A ``grid_height x grid_width`` map of cells, addressed ``(row, col)``, row 0 at the top.
+    Outside the map counts as blocked.
+
+Episode start (``seed``, ``env_index``, ``episode`` fix everything, through ``uavsim.rng``)
+    * ``num_obstacles`` rectangles. Obstacle ``k`` uses draws ``4k .. 4k+3``:
+      height ``h = min + below(d0, max - min + 1)``, width ``w`` likewise from ``d1``,
+      top row ``below(d2, H - h + 1)``, left column ``below(d3, W - w + 1)``
+      (``min``/``max`` are ``obstacle_min_size``/``obstacle_max_size``). Rectangles may overlap.
+    * The launch area, the ``launch_size`` square in the top-left corner, is then cleared of
+      obstacles. Launch cell ``j`` is ``(j // launch_size, j % launch_size)`` and gets the key
+      ``hash(draw 4*num_obstacles + j) * L + j`` (``L`` launch cells; keys are distinct). UAV ``n``
+      starts on the launch cell with the ``n``-th smallest key, so starts are distinct.
+    * Every UAV covers its sensor footprint (below). No reward is given for this.
+
+Step (all UAVs act at once)
+    * Action ``a`` moves a UAV by ``MOVES[a]`` (0 hovers; 1-4 N, S, W, E; with ``moves=8`` also
+      5-8 NW, NE, SW, SE). A move whose target is blocked (an obstacle or off the map) leaves the
+      UAV where it was and counts as a **collision** for that UAV. UAVs never block each other.
+    * A UAV that ends the step in a cell shared with another UAV has a **near miss**.
+    * Each UAV covers the free cells of its footprint: offsets ``(dr, dc)`` with
+      ``dr^2 + dc^2 <= sensor_radius^2``. Coverage never decreases within an episode.
+    * ``coverage = covered free cells / free cells`` (float32).
+    * Reward of UAV ``i`` (float32 arithmetic, in this order)::
+
+          team = coverage_reward * (newly_covered / free_cells) - time_penalty
+          r_i  = team - collision_penalty * collided_i - near_miss_penalty * near_miss_i
+
+    * ``terminated`` when ``coverage >= target_coverage``; ``truncated`` when the episode has
+      taken ``max_steps`` steps and is not terminated (the two are never both true).
+
+Local observation of UAV ``i`` (float32, ``local_obs_dim = 3 * window^2 + 3``)
+    Three egocentric ``window x window`` channels (``window = 2 * obs_radius + 1``, rows then
+    columns, ``dr`` and ``dc`` from ``-obs_radius`` to ``obs_radius``), then three scalars:
+    ``[blocked (obstacle or off-map: 1), covered (1), other UAVs (count in the cell, self excluded),
+    row / (H - 1), col / (W - 1), t / max_steps]``.
+
+Global state (float32, ``state_dim = 2 * P^2 + 2 * N + 2`` with ``P = state_pool``)
+    Cell ``(r, c)`` belongs to block ``(r * P // H, c * P // W)``. The state is
+    ``[blocked cells / cells per block (P^2), covered cells / cells per block (P^2),
+    (row / (H - 1), col / (W - 1)) of each UAV (2N), t / max_steps, coverage]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uavsim.config import EnvConfig
+
+# Cell codes of the padded grid the batched env keeps (the reference keeps two bool grids).
+FREE, COVERED, BLOCKED = 0, 1, 2
+
+_MOVES_8 = np.array(
+    [[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1], [-1, -1], [-1, 1], [1, -1], [1, 1]], dtype=np.int64
+)
+
+
+def move_table(cfg: EnvConfig) -> np.ndarray:
+    """``[num_actions, 2]`` int64 (d_row, d_col) of each action."""
+    return _MOVES_8[: cfg.num_actions].copy()
+
+
+def footprint_offsets(cfg: EnvConfig) -> np.ndarray:
+    """``[F, 2]`` int64 offsets a UAV covers, row-major order."""
+    r = cfg.sensor_radius
+    return np.array(
+        [(dr, dc) for dr in range(-r, r + 1) for dc in range(-r, r + 1) if dr * dr + dc * dc <= r * r],
+        dtype=np.int64,
+    )
+
+
+def window_offsets(cfg: EnvConfig) -> np.ndarray:
+    """``[window^2, 2]`` int64 offsets of the egocentric window, row-major order."""
+    r = cfg.obs_radius
+    return np.array([(dr, dc) for dr in range(-r, r + 1) for dc in range(-r, r + 1)], dtype=np.int64)
+
+
+def launch_cells(cfg: EnvConfig) -> np.ndarray:
+    """``[launch_size^2, 2]`` int64 cells of the launch area; index ``j`` is launch cell ``j``."""
+    j = np.arange(cfg.launch_size**2, dtype=np.int64)
+    return np.stack([j // cfg.launch_size, j % cfg.launch_size], axis=1)
+
+
+def block_of_cell(cfg: EnvConfig) -> np.ndarray:
+    """``[H * W]`` int64 pooled-block index of each map cell (row-major)."""
+    rows = np.arange(cfg.grid_height, dtype=np.int64) * cfg.state_pool // cfg.grid_height
+    cols = np.arange(cfg.grid_width, dtype=np.int64) * cfg.state_pool // cfg.grid_width
+    return (rows[:, None] * cfg.state_pool + cols[None, :]).reshape(-1)
+
+
+def cells_per_block(cfg: EnvConfig) -> np.ndarray:
+    """``[P^2]`` int64 number of map cells in each pooled block."""
+    return np.bincount(block_of_cell(cfg), minlength=cfg.state_pool**2).astype(np.int64)
+
+
+def obstacle_draw(k: int) -> int:
+    """First draw index of obstacle ``k`` (it uses four: height, width, top row, left column)."""
+    return 4 * k
+
+
+def launch_draw(cfg: EnvConfig, j: int) -> int:
+    """Draw index of launch cell ``j``'s ordering key."""
+    return 4 * cfg.num_obstacles + j
