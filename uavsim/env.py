@@ -182,12 +182,17 @@ class UAVSwarmEnv:
         rel = pos[:, None, :, :] - pos[:, :, None, :]  # [M, observer, other, 2]
         visible = (rel.abs() <= r).all(-1) & self._not_self
         slot = ((rel[..., 0] + r) * cfg.window + rel[..., 1] + r).clamp(0, win2 - 1)
-        others = torch.zeros(m, n, win2, dtype=torch.float32, device=self.device)
+        # Each channel is written straight into its slice of one buffer: no torch.cat of big temporaries.
+        local = torch.empty(m, n, self.local_obs_dim, dtype=torch.float32, device=self.device)
+        local[..., :win2] = seen == BLOCKED
+        local[..., win2 : 2 * win2] = seen == COVERED
+        others = local[..., 2 * win2 : 3 * win2]
+        others.zero_()
         others.scatter_add_(2, slot, visible.to(torch.float32))
         positions = pos.to(torch.float32) / self._scale  # [M, N, 2]
         time = s["t"].to(torch.float32) / self._c_max_steps  # [M]
-        local = torch.cat([(seen == BLOCKED).to(torch.float32), (seen == COVERED).to(torch.float32), others,
-                           positions, time[:, None, None].expand(m, n, 1)], dim=2)
+        local[..., -3:-1] = positions
+        local[..., -1] = time[:, None]
         coverage = s["covered"].to(torch.float32) / s["free"].to(torch.float32)
         state = torch.cat([s["pool_blocked"].to(torch.float32) / self._block_cells,
                            s["pool_covered"].to(torch.float32) / self._block_cells,
@@ -275,7 +280,7 @@ class UAVSwarmEnv:
         if obs is None:
             return None
         new_obs = self._observe(fresh)
-        return {k: v.index_copy(0, ids, new_obs[k]) for k, v in obs.items()}  # final_obs stays intact
+        return {k: v.index_copy(0, ids, new_obs[k]) for k, v in obs.items()}  # a copy: final_obs stays intact
 
     # -- input checks ----------------------------------------------------------------------------
     def _check_actions(self, actions: Any) -> None:

@@ -42,7 +42,10 @@ class ReferenceEnv:
         self.local_obs_dim, self.state_dim = cfg.local_obs_dim, cfg.state_dim
         self.episode = -1  # index of the current episode; the first reset makes it 0
         self._moves = rules.move_table(cfg)
-        self._footprint = rules.footprint_offsets(cfg)
+        radius = cfg.sensor_radius
+        self._disk = np.zeros((2 * radius + 1, 2 * radius + 1), dtype=bool)  # the sensor footprint
+        foot = rules.footprint_offsets(cfg) + radius
+        self._disk[foot[:, 0], foot[:, 1]] = True
         self._block = rules.block_of_cell(cfg)
         self._block_cells = rules.cells_per_block(cfg).astype(np.float32)
         self._scale = np.array([cfg.grid_height - 1, cfg.grid_width - 1], dtype=np.float32)
@@ -90,11 +93,10 @@ class ReferenceEnv:
 
     # -- dynamics ------------------------------------------------------------------------------
     def _cover(self, i: int) -> None:
-        p = self.config.pad
-        for dr, dc in self._footprint:
-            r, c = self.pos[i, 0] + p + dr, self.pos[i, 1] + p + dc
-            if not self.blocked[r, c]:
-                self.covered[r, c] = True
+        p, s = self.config.pad, self.config.sensor_radius
+        row, col = self.pos[i] + p
+        area = (slice(row - s, row + s + 1), slice(col - s, col + s + 1))
+        self.covered[area] |= self._disk & ~self.blocked[area]
 
     def _check_actions(self, actions: Any) -> np.ndarray:
         a = np.asarray(actions)
@@ -120,11 +122,8 @@ class ReferenceEnv:
                 collided[i] = a[i] != 0
             else:
                 self.pos[i] = target
-        near = np.zeros(cfg.num_uavs, dtype=bool)
-        for i in range(cfg.num_uavs):
-            for j in range(cfg.num_uavs):
-                if i != j and (self.pos[i] == self.pos[j]).all():
-                    near[i] = True
+        same_cell = (self.pos[:, None, :] == self.pos[None, :, :]).all(axis=2)
+        near = same_cell.sum(axis=1) > 1  # every UAV shares its cell with itself
 
         before = int(self.covered.sum())
         for i in range(cfg.num_uavs):
@@ -163,15 +162,15 @@ class ReferenceEnv:
         cfg, p, r = self.config, self.config.pad, self.config.obs_radius
         n, win = cfg.num_uavs, cfg.window
         local = np.zeros((n, cfg.local_obs_dim), dtype=np.float32)
+        rel = self.pos[None, :, :] - self.pos[:, None, :]  # [observer, other, 2]
+        visible = (np.abs(rel) <= r).all(axis=2) & ~np.eye(n, dtype=bool)
         for i in range(n):
             row, col = self.pos[i] + p
-            local[i, : win * win] = self.blocked[row - r : row + r + 1, col - r : col + r + 1].ravel()
-            local[i, win * win : 2 * win * win] = self.covered[row - r : row + r + 1, col - r : col + r + 1].ravel()
+            area = (slice(row - r, row + r + 1), slice(col - r, col + r + 1))
+            local[i, : win * win] = self.blocked[area].ravel()
+            local[i, win * win : 2 * win * win] = self.covered[area].ravel()
             others = np.zeros((win, win), dtype=np.float32)
-            for j in range(n):
-                dr, dc = self.pos[j] - self.pos[i]
-                if j != i and abs(dr) <= r and abs(dc) <= r:
-                    others[dr + r, dc + r] += 1
+            np.add.at(others, (rel[i, visible[i], 0] + r, rel[i, visible[i], 1] + r), 1)
             local[i, 2 * win * win : 3 * win * win] = others.ravel()
         positions = self.pos.astype(np.float32) / self._scale  # [N, 2]
         time = np.float32(self.t) / np.float32(cfg.max_steps)
