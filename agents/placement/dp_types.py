@@ -1,0 +1,67 @@
+"""What :func:`agents.placement.dp_map` reports: failed items, the error raised for them, worker deaths."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """An item that failed on every attempt.
+
+    ``index`` is its position in the input, ``device`` the worker device of the last attempt,
+    ``attempts`` how many times it ran, ``error`` a one-line summary and ``traceback`` the worker's
+    formatted traceback of the last attempt (or the description of the worker's death).
+    """
+
+    index: int
+    device: str
+    attempts: int
+    error: str
+    traceback: str
+
+
+class DPMapError(RuntimeError):
+    """Some items failed (``on_error="raise"``), raised after every other item has finished.
+
+    ``failures`` lists the :class:`ItemFailure` records by index; ``results`` is the full result
+    list in input order, with the ItemFailure records in the failed positions, so the work done
+    is not lost.
+    """
+
+    def __init__(self, failures: list[ItemFailure], results: list[Any]):
+        self.failures = failures
+        self.results = results
+        first = failures[0]
+        super().__init__(
+            f"{len(failures)} of {len(results)} item(s) failed; first: item {first.index} on "
+            f"{first.device} after {first.attempts} attempt(s): {first.error}\n{first.traceback}"
+        )
+
+
+class WorkerInitError(RuntimeError):
+    """Every worker failed while building its model (``make_worker`` raised); nothing could run."""
+
+
+class WorkerDiedWarning(RuntimeWarning):
+    """A worker process died (killed, crashed, out of memory, or stopped for exceeding item_timeout)."""
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``"signal SIGKILL"`` / ``"exit code 3"`` / ``"unknown exit"`` for a process exit code."""
+    if exitcode is None:
+        return "unknown exit"
+    if exitcode < 0:
+        try:
+            return f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def last_line(traceback_text: str) -> str:
+    """The last non-empty line of a formatted traceback (``"ValueError: bad item"``)."""
+    lines = [line for line in traceback_text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else traceback_text

@@ -1,0 +1,161 @@
+"""Device inventory: free/total/allocated memory per CUDA device and host memory, in one call."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .devices import as_device, format_bytes
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory of one CUDA device, in bytes.
+
+    ``free`` and ``total`` are device-wide (every process's use counts); ``allocated`` and
+    ``reserved`` are this process's tensors and its caching allocator's pool on that device.
+    """
+
+    device: str
+    name: str
+    total: int
+    free: int
+    allocated: int
+    reserved: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What memory this machine offers: every visible CUDA device and the host, in bytes."""
+
+    devices: tuple[DeviceMemory, ...]
+    host_total: int
+    host_available: int
+
+    def free(self) -> dict[str, int]:
+        """``{device: free bytes}`` for every CUDA device, or ``{"cpu": available host bytes}`` without one."""
+        if self.devices:
+            return {d.device: d.free for d in self.devices}
+        return {"cpu": self.host_available}
+
+
+def host_memory() -> tuple[int, int]:
+    """``(total, available)`` host memory in bytes (available = what new allocations can get)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
+        return info["MemTotal"], info.get("MemAvailable", info["MemFree"])
+    except (OSError, KeyError, ValueError):
+        pass
+    try:  # macOS and other systems without /proc
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return int(vm.total), int(vm.available)
+    except ImportError:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return page * os.sysconf("SC_PHYS_PAGES"), page * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def process_rss() -> int:
+    """Resident set size of this process in bytes (what it currently holds in host RAM)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        import psutil  # non-Linux fallback
+
+        return int(psutil.Process().memory_info().rss)
+
+
+def memory_in_use(device: str | torch.device) -> int:
+    """Bytes this process holds on ``device``: allocated tensor bytes on CUDA, the process RSS on CPU."""
+    dev = as_device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.memory_allocated(dev))
+    return process_rss()
+
+
+def _used_by_nvml(index: int) -> int | None:
+    """Device-wide used bytes through NVML (creates no CUDA context), or None when NVML is missing."""
+    try:
+        return int(torch.cuda.device_memory_used(index))
+    except (ImportError, AttributeError, RuntimeError, OSError):
+        return None
+    except Exception as exc:  # pynvml raises its own NVMLError types, not importable without pynvml
+        if type(exc).__name__.startswith("NVML"):
+            return None
+        raise
+
+
+def inventory(method: Literal["auto", "nvml", "cuda"] = "auto") -> Inventory:
+    """Memory of every visible CUDA device and of the host.
+
+    ``method`` picks how device-wide free memory is read: ``"nvml"`` (needs ``pynvml`` /
+    ``nvidia-ml-py``; creates no CUDA context), ``"cuda"`` (``torch.cuda.mem_get_info``, which creates
+    a CUDA context of a few hundred MiB on every device it asks), ``"auto"`` (NVML when it works).
+    """
+    if method not in ("auto", "nvml", "cuda"):
+        raise ValueError(f"method must be 'auto', 'nvml' or 'cuda', got {method!r}")
+    devices = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            total = int(props.total_memory)
+            used = _used_by_nvml(i) if method != "cuda" else None
+            if used is None and method == "nvml":
+                raise RuntimeError("method='nvml' needs pynvml (pip install nvidia-ml-py)")
+            if used is None:
+                free, total = (int(x) for x in torch.cuda.mem_get_info(i))
+            else:
+                free = max(0, total - used)
+            devices.append(
+                DeviceMemory(
+                    device=f"cuda:{i}",
+                    name=str(props.name),
+                    total=total,
+                    free=free,
+                    allocated=int(torch.cuda.memory_allocated(i)),
+                    reserved=int(torch.cuda.memory_reserved(i)),
+                )
+            )
+    host_total, host_available = host_memory()
+    return Inventory(devices=tuple(devices), host_total=host_total, host_available=host_available)
+
+
+def inventory_report(inv: Inventory | None = None) -> str:
+    """One table, one row per CUDA device plus a host row, for printing at program start."""
+    inv = inventory() if inv is None else inv
+    header = ("device", "name", "total", "free", "used", "this process (alloc/reserved)")
+    rows = [header]
+    for d in inv.devices:
+        rows.append(
+            (
+                d.device,
+                d.name,
+                format_bytes(d.total),
+                format_bytes(d.free),
+                f"{100 * (d.total - d.free) / max(d.total, 1):.0f}%",
+                f"{format_bytes(d.allocated)} / {format_bytes(d.reserved)}",
+            )
+        )
+    rss = process_rss()
+    rows.append(
+        (
+            "host",
+            f"{os.cpu_count()} CPU cores",
+            format_bytes(inv.host_total),
+            format_bytes(inv.host_available),
+            f"{100 * (inv.host_total - inv.host_available) / max(inv.host_total, 1):.0f}%",
+            f"{format_bytes(rss)} RSS",
+        )
+    )
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if not inv.devices:
+        lines.append("(no CUDA device visible: placement falls back to the host)")
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""Out-of-memory detection, cache freeing, and the batch-size back-off decorator.
+
+:func:`oom_backoff` is the small equivalent of accelerate's ``find_executable_batch_size`` that this
+package needs without accelerate installed; when accelerate is importable its OOM classifier is
+consulted as well, so both recognise the same errors.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# Messages of out-of-memory RuntimeErrors that are not torch.OutOfMemoryError instances (older
+# torch builds, the CPU allocator, cuDNN/cuBLAS failing to get a workspace, other backends).
+_OOM_MESSAGES = (
+    "out of memory",
+    "DefaultCPUAllocator: can't allocate memory",
+    "CUDNN_STATUS_NOT_SUPPORTED",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "MPS backend out of memory",
+)
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is an out-of-memory error from torch on any device (CUDA, CPU, MPS)."""
+    if isinstance(exc, torch.OutOfMemoryError):  # torch.cuda.OutOfMemoryError is the same class
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    if any(m in text for m in _OOM_MESSAGES):
+        return True
+    try:
+        from accelerate.utils.memory import should_reduce_batch_size
+    except ImportError:
+        return False
+    return bool(should_reduce_batch_size(exc))
+
+
+def free_memory() -> None:
+    """Collect garbage and return cached CUDA blocks to the driver (call it outside ``except``).
+
+    Inside an ``except`` block the exception's traceback still references the failed frames and
+    their activations, so nothing of them can be freed yet.
+    """
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _check_positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+def oom_backoff(
+    function: Callable | None = None,
+    *,
+    start: int = 128,
+    factor: float = 0.5,
+    min_size: int = 1,
+    on_backoff: Callable[[int, int, str], None] | None = None,
+):
+    """Decorate ``function(batch_size, *args, **kwargs)`` to retry with a smaller batch on OOM.
+
+    The wrapped function is called as ``wrapped(*args, **kwargs)``; the decorator passes the batch
+    size. On an out-of-memory error (:func:`is_oom_error`) it frees memory and retries with
+    ``int(batch_size * factor)`` (at least one less), down to ``min_size``; a further OOM is raised.
+    Other exceptions propagate at once. The size that worked is kept for the next call
+    (``wrapped.batch_size``), so later calls do not fail their way down again. ``on_backoff(old,
+    new, message)`` is called before each retry (for logging).
+
+    Usable bare (``@oom_backoff``) or configured (``@oom_backoff(start=64)``).
+    """
+    if function is None:
+        return functools.partial(oom_backoff, start=start, factor=factor, min_size=min_size, on_backoff=on_backoff)
+    if not callable(function):
+        raise TypeError(f"oom_backoff decorates a callable, got {type(function).__name__}")
+    _check_positive_int(start, "start")
+    _check_positive_int(min_size, "min_size")
+    if min_size > start:
+        raise ValueError(f"min_size ({min_size}) must be <= start ({start})")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 < factor < 1.0:
+        raise ValueError(f"factor must be a float in (0, 1), got {factor!r}")
+    params = [
+        p
+        for p in inspect.signature(function).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    if not params:
+        raise TypeError(f"{function.__name__} must take the batch size as its first positional argument")
+
+    @functools.wraps(function)
+    def wrapped(*args, **kwargs):
+        while True:
+            size = wrapped.batch_size
+            try:
+                return function(size, *args, **kwargs)
+            except Exception as exc:
+                if not is_oom_error(exc):
+                    raise
+                # keep only the message: the exception's traceback pins the failed frames' tensors,
+                # which free_memory can release only after this block has ended
+                failure = f"{type(exc).__name__}: {exc}"
+            free_memory()
+            smaller = min(size - 1, int(size * factor))
+            if smaller < min_size:
+                raise torch.OutOfMemoryError(
+                    f"{function.__name__} ran out of memory at batch size {size}, and the next size "
+                    f"({smaller}) would be below min_size={min_size}: {failure}"
+                )
+            if on_backoff is not None:
+                on_backoff(size, smaller, failure)
+            wrapped.batch_size = smaller
+
+    wrapped.batch_size = start
+    return wrapped

@@ -1,0 +1,213 @@
+"""Whole-model placement: ``{name: bytes}`` + free memory per device + strategy -> ``{name: device}``.
+
+Each model goes whole onto one device. Splitting one model across devices is accelerate's
+``infer_auto_device_map``; :func:`remaining_memory` and :func:`to_max_memory` hand it what is left
+after the whole-model placement (see docs/placement.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import torch
+
+from .devices import device_key, format_bytes
+from .inventory import inventory
+
+Strategy = Literal["spread", "pack"]
+
+# Backtracking visits at most this many partial assignments before giving up (a dozen models on
+# eight devices is far below it; the cap only keeps a pathological input from running for long).
+_SEARCH_BUDGET = 200_000
+
+
+class PlacementError(ValueError):
+    """No device has room for a model (the message names the model and the largest free space)."""
+
+
+def _check_bytes(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int number of bytes, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0 bytes, got {value}")
+    return value
+
+
+def _capacities(devices, headroom) -> dict[str, int]:
+    """``{device: usable bytes}``: free memory minus the headroom reserve."""
+    if devices is None:
+        free = inventory().free()
+    elif isinstance(devices, Mapping):
+        free = {device_key(d): _check_bytes(b, f"free memory of {d!r}") for d, b in devices.items()}
+    elif isinstance(devices, (str, torch.device)):
+        raise TypeError("devices must be a list of devices or a {device: free bytes} dict, not one device")
+    else:
+        wanted = [device_key(d) for d in devices]
+        inv = inventory()
+        known = {d.device: d.free for d in inv.devices}
+        known["cpu"] = inv.host_available
+        missing = [d for d in wanted if d not in known]
+        if missing:
+            raise ValueError(f"devices {missing} are not visible here; visible: {sorted(known)}")
+        free = {d: known[d] for d in wanted}
+    if not free:
+        raise ValueError("devices is empty; expected at least one device")
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
+        raise TypeError(f"headroom must be a float fraction or an int of bytes, got {headroom!r}")
+    if isinstance(headroom, float):
+        if not 0.0 <= headroom < 1.0:
+            raise ValueError(f"headroom as a fraction must be in [0, 1), got {headroom}")
+        return {d: int(b * (1.0 - headroom)) for d, b in free.items()}
+    _check_bytes(headroom, "headroom")
+    return {d: max(0, b - headroom) for d, b in free.items()}
+
+
+def _greedy(order, sizes, caps, strategy, left, count, placed) -> str | None:
+    """Place ``order`` greedily into ``left``/``count``/``placed``; return the first model that fits nowhere."""
+    devs = list(caps)
+    for name in order:
+        fits = [d for d in devs if sizes[name] <= left[d]]
+        if not fits:
+            return name
+        if strategy == "pack":
+            dev = fits[0]  # first device in the given order: fill it before the next
+        else:  # spread: fewest models first, then most room, then device order
+            dev = min(fits, key=lambda d: (count[d], -left[d], devs.index(d)))
+        placed[name] = dev
+        left[dev] -= sizes[name]
+        count[dev] += 1
+    return None
+
+
+def _search(order, sizes, left) -> dict[str, str] | None:
+    """Any assignment of ``order`` into ``left`` (depth-first, largest first), or None if there is none."""
+    budget = [_SEARCH_BUDGET]
+    devs = list(left)
+    assignment: dict[str, str] = {}
+
+    def go(i: int) -> bool:
+        if i == len(order):
+            return True
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        name, tried = order[i], set()
+        for d in devs:
+            # two devices with the same room left are interchangeable for the rest of the search
+            if sizes[name] > left[d] or left[d] in tried:
+                continue
+            tried.add(left[d])
+            left[d] -= sizes[name]
+            assignment[name] = d
+            if go(i + 1):
+                return True
+            left[d] += sizes[name]
+            del assignment[name]
+        return False
+
+    return dict(assignment) if go(0) else None
+
+
+def place_models(
+    sizes: Mapping[str, int],
+    devices: Sequence[str | torch.device] | Mapping[str, int] | None = None,
+    *,
+    strategy: Strategy = "spread",
+    headroom: float | int = 0.1,
+    pinned: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Assign every model (``{name: bytes}``) whole to one device; returns ``{name: device}``.
+
+    ``devices``: ``{device: free bytes}``, or a list of devices whose free memory is read from
+    :func:`inventory`, or None for every visible CUDA device (the host when there is none).
+    ``strategy="spread"`` puts models on different devices while they fit (VLM, SD3, CLIP on
+    three GPUs -> cuda:0, cuda:1, cuda:2); ``"pack"`` fills the first device before using the next
+    (what ``device_map="auto"`` does). ``headroom`` is kept free on every device for activations:
+    a float is a fraction of its free memory, an int a number of bytes. ``pinned`` fixes some
+    models to a device (e.g. the trained policy on the trainer's own GPU).
+
+    Models are placed largest first. When the greedy pass leaves a model without room, an exact
+    search looks for any assignment that fits; only if none exists is PlacementError raised,
+    naming the model and the largest free space.
+    """
+    if not isinstance(sizes, Mapping):
+        raise TypeError(f"sizes must be a {{name: bytes}} mapping, got {type(sizes).__name__}")
+    for name, b in sizes.items():
+        if not isinstance(name, str):
+            raise TypeError(f"model names must be str, got {type(name).__name__} {name!r}")
+        _check_bytes(b, f"size of model {name!r}")
+    if strategy not in ("spread", "pack"):
+        raise ValueError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
+    caps = _capacities(devices, headroom)
+    pinned = {n: device_key(d) for n, d in (pinned or {}).items()}
+    for name, dev in pinned.items():
+        if name not in sizes:
+            raise ValueError(f"pinned model {name!r} is not in sizes ({sorted(sizes)})")
+        if dev not in caps:
+            raise ValueError(f"model {name!r} is pinned to {dev}, which is not among devices {sorted(caps)}")
+
+    left = dict(caps)
+    count = dict.fromkeys(caps, 0)
+    placed: dict[str, str] = {}
+    for name, dev in pinned.items():
+        if sizes[name] > left[dev]:
+            raise PlacementError(
+                f"model {name!r} ({format_bytes(sizes[name])}) is pinned to {dev}, which has only "
+                f"{format_bytes(left[dev])} left after headroom"
+            )
+        placed[name] = dev
+        left[dev] -= sizes[name]
+        count[dev] += 1
+
+    order = sorted((n for n in sizes if n not in pinned), key=lambda n: (-sizes[n], list(sizes).index(n)))
+    greedy_left, greedy_placed = dict(left), dict(placed)
+    stuck = _greedy(order, sizes, caps, strategy, greedy_left, dict(count), greedy_placed)
+    if stuck is None:
+        return {n: greedy_placed[n] for n in sizes}
+
+    found = _search(order, sizes, dict(left))
+    if found is not None:
+        placed.update(found)
+        return {n: placed[n] for n in sizes}
+    widest = max(caps, key=lambda d: caps[d])
+    if sizes[stuck] > caps[widest]:
+        where = f"the largest free space is {format_bytes(caps[widest])} on {widest} (after headroom)"
+    else:
+        best = max(greedy_left, key=lambda d: greedy_left[d])
+        where = (
+            f"no assignment of all models fits: with the others placed, the largest free space is "
+            f"{format_bytes(greedy_left[best])} on {best} (after headroom)"
+        )
+    raise PlacementError(
+        f"model {stuck!r} needs {format_bytes(sizes[stuck])} but {where}; split it across devices with "
+        "accelerate.infer_auto_device_map (docs/placement.md), use a smaller dtype, or free memory"
+    )
+
+
+def remaining_memory(
+    sizes: Mapping[str, int],
+    placement: Mapping[str, str],
+    devices: Mapping[str, int],
+    *,
+    headroom: float | int = 0.1,
+) -> dict[str, int]:
+    """``{device: bytes}`` still usable after ``placement`` (same headroom rule as :func:`place_models`)."""
+    left = _capacities(devices, headroom)
+    for name, dev in placement.items():
+        key = device_key(dev)
+        if name not in sizes:
+            raise ValueError(f"placed model {name!r} has no size in sizes")
+        if key not in left:
+            raise ValueError(f"model {name!r} is placed on {key}, which is not among devices {sorted(left)}")
+        left[key] = max(0, left[key] - sizes[name])
+    return left
+
+
+def to_max_memory(memory: Mapping[str, int]) -> dict[int | str, int]:
+    """Convert ``{"cuda:1": bytes, "cpu": bytes}`` to accelerate's ``max_memory`` (``{1: bytes, "cpu": bytes}``)."""
+    out: dict[int | str, int] = {}
+    for dev, b in memory.items():
+        key = device_key(dev)
+        out["cpu" if key == "cpu" else int(key.split(":")[1])] = _check_bytes(b, f"memory of {dev!r}")
+    return out

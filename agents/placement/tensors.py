@@ -1,0 +1,74 @@
+"""Moving and splitting nested batches (tensors inside dicts, lists and tuples).
+
+A *batch* is a tensor, or a dict / list / tuple (named tuples included) whose leaves are tensors or
+plain Python values; the tensors of one batch share their leading (batch) dimension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def _rebuild(obj: Any, values: list) -> Any:
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # named tuple: positional constructor
+        return type(obj)(*values)
+    return type(obj)(values)
+
+
+def _map_tensors(obj: Any, fn) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, Mapping):
+        mapped = {k: _map_tensors(v, fn) for k, v in obj.items()}
+        try:
+            return type(obj)(mapped)
+        except TypeError:  # mapping types whose constructor takes something else
+            return mapped
+    if isinstance(obj, (list, tuple)):
+        return _rebuild(obj, [_map_tensors(v, fn) for v in obj])
+    return obj
+
+
+def to_device(obj: Any, device: str | torch.device, *, non_blocking: bool = False) -> Any:
+    """Copy every tensor in ``obj`` (nested in dicts/lists/tuples) to ``device``; other leaves unchanged.
+
+    Tensors already on ``device`` are returned as they are (``Tensor.to`` does not copy them).
+    """
+    dev = torch.device(device)
+    return _map_tensors(obj, lambda t: t.to(dev, non_blocking=non_blocking))
+
+
+def to_cpu(obj: Any) -> Any:
+    """``to_device(obj, "cpu")``, detaching tensors first so no autograd graph travels with them."""
+    return _map_tensors(obj, lambda t: t.detach().cpu())
+
+
+def batch_len(batch: Any) -> int:
+    """Leading-dimension size of a batch: of the tensor, or of the first tensor found inside it.
+
+    Raises TypeError when the batch holds no tensor and is not a list/tuple of samples, and
+    ValueError when its tensors disagree on the leading dimension.
+    """
+    sizes: list[int] = []
+    _map_tensors(batch, lambda t: sizes.append(t.shape[0] if t.dim() > 0 else -1) or t)
+    if not sizes:
+        raise TypeError(f"cannot find a batch dimension in a {type(batch).__name__} without tensors")
+    if -1 in sizes:
+        raise ValueError("a batch tensor is 0-dimensional; expected a leading batch dimension")
+    if len(set(sizes)) != 1:
+        raise ValueError(f"batch tensors disagree on the leading dimension: sizes {sorted(set(sizes))}")
+    return sizes[0]
+
+
+def split_batch(batch: Any, chunk: int) -> list[Any]:
+    """Split a batch along dim 0 into consecutive pieces of at most ``chunk`` rows (same structure).
+
+    Non-tensor leaves are repeated in every piece.
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    n = batch_len(batch)
+    return [_map_tensors(batch, lambda t, s=s: t[s : s + chunk]) for s in range(0, n, chunk)]

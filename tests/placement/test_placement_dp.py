@@ -1,0 +1,174 @@
+"""dp_map / WorkerPool on CPU workers: ordering, dynamic dispatch, retries, deaths, timeouts."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import warnings
+
+import placement_helpers as h
+import pytest
+import torch
+
+from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError, WorkerPool, dp_map
+from agents.placement.devices import visible_device_token
+
+CPU2 = ["cpu", "cpu"]
+
+
+def test_results_in_input_order_although_completed_out_of_order():
+    out = dp_map(h.make_square, range(40), CPU2, progress=False)
+    assert [v for v, _ in out] == [x * x for x in range(40)]
+    done_at = [t for _, t in out]
+    # the workers did finish items out of input order, so the ordering came from dp_map
+    assert any(later < earlier for earlier, later in zip(done_at, done_at[1:]))
+
+
+def test_workers_see_their_device_threads_and_no_gpu():
+    out = dp_map(h.make_describe, range(8), CPU2, threads_per_worker=1, progress=True)
+    assert {(dev, threads, visible) for dev, _, threads, visible in out} == {("cpu", 1, "")}
+    assert len({pid for _, pid, _, _ in out}) == 2
+
+
+def test_one_worker_and_no_items():
+    assert dp_map(h.make_identity, [], ["cpu"]) == []  # starts no worker at all
+    assert dp_map(h.make_identity, ["a", {"b": 1}, None], ["cpu"], progress=False) == ["a", {"b": 1}, None]
+
+
+def test_slow_worker_gets_fewer_items(tmp_path):
+    items = [(x, str(tmp_path / "slow.pid")) for x in range(60)]
+    out = dp_map(h.make_slow_on_second_worker, items, CPU2, progress=False)
+    assert [x for x, _ in out] == list(range(60))
+    slow_pid = int((tmp_path / "slow.pid").read_text())
+    counts = collections.Counter(pid for _, pid in out)
+    assert len(counts) == 2
+    # the slow worker is 10x slower; fixed round-robin would have given it 30 of the 60
+    assert counts[slow_pid] < 20
+
+
+@pytest.mark.parametrize("on_error", ["raise", "collect"])
+def test_failing_item_retried_on_the_other_worker_then_reported(tmp_path, on_error):
+    items = [(x, {5}, str(tmp_path)) for x in range(10)]
+    if on_error == "raise":
+        with pytest.raises(DPMapError) as info:
+            dp_map(h.make_fail_on, items, CPU2, on_error="raise", progress=False)
+        failures, results = info.value.failures, info.value.results
+        assert "item 5" in str(info.value) and "ValueError: bad item 5" in str(info.value)
+    else:
+        results = dp_map(h.make_fail_on, items, CPU2, on_error="collect", progress=False)
+        failures = [r for r in results if isinstance(r, ItemFailure)]
+    assert [f.index for f in failures] == [5]
+    assert failures[0].attempts == 2 and failures[0].error == "ValueError: bad item 5"
+    assert "Traceback" in failures[0].traceback and "placement_helpers.py" in failures[0].traceback
+    assert [r[0] for i, r in enumerate(results) if i != 5] == [x for x in range(10) if x != 5]
+    tries = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("5-"))
+    assert len(tries) == 2 and tries[0] != tries[1]  # the retry ran in the other worker process
+
+
+def test_transient_failure_succeeds_on_retry(tmp_path):
+    items = [(x, str(tmp_path)) for x in range(6)]
+    assert dp_map(h.make_fail_first_attempt, items, CPU2, progress=False) == list(range(6))
+    assert (tmp_path / "failed-3").exists()
+
+
+def test_no_retry_means_first_failure_is_final(tmp_path):
+    items = [(x, str(tmp_path)) for x in range(6)]
+    out = dp_map(h.make_fail_first_attempt, items, CPU2, retries=0, on_error="collect", progress=False)
+    assert isinstance(out[3], ItemFailure) and out[3].attempts == 1
+    assert [out[i] for i in (0, 1, 2, 4, 5)] == [0, 1, 2, 4, 5]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV], ids=["SIGKILL", "SIGSEGV"])
+def test_worker_killed_mid_item_loses_and_duplicates_nothing(tmp_path, sig):
+    items = [(x, 4, sig, str(tmp_path)) for x in range(16)]
+    with pytest.warns(WorkerDiedWarning, match=rf"{signal.Signals(sig).name}.*item 4"):
+        out = dp_map(h.make_die_once, items, CPU2, progress=False)
+    assert out == list(range(16))  # every item exactly once, in order
+    assert (tmp_path / "killed").exists()
+
+
+def test_item_that_kills_every_worker_is_reported_and_the_rest_finish():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = dp_map(h.make_always_die, range(8), CPU2, on_error="collect", progress=False)
+    assert isinstance(out[0], ItemFailure) and out[0].attempts == 2
+    assert "died while running this item" in out[0].error and "SIGKILL" in out[0].traceback
+    assert out[1:] == list(range(1, 8))
+    assert sum(issubclass(w.category, WorkerDiedWarning) for w in caught) == 2
+
+
+def test_map_ends_when_no_worker_is_left():
+    with pytest.warns(WorkerDiedWarning, match="not restarted"):
+        out = dp_map(h.make_always_die, range(4), ["cpu"], restarts=0, on_error="collect", progress=False)
+    assert all(isinstance(r, ItemFailure) for r in out)
+    assert "died while running" in out[0].error
+    assert all("no live worker" in r.error for r in out[1:])
+
+
+def test_hung_item_is_killed_after_item_timeout():
+    with pytest.warns(WorkerDiedWarning, match="item_timeout"):
+        out = dp_map(h.make_hang_on, range(6), CPU2, retries=0, item_timeout=1.0, on_error="collect", progress=False)
+    assert isinstance(out[1], ItemFailure) and "exceeded item_timeout" in out[1].error
+    assert [out[i] for i in (0, 2, 3, 4, 5)] == [0, 2, 3, 4, 5]
+
+
+def test_make_worker_failure_raises_with_its_traceback():
+    with pytest.warns(WorkerDiedWarning, match="make_worker"):
+        with pytest.raises(WorkerInitError, match="cannot load weights on cpu"):
+            dp_map(h.make_broken, range(3), CPU2, progress=False)
+
+
+def test_unpicklable_item_is_reported_not_fatal():
+    items = [1, lambda: 2, 3]
+    out = dp_map(h.make_identity, items, ["cpu"], on_error="collect", progress=False)
+    assert out[0] == 1 and out[2] == 3
+    assert isinstance(out[1], ItemFailure) and "not picklable" in out[1].error
+
+
+def test_pool_keeps_its_workers_across_maps_and_refuses_after_close():
+    with WorkerPool(h.make_describe, CPU2, threads_per_worker=1) as pool:
+        first = {pid for _, pid, _, _ in pool.map(range(6), progress=False)}
+        second = {pid for _, pid, _, _ in pool.map(range(6), progress=False)}
+        assert second <= first and len(first) == 2
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.map([1])
+
+
+def test_bad_arguments_are_rejected_before_any_worker_starts():
+    with pytest.raises(TypeError, match="picklable"):
+        WorkerPool(lambda device: (lambda x: x), CPU2)
+    with pytest.raises(TypeError, match="callable"):
+        WorkerPool("not callable", CPU2)
+    with pytest.raises(ValueError, match="non-empty list"):
+        WorkerPool(h.make_identity, [])
+    with pytest.raises(ValueError, match="non-empty list"):
+        WorkerPool(h.make_identity, "cpu")
+    with pytest.raises(ValueError, match="only 'cpu' and 'cuda'"):
+        WorkerPool(h.make_identity, ["meta"])
+    with pytest.raises(ValueError, match="prefetch"):
+        WorkerPool(h.make_identity, CPU2, prefetch=0)
+    with pytest.raises(ValueError, match="threads_per_worker"):
+        WorkerPool(h.make_identity, CPU2, threads_per_worker=0)
+    with pytest.raises(ValueError, match="on_error"):
+        dp_map(h.make_identity, [1], CPU2, on_error="ignore")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA"):
+            WorkerPool(h.make_identity, ["cuda:0"])
+
+
+def test_child_gpu_follows_the_parents_visible_list():
+    assert visible_device_token(1, {}) == "1"
+    assert visible_device_token(1, {"CUDA_VISIBLE_DEVICES": "4,6"}) == "6"
+    assert visible_device_token(0, {"CUDA_VISIBLE_DEVICES": "GPU-ab12, GPU-cd34"}) == "GPU-ab12"
+    with pytest.raises(ValueError, match="not visible"):
+        visible_device_token(2, {"CUDA_VISIBLE_DEVICES": "4,6"})
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_workers_return_cpu_tensors():
+    devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    out = dp_map(h.make_cuda_tensor_result, [3] * (2 * len(devices)), devices, progress=False)
+    for r in out:
+        assert r["device"] == "cuda:0"  # each worker sees only its own GPU, as cuda:0
+        assert r["ones"].device.type == "cpu" and r["ones"].tolist() == [1.0, 1.0, 1.0]
