@@ -30,7 +30,7 @@ import torch
 from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.rng import MAX_KEY, below, hash32
-from uavsim.rules import BLOCKED, COVERED, FREE
+from uavsim.rules import BLOCKED, FREE
 
 _STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
                "ep_reward", "ep_collisions", "ep_near_misses")
@@ -179,13 +179,15 @@ class UAVSwarmEnv:
         m, n, r, win2 = pos.shape[0], cfg.num_uavs, cfg.obs_radius, cfg.window**2
         idx = (self._flat(pos)[:, :, None] + self._window).view(m, n * win2)
         seen = cells.gather(1, idx).view(m, n, win2)
-        rel = pos[:, None, :, :] - pos[:, :, None, :]  # [M, observer, other, 2]
-        visible = (rel.abs() <= r).all(-1) & self._not_self
-        slot = ((rel[..., 0] + r) * cfg.window + rel[..., 1] + r).clamp(0, win2 - 1)
+        rows, cols = pos[..., 0], pos[..., 1]
+        d_row = rows[:, None, :] - rows[:, :, None]  # [M, observer, other]
+        d_col = cols[:, None, :] - cols[:, :, None]
+        visible = (d_row.abs() <= r) & (d_col.abs() <= r) & self._not_self
+        slot = ((d_row + r) * cfg.window + d_col + r).clamp_(0, win2 - 1)
         # Each channel is written straight into its slice of one buffer: no torch.cat of big temporaries.
         local = torch.empty(m, n, self.local_obs_dim, dtype=torch.float32, device=self.device)
-        local[..., :win2] = seen == BLOCKED
-        local[..., win2 : 2 * win2] = seen == COVERED
+        local[..., :win2] = seen >> 1  # BLOCKED (2) -> 1, FREE (0) and COVERED (1) -> 0
+        local[..., win2 : 2 * win2] = seen & 1  # COVERED (1) -> 1, the others -> 0
         others = local[..., 2 * win2 : 3 * win2]
         others.zero_()
         others.scatter_add_(2, slot, visible.to(torch.float32))

@@ -54,6 +54,7 @@ import numpy as np
 from uavsim.config import EnvConfig
 
 # Cell codes of the padded grid the batched env keeps (the reference keeps two bool grids).
+# Chosen so that bit 1 means blocked and bit 0 means covered: observations decode them by shifts.
 FREE, COVERED, BLOCKED = 0, 1, 2
 
 _MOVES_8 = np.array(

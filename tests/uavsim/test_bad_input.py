@@ -1,0 +1,116 @@
+"""Bad input gets a clear ValueError/TypeError naming what was wrong and what was expected."""
+
+import numpy as np
+import pytest
+import torch
+
+from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim.reference import ReferenceEnv
+
+
+@pytest.fixture
+def env():
+    e = UAVSwarmEnv(EnvConfig(), num_envs=3)
+    e.reset()
+    return e
+
+
+def test_actions_wrong_shape(env):
+    with pytest.raises(ValueError, match=r"shape \(3, 10\).*got \(3, 9\)"):
+        env.step(torch.zeros(3, 9, dtype=torch.int64))
+
+
+def test_actions_wrong_dtype(env):
+    with pytest.raises(TypeError, match="torch.int64.*torch.int32"):
+        env.step(torch.zeros(3, 10, dtype=torch.int32))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        env.step(np.zeros((3, 10), dtype=np.int64))
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_actions_out_of_range(env, bad):
+    actions = torch.zeros(3, 10, dtype=torch.int64)
+    actions[1, 2] = bad
+    with pytest.raises(ValueError, match=rf"\[0, 5\).*{bad}"):
+        env.step(actions)
+
+
+def test_actions_wrong_device(env):
+    with pytest.raises(ValueError, match="must be on cpu.*meta"):
+        env.step(torch.zeros(3, 10, dtype=torch.int64, device="meta"))
+
+
+def test_step_before_reset():
+    with pytest.raises(RuntimeError, match="reset"):
+        UAVSwarmEnv(EnvConfig(), num_envs=2).step(torch.zeros(2, 10, dtype=torch.int64))
+
+
+def test_bad_mask(env):
+    with pytest.raises(TypeError, match="bool"):
+        env.reset(torch.ones(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        env.reset(torch.ones(4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(grid_height=0), "grid_height"),
+        (dict(grid_width=-3), "grid_width"),
+        (dict(num_uavs=0), "num_uavs"),
+        (dict(num_uavs=17, launch_size=4), "num_uavs"),  # more UAVs than the launch area holds
+        (dict(obstacle_max_size=40), "obstacle_max_size"),  # obstacles that cannot fit
+        (dict(obstacle_min_size=3, obstacle_max_size=2), "obstacle_max_size"),
+        (dict(sensor_radius=32), "sensor_radius"),  # radii too large for the grid
+        (dict(obs_radius=40), "obs_radius"),
+        (dict(obs_radius=0), "obs_radius"),
+        (dict(moves=6), "moves"),
+        (dict(max_steps=0), "max_steps"),
+        (dict(target_coverage=1.5), "target_coverage"),
+        (dict(time_penalty=-1.0), "time_penalty"),
+        (dict(coverage_reward=float("nan")), "coverage_reward"),
+        (dict(state_pool=33), "state_pool"),
+        (dict(launch_size=0), "launch_size"),
+    ],
+)
+def test_invalid_config_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"EnvConfig.{field}"):
+        EnvConfig(**kwargs)
+
+
+def test_config_types_are_checked():
+    with pytest.raises(TypeError, match="EnvConfig.num_uavs must be an int"):
+        EnvConfig(num_uavs=2.5)
+    with pytest.raises(TypeError, match="EnvConfig.time_penalty must be a float"):
+        EnvConfig(time_penalty="0.1")
+
+
+def test_unknown_config_field_is_named():
+    with pytest.raises(ValueError, match="num_drones"):
+        EnvConfig.from_dict({"num_drones": 3})
+    with pytest.raises(TypeError):
+        EnvConfig(num_drones=3)  # the dataclass itself refuses it too
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="num_envs"):
+        UAVSwarmEnv(EnvConfig(), num_envs=0)
+    with pytest.raises(ValueError, match="seed"):
+        UAVSwarmEnv(EnvConfig(), num_envs=1, seed=-1)
+    with pytest.raises(ValueError, match="reset_mode"):
+        UAVSwarmEnv(EnvConfig(), num_envs=1, reset_mode="lazy")
+    with pytest.raises(TypeError, match="config"):
+        UAVSwarmEnv({"num_uavs": 3})
+
+
+def test_reference_bad_actions():
+    ref = ReferenceEnv(EnvConfig(num_uavs=2, launch_size=2))
+    ref.reset()
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        ref.step([0, 0, 0])
+    with pytest.raises(TypeError, match="integers"):
+        ref.step(np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match=r"\[0, 5\)"):
+        ref.step([0, 7])
+    with pytest.raises(ValueError, match="seed"):
+        ReferenceEnv(EnvConfig(), seed=2**31)

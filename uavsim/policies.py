@@ -1,0 +1,76 @@
+"""Scripted baselines, vectorized over the batch: a random policy and a greedy frontier policy.
+
+Both take the env and return ``actions [B, N] int64`` on its device, so every learned result has a
+reference point evaluated on the very same episodes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from uavsim.env import UAVSwarmEnv
+from uavsim.rules import BLOCKED, FREE
+
+
+class RandomPolicy:
+    """Uniform random actions from its own ``torch.Generator`` (never the global RNG)."""
+
+    def __init__(self, env: UAVSwarmEnv, seed: int = 0):
+        self.generator = torch.Generator(device=env.device)
+        self.generator.manual_seed(seed)
+
+    def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
+        return torch.randint(0, env.num_actions, (env.num_envs, env.num_uavs), generator=self.generator,
+                             device=env.device)
+
+
+class GreedyFrontierPolicy:
+    """Each UAV steps towards its nearest uncovered free cell, by path length around obstacles.
+
+    A distance field to the uncovered free cells is relaxed through free cells (the env's move set,
+    unit cost per move) until it stops changing; each UAV then takes the move whose target has the
+    smallest distance (ties: the lowest action index; hover when nothing is reachable). UAVs do not
+    coordinate, which is the weakness a learned team should beat.
+    """
+
+    def __init__(self, env: UAVSwarmEnv, check_every: int = 8):
+        cfg = env.config
+        self.check_every = check_every
+        self.hp, self.wp = cfg.grid_height + 2 * cfg.pad, cfg.grid_width + 2 * cfg.pad
+        self.moves = env._moves  # [A, 2]
+        self.move_offsets = self.moves[:, 0] * self.wp + self.moves[:, 1]  # [A] in padded flat cells
+
+    def distance_field(self, cells: torch.Tensor, probes: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, Hp * Wp]`` float32 moves to the nearest uncovered free cell (inf: unreachable).
+
+        Relaxation is synchronous, so after ``k`` rounds every finite value is exact and every
+        cell within ``k`` moves of the frontier has one. With ``probes`` ``[B, N, A]`` (flat padded
+        cells; a blocked cell never turns finite) it stops once every ``[b, n]`` row holds a finite
+        value: the smallest value of each row is then final, which is all a greedy move needs.
+        """
+        b = cells.shape[0]
+        grid = cells.view(b, self.hp, self.wp)
+        blocked = grid == BLOCKED
+        inf = torch.tensor(float("inf"), device=cells.device)
+        dist = torch.where(grid == FREE, 0.0, inf)
+        for i in range(self.hp * self.wp):  # a path visits each cell at most once
+            if probes is not None and i % self.check_every == 0:
+                seen = dist.view(b, -1).gather(1, probes.view(b, -1)).view_as(probes)
+                if bool(seen.isfinite().any(2).all()):
+                    break
+            best = dist
+            for dr, dc in self.moves[1:].tolist():  # the border is blocked, so roll never wraps a path
+                best = torch.minimum(best, torch.roll(dist, shifts=(dr, dc), dims=(1, 2)) + 1)
+            best = torch.where(blocked, inf, best)
+            if i % self.check_every == 0 and torch.equal(best, dist):
+                break
+            dist = best
+        return dist.view(b, -1)
+
+    def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
+        state = env.state
+        targets = env._flat(state["pos"])[:, :, None] + self.move_offsets  # [B, N, A]
+        dist = self.distance_field(state["cells"], targets)
+        b = targets.shape[0]
+        cost = dist.gather(1, targets.view(b, -1)).view_as(targets)  # blocked targets stay inf
+        return cost.argmin(dim=2)  # all inf -> 0, hover

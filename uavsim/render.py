@@ -1,0 +1,95 @@
+"""Offscreen rendering to RGB uint8 NumPy images: no display, no pyglet.
+
+Colours: free cells light grey, covered cells green, obstacles dark grey, sensor footprints a
+lighter tint, UAVs as coloured squares (one hue each), optional trajectories as dots.
+"""
+
+from __future__ import annotations
+
+import colorsys
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from uavsim import rules
+from uavsim.config import EnvConfig
+
+if TYPE_CHECKING:
+    from uavsim.env import UAVSwarmEnv
+
+_FREE = np.array([225, 225, 225], dtype=np.uint8)
+_COVERED = np.array([120, 200, 120], dtype=np.uint8)
+_BLOCKED = np.array([60, 60, 70], dtype=np.uint8)
+
+
+def uav_colors(n: int) -> np.ndarray:
+    """``[n, 3]`` uint8 distinct hues."""
+    return np.array([[int(255 * c) for c in colorsys.hsv_to_rgb(i / max(n, 1), 0.85, 0.9)] for i in range(n)],
+                    dtype=np.uint8)
+
+
+def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int = 8,
+                trail: np.ndarray | None = None) -> np.ndarray:
+    """Draw one map.
+
+    Args:
+        codes: ``[H, W]`` cell codes (``rules.FREE/COVERED/BLOCKED``) of the map, no border.
+        pos: ``[N, 2]`` UAV (row, col).
+        trail: optional ``[T, N, 2]`` earlier positions, drawn as small dots.
+    Returns: ``[H * cell_px, W * cell_px, 3]`` uint8.
+    """
+    if cell_px < 2:
+        raise ValueError(f"cell_px must be >= 2, got {cell_px}")
+    h, w = codes.shape
+    rgb = np.where((codes == rules.BLOCKED)[..., None], _BLOCKED,
+                   np.where((codes == rules.COVERED)[..., None], _COVERED, _FREE)).astype(np.int32)
+    foot = rules.footprint_offsets(cfg)
+    tint = np.zeros((h, w), dtype=bool)
+    for r, c in pos:
+        rr, cc = r + foot[:, 0], c + foot[:, 1]
+        ok = (rr >= 0) & (rr < h) & (cc >= 0) & (cc < w)
+        tint[rr[ok], cc[ok]] = True
+    rgb[tint & (codes != rules.BLOCKED)] += 25
+    img = np.repeat(np.repeat(np.clip(rgb, 0, 255).astype(np.uint8), cell_px, 0), cell_px, 1)
+    colors = uav_colors(len(pos))
+    if trail is not None:
+        half, dot = cell_px // 2, max(1, cell_px // 4)
+        for step in trail:
+            for i, (r, c) in enumerate(step):
+                y, x = r * cell_px + half, c * cell_px + half
+                img[y - dot // 2 : y - dot // 2 + dot, x - dot // 2 : x - dot // 2 + dot] = colors[i]
+    m = max(1, cell_px // 6)
+    for i, (r, c) in enumerate(pos):
+        img[r * cell_px + m : (r + 1) * cell_px - m, c * cell_px + m : (c + 1) * cell_px - m] = colors[i]
+    return img
+
+
+def env_codes(env: "UAVSwarmEnv", env_index: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes [H, W], pos [N, 2])`` of one environment of a batched env, on the host."""
+    cfg, p = env.config, env.config.pad
+    if not 0 <= env_index < env.num_envs:
+        raise ValueError(f"env_index must be in [0, {env.num_envs}), got {env_index}")
+    state = env.state
+    grid = state["cells"][env_index].view(cfg.grid_height + 2 * p, -1)[p : p + cfg.grid_height, p : p + cfg.grid_width]
+    return grid.cpu().numpy(), state["pos"][env_index].cpu().numpy()
+
+
+def render_env(env: "UAVSwarmEnv", env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:
+    codes, pos = env_codes(env, env_index)
+    return render_grid(env.config, codes, pos, cell_px, trail)
+
+
+def render_tiled(env: "UAVSwarmEnv", env_indices: list[int], cols: int | None = None, cell_px: int = 4,
+                 gap: int = 2) -> np.ndarray:
+    """Several environments side by side in a grid of tiles, white gaps between them."""
+    if not env_indices:
+        raise ValueError("env_indices must not be empty")
+    tiles = [render_env(env, i, cell_px) for i in env_indices]
+    cols = cols or int(np.ceil(np.sqrt(len(tiles))))
+    rows = -(-len(tiles) // cols)
+    th, tw = tiles[0].shape[:2]
+    out = np.full((rows * (th + gap) - gap, cols * (tw + gap) - gap, 3), 255, dtype=np.uint8)
+    for k, tile in enumerate(tiles):
+        r, c = divmod(k, cols)
+        out[r * (th + gap) : r * (th + gap) + th, c * (tw + gap) : c * (tw + gap) + tw] = tile
+    return out
