@@ -1,0 +1,125 @@
+"""Checkpoint files: atomic writes, a checksum, the last K kept, clear errors on bad files.
+
+A checkpoint is `RUN_DIR/checkpoints/ckpt_<env_steps>.pt`:
+
+    MAGIC (8 bytes) | SHA-256 of the payload (32 bytes) | payload (a `torch.save` of a dict)
+
+It is written to a temporary file in the same directory, flushed and fsync'ed, then renamed over
+the final name, so a crash mid-write never leaves a half-written checkpoint under a real name and
+the previous checkpoints stay intact. Loading checks the magic, the length and the checksum
+before unpickling (with `weights_only=True`: tensors, numbers, strings and containers only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MAGIC = b"UAVCKPT1"
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+REQUIRED_KEYS = ("format_version", "config", "env_steps", "iteration", "actor", "critic", "value_norm",
+                 "optimizer", "scaler", "env", "rng")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used (missing, corrupt, truncated or mismatched)."""
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Checkpoints of a run, oldest first (by env steps)."""
+    d = checkpoint_dir(run_dir)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int) -> Path:
+    """Write `payload` as `ckpt_<env_steps>.pt` atomically; delete all but the newest `keep`."""
+    missing = [k for k in REQUIRED_KEYS if k not in payload]
+    if missing:
+        raise ValueError(f"checkpoint payload lacks {missing}")
+    d = checkpoint_dir(run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    data = buf.getvalue()
+    path = d / f"ckpt_{int(payload['env_steps']):012d}.pt"
+    tmp = d / f".{path.name}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + hashlib.sha256(data).digest() + data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read and verify a checkpoint file; any problem is a `CheckpointError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    raw = path.read_bytes()
+    head = len(MAGIC) + 32
+    if len(raw) < head or raw[: len(MAGIC)] != MAGIC:
+        raise CheckpointError(f"checkpoint {path} is not a uavsim checkpoint (bad header; truncated?)")
+    digest, data = raw[len(MAGIC):head], raw[head:]
+    if hashlib.sha256(data).digest() != digest:
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated (checksum mismatch, "
+                              f"{len(raw)} bytes)")
+    try:
+        payload = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- any unpickling failure means an unusable file
+        raise CheckpointError(f"checkpoint {path} could not be read: {type(err).__name__}: {err}") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(payload).__name__}, expected a dict")
+    missing = [k for k in REQUIRED_KEYS if k not in payload]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {missing}")
+    if payload["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path} has format version {payload['format_version']!r}, "
+                              f"this code reads version {FORMAT_VERSION}")
+    return payload
+
+
+def resolve_checkpoint(path_or_run: str | Path) -> Path:
+    """A checkpoint file itself, or the newest checkpoint of a run directory."""
+    p = Path(path_or_run)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        found = list_checkpoints(p)
+        if not found:
+            raise CheckpointError(f"run directory {p} has no checkpoints in {checkpoint_dir(p)}")
+        return found[-1]
+    raise CheckpointError(f"{p} is neither a checkpoint file nor a run directory")
+
+
+def load_latest(path_or_run: str | Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict]:
+    """Load `resolve_checkpoint(path_or_run)`; if it is bad, the error names the previous good
+    candidate so the user can resume from it explicitly."""
+    path = resolve_checkpoint(path_or_run)
+    try:
+        return path, load_checkpoint(path, map_location)
+    except CheckpointError as err:
+        older = [c for c in list_checkpoints(path.parent.parent) if c != path and c.name < path.name]
+        hint = f"; the previous checkpoint is {older[-1]} (resume from it with --resume {older[-1]})" if older else ""
+        raise CheckpointError(f"{err}{hint}") from None

@@ -1,0 +1,247 @@
+"""The training configuration: a typed OmegaConf structured schema, YAML presets, dotted overrides.
+
+`load_config("configs/default.yaml", ["train.amp=bf16", "env.num_envs=64"])` returns a `Config`
+of plain dataclasses. OmegaConf checks every value's type against the schema; `check_config` then
+checks ranges. Any bad input is a `ValueError` / `TypeError` that names the key:
+
+    unknown key      -> ValueError("unknown config key 'train.lrr' ...")
+    wrong type       -> TypeError("config key 'env.num_envs': Value 'abc' ... Integer")
+    out of range     -> ValueError("config key 'train.clip_coef' must be > 0, got -0.1")
+
+The `env` section is every field of `uavsim.EnvConfig` (generated from it, so the two never drift)
+plus `num_envs`. Counts of time are environment steps: one step of one environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.nodes import EnumNode
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from uavsim.config import EnvConfig
+
+
+class Amp(str, enum.Enum):
+    """Autocast mode: `off` (float32), `bf16` (CPU and GPU), `fp16` (with a GradScaler)."""
+
+    off = "off"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class CriticKind(str, enum.Enum):
+    """`mappo`: critic on the global state + the agent's local observation + its id (agent-specific
+    global state). `ippo`: critic on the local observation + id only."""
+
+    mappo = "mappo"
+    ippo = "ippo"
+
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _env_section() -> type:
+    """`EnvSection`: `num_envs` plus every `EnvConfig` field with the same type and default."""
+    env_fields: list[tuple[str, type, Any]] = [("num_envs", int, field(default=256))]
+    for f in dataclasses.fields(EnvConfig):
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        env_fields.append((f.name, _TYPES[kind], field(default=f.default)))
+    return dataclasses.make_dataclass("EnvSection", env_fields)
+
+
+EnvSection = _env_section()
+
+
+@dataclass
+class ModelConfig:
+    hidden_size: int = 128
+    num_layers: int = 2  # hidden layers of each MLP
+    critic: CriticKind = CriticKind.mappo
+    agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
+
+
+@dataclass
+class TrainConfig:
+    total_env_steps: int = 2_000_000
+    num_steps: int = 64  # rollout length T per iteration; a batch is num_steps x num_envs x num_uavs
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    actor_lr: float = 5e-4
+    critic_lr: float = 5e-4
+    anneal_lr: bool = True
+    adam_eps: float = 1e-5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    vf_clip_coef: float = 0.2  # on the normalized value scale when value_norm is on
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5  # clipped separately for the actor and the critic
+    norm_adv: bool = True
+    value_norm: bool = True
+    value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
+    amp: Amp = Amp.off
+    max_bad_iterations: int = 3  # consecutive iterations with a skipped (non-finite) update -> stop
+
+
+@dataclass
+class RunConfig:
+    dir: Optional[str] = None  # None -> runs/mappo-<seed>-<time>
+    device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    torch_threads: int = 2  # 0 leaves torch's default
+    deterministic: bool = False  # torch.use_deterministic_algorithms; exact resume on CPU
+    checkpoint_interval: int = 500_000  # env steps between checkpoints; 0: only the final one
+    keep_checkpoints: int = 3
+    eval_interval: int = 1_000_000  # env steps between evaluation images in TensorBoard; 0: off
+    eval_envs: int = 32  # environments of the in-training evaluation
+    progress: bool = True  # tqdm progress bar
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    env: EnvSection = field(default_factory=EnvSection)  # type: ignore[valid-type]
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def env_config(self) -> EnvConfig:
+        d = dataclasses.asdict(self.env)
+        d.pop("num_envs")
+        return EnvConfig.from_dict(d)
+
+    # Derived values: computed, never configured.
+    @property
+    def batch_size(self) -> int:
+        """Samples per iteration: num_steps x num_envs x num_uavs (one sample per agent-step)."""
+        return self.train.num_steps * self.env.num_envs * self.env.num_uavs
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.train.num_minibatches
+
+    @property
+    def env_steps_per_iteration(self) -> int:
+        return self.train.num_steps * self.env.num_envs
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.train.total_env_steps // self.env_steps_per_iteration)
+
+
+def _wrap(err: OmegaConfBaseException, source: str) -> Exception:
+    key = getattr(err, "full_key", None) or "?"
+    msg = str(err).splitlines()[0]
+    if isinstance(err, ConfigKeyError) or "not in" in msg:
+        return ValueError(f"unknown config key '{key}' (from {source}): {msg}")
+    if isinstance(err, ValidationError) and "Invalid value" not in msg:
+        return TypeError(f"config key '{key}' (from {source}): {msg}")
+    return ValueError(f"config key '{key}' (from {source}): {msg}")
+
+
+def _yaml_off_is_not_false(schema: DictConfig, other: DictConfig) -> DictConfig:
+    """YAML 1.1 reads `off` as False: give enum-typed keys (`train.amp=off`) their string back."""
+    data = OmegaConf.to_container(other)
+
+    def walk(node: DictConfig, d: dict) -> None:
+        for key, value in d.items():
+            child = node._get_node(key) if isinstance(node, DictConfig) and key in node else None
+            if isinstance(value, dict) and isinstance(child, DictConfig):
+                walk(child, value)
+            elif isinstance(value, bool) and isinstance(child, EnumNode):
+                d[key] = "off" if value is False else "on"
+
+    walk(schema, data)
+    return OmegaConf.create(data)
+
+
+def _merge(base, other, source: str):
+    try:
+        other = _yaml_off_is_not_false(base, other)
+        return OmegaConf.merge(base, other)
+    except OmegaConfBaseException as err:
+        raise _wrap(err, source) from None
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
+                base: Config | dict | None = None) -> Config:
+    """Schema defaults (or `base`), then the YAML file at `path`, then `key=value` overrides."""
+    cfg = OmegaConf.structured(Config)
+    if base is not None:
+        base_dict = to_dict(base) if isinstance(base, Config) else base
+        cfg = _merge(cfg, OmegaConf.create(base_dict), "the saved config")
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"config file {path} does not exist")
+        loaded = OmegaConf.load(path)
+        if not isinstance(loaded, DictConfig):
+            raise ValueError(f"config file {path} must hold a mapping at the top level")
+        cfg = _merge(cfg, loaded, str(path))
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item or item.startswith("="):
+            raise ValueError(f"override {item!r} must look like key=value (e.g. train.amp=bf16)")
+        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}")
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as err:
+        raise _wrap(err, "the config") from None
+    check_config(obj)
+    return obj
+
+
+def to_dict(cfg: Config) -> dict:
+    """Plain nested dict with enums as strings (what checkpoints and config.yaml hold)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg)))
+
+
+def check_config(cfg: Config) -> None:
+    """Range checks the types cannot express; a `ValueError` names the key."""
+
+    def need(ok: bool, key: str, expected: str) -> None:
+        if not ok:
+            section, name = key.split(".") if "." in key else (None, key)
+            value = getattr(getattr(cfg, section), name) if section else getattr(cfg, name)
+            raise ValueError(f"config key '{key}' must be {expected}, got {value!r}")
+
+    t, r, m = cfg.train, cfg.run, cfg.model
+    need(0 <= cfg.seed < 2**31, "seed", "in [0, 2**31)")
+    need(cfg.env.num_envs >= 1, "env.num_envs", ">= 1")
+    need(m.hidden_size >= 1, "model.hidden_size", ">= 1")
+    need(m.num_layers >= 1, "model.num_layers", ">= 1")
+    need(t.total_env_steps >= 1, "train.total_env_steps", ">= 1")
+    need(t.num_steps >= 1, "train.num_steps", ">= 1")
+    need(t.update_epochs >= 1, "train.update_epochs", ">= 1")
+    need(t.num_minibatches >= 1, "train.num_minibatches", ">= 1")
+    for key in ("actor_lr", "critic_lr", "adam_eps", "clip_coef", "vf_clip_coef", "max_grad_norm"):
+        need(getattr(t, key) > 0, f"train.{key}", "> 0")
+    for key in ("ent_coef", "vf_coef"):
+        need(getattr(t, key) >= 0, f"train.{key}", ">= 0")
+    need(0 <= t.gamma <= 1, "train.gamma", "in [0, 1]")
+    need(0 <= t.gae_lambda <= 1, "train.gae_lambda", "in [0, 1]")
+    need(0 < t.value_norm_beta < 1, "train.value_norm_beta", "in (0, 1)")
+    need(t.max_bad_iterations >= 1, "train.max_bad_iterations", ">= 1")
+    need(r.torch_threads >= 0, "run.torch_threads", ">= 0")
+    need(r.checkpoint_interval >= 0, "run.checkpoint_interval", ">= 0")
+    need(r.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1")
+    need(r.eval_interval >= 0, "run.eval_interval", ">= 0")
+    need(r.eval_envs >= 1, "run.eval_envs", ">= 1")
+    need(r.device == "auto" or r.device == "cpu" or r.device.startswith("cuda"), "run.device",
+         "auto, cpu, cuda or cuda:N")
+    try:
+        cfg.env_config()  # EnvConfig's own range checks
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"config section 'env': {err}") from None
+    need(cfg.batch_size % t.num_minibatches == 0, "train.num_minibatches",
+         f"a divisor of the batch size num_steps*num_envs*num_uavs = {cfg.batch_size}")

@@ -1,0 +1,178 @@
+"""The PPO update: clipped surrogate, clipped value loss, entropy bonus, epochs x minibatches.
+
+`ppo_loss` is a pure function of tensors (tested on hand-computed values). `update` runs the
+epochs over a flattened rollout and returns its statistics as device tensors; `optimizer_step` is
+the one place gradients are unscaled, clipped and applied (a gradient all-reduce for data-parallel
+training slots in there). Nothing here reads a tensor on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from agents.config import TrainConfig
+from agents.networks import Actor, Critic, categorical
+from agents.value_norm import ValueNorm
+
+
+@dataclass
+class LossStats:
+    policy_loss: torch.Tensor
+    value_loss: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    old_approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+
+def ppo_loss(
+    new_logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    new_value: torch.Tensor,
+    old_value: torch.Tensor,
+    target: torch.Tensor,
+    clip_coef: float,
+    clip_vloss: bool,
+    vf_clip_coef: float,
+    ent_coef: float,
+    vf_coef: float,
+) -> tuple[torch.Tensor, LossStats]:
+    """All inputs `[M]` float32. `old_value` and `target` on the critic's (normalized) scale.
+
+    loss = pg_loss - ent_coef * entropy + vf_coef * v_loss with
+      pg_loss = mean(max(-A * ratio, -A * clip(ratio, 1 - c, 1 + c)))
+      v_loss  = 0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old, -vc, vc) - R)^2))   (clipped)
+    """
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    v_loss_unclipped = (new_value - target) ** 2
+    if clip_vloss:
+        v_clipped = old_value + torch.clamp(new_value - old_value, -vf_clip_coef, vf_clip_coef)
+        v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - target) ** 2).mean()
+    else:
+        v_loss = 0.5 * v_loss_unclipped.mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - ent_coef * entropy_loss + vf_coef * v_loss
+    with torch.no_grad():
+        stats = LossStats(
+            policy_loss=pg_loss.detach(),
+            value_loss=v_loss.detach(),
+            entropy=entropy_loss.detach(),
+            approx_kl=((ratio - 1) - logratio).mean(),  # http://joschu.net/blog/kl-approx.html
+            old_approx_kl=(-logratio).mean(),
+            clipfrac=((ratio - 1.0).abs() > clip_coef).float().mean(),
+        )
+    return loss, stats
+
+
+def make_optimizer(actor: Actor, critic: Critic, cfg: TrainConfig) -> torch.optim.Adam:
+    """One Adam with two parameter groups (actor, critic: their own learning rates).
+
+    `fused=True`: the fused kernel takes a device-side `found_inf` flag, so a non-finite update
+    is skipped without a host sync (see `optimizer_step`).
+    """
+    groups = [
+        {"params": list(actor.parameters()), "lr": cfg.actor_lr, "name": "actor"},
+        {"params": list(critic.parameters()), "lr": cfg.critic_lr, "name": "critic"},
+    ]
+    return torch.optim.Adam(groups, eps=cfg.adam_eps, fused=True)
+
+
+def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, actor: nn.Module,
+                   critic: nn.Module, loss: torch.Tensor, max_grad_norm: float):
+    """Unscale (fp16), clip each network's gradient norm, and step unless anything is non-finite.
+
+    Returns `(actor_grad_norm, critic_grad_norm, skipped)` as 0-dim device tensors, the norms taken
+    before clipping. A skipped step leaves parameters and Adam state untouched (`found_inf`).
+    Data-parallel training (torchrun) all-reduces the gradients right after `unscale_`.
+    """
+    scaler.unscale_(optimizer)  # no-op unless fp16
+    actor_norm = nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm, foreach=True)
+    critic_norm = nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm, foreach=True)
+    ok = torch.isfinite(loss.detach()) & torch.isfinite(actor_norm) & torch.isfinite(critic_norm)
+    skipped = (~ok).float()
+    optimizer.found_inf = skipped  # read by the fused Adam kernel: 1.0 skips the update
+    optimizer.step()
+    scaler.update()  # no-op unless fp16; halves the scale after an inf/NaN gradient
+    return actor_norm, critic_norm, skipped
+
+
+@dataclass
+class Batch:
+    """A flattened rollout. Rows index (t, b, n) in that order; `state` rows index (t, b)."""
+
+    local: torch.Tensor  # [T*B*N, L] float32
+    state: torch.Tensor  # [T*B, S] float32
+    actions: torch.Tensor  # [T*B*N] uint8
+    logprobs: torch.Tensor  # [T*B*N] float32
+    values: torch.Tensor  # [T*B*N] float32, normalized scale
+    returns: torch.Tensor  # [T*B*N] float32, normalized scale
+    advantages: torch.Tensor  # [T*B*N] float32
+    num_agents: int
+
+
+def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, rows: torch.Tensor,
+                     autocast: Callable[[], contextlib.AbstractContextManager]):
+    """Forward the minibatch `rows` through both networks: (new_logprob, entropy, new_value)."""
+    agent = rows % batch.num_agents
+    local = batch.local[rows]
+    state = batch.state[rows // batch.num_agents] if critic.centralized else None
+    with autocast():
+        logits = actor(local, agent)
+        new_value = critic(state, local, agent)
+    new_logprob, entropy = categorical(logits, batch.actions[rows])
+    return new_logprob, entropy, new_value
+
+
+def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler,
+           batch: Batch, cfg: TrainConfig, generator: torch.Generator,
+           autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, torch.Tensor]:
+    """`update_epochs` passes over `batch` in `num_minibatches` random minibatches.
+
+    Returns mean statistics over all minibatches as 0-dim device tensors (and `skipped_updates`,
+    a count). The random permutations draw from `generator`.
+    """
+    n = batch.actions.shape[0]
+    mb_size = n // cfg.num_minibatches
+    device = batch.actions.device
+    sums: dict[str, torch.Tensor] = {}
+
+    def add(name: str, value: torch.Tensor) -> None:
+        sums[name] = sums[name] + value if name in sums else value.detach().clone()
+
+    for _epoch in range(cfg.update_epochs):
+        perm = torch.randperm(n, generator=generator, device=device)
+        for start in range(0, n, mb_size):
+            mb_inds = perm[start:start + mb_size]
+            new_logprob, entropy, new_value = evaluate_actions(actor, critic, batch, mb_inds, autocast)
+            loss, stats = ppo_loss(
+                new_logprob, batch.logprobs[mb_inds], batch.advantages[mb_inds], entropy,
+                new_value, batch.values[mb_inds], batch.returns[mb_inds],
+                cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef, cfg.ent_coef, cfg.vf_coef)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            actor_norm, critic_norm, skipped = optimizer_step(
+                optimizer, scaler, actor, critic, loss, cfg.max_grad_norm)
+            for name, value in vars(stats).items():
+                # a skipped (non-finite) minibatch must not poison the iteration's means
+                add(name, torch.where(skipped > 0, torch.zeros_like(value), value))
+            add("actor_grad_norm", torch.where(skipped > 0, torch.zeros_like(actor_norm), actor_norm))
+            add("critic_grad_norm", torch.where(skipped > 0, torch.zeros_like(critic_norm), critic_norm))
+            add("skipped_updates", skipped)
+    count = cfg.update_epochs * cfg.num_minibatches
+    good = (count - sums["skipped_updates"]).clamp_min(1.0)
+    out = {k: v / good for k, v in sums.items() if k != "skipped_updates"}
+    out["skipped_updates"] = sums["skipped_updates"]
+    return out

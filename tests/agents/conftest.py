@@ -1,0 +1,25 @@
+"""Shared fixtures: a tiny task and config so that agent tests run in seconds on a CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.config import Config, load_config
+
+TINY = [
+    "env.num_envs=4", "env.grid_height=8", "env.grid_width=8", "env.num_uavs=2", "env.num_obstacles=3",
+    "env.max_steps=12", "env.launch_size=2", "env.state_pool=4", "env.obs_radius=2", "env.sensor_radius=1",
+    "model.hidden_size=16", "train.num_steps=8", "train.num_minibatches=2", "train.update_epochs=2",
+    "train.total_env_steps=256", "run.device=cpu", "run.progress=false", "run.eval_interval=0",
+    "run.checkpoint_interval=0", "run.torch_threads=1",
+]
+
+
+def tiny_config(*overrides: str) -> Config:
+    return load_config(None, [*TINY, *overrides])
+
+
+@pytest.fixture
+def make_config():
+    """`make_config("train.amp=bf16", ...)`: the tiny config plus overrides."""
+    return tiny_config

@@ -1,0 +1,88 @@
+"""Config: presets load, dotted overrides are typed, unknown keys and bad values name the key."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from agents.config import Amp, CriticKind, load_config, to_yaml
+from uavsim import EnvConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("preset", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_preset_loads(preset):
+    cfg = load_config(CONFIGS / preset)
+    assert cfg.batch_size % cfg.train.num_minibatches == 0
+    cfg.env_config()  # a valid EnvConfig
+
+
+def test_overrides_are_typed_and_applied():
+    cfg = load_config(None, ["env.num_envs=1024", "train.total_env_steps=2000000", "train.amp=bf16",
+                             "run.dir=runs/x", "run.checkpoint_interval=100000", "seed=3", "train.actor_lr=1e-3",
+                             "model.critic=ippo", "env.coverage_reward=5"])
+    assert cfg.env.num_envs == 1024 and cfg.train.total_env_steps == 2_000_000
+    assert cfg.train.amp == Amp.bf16 and cfg.model.critic == CriticKind.ippo
+    assert cfg.run.dir == "runs/x" and cfg.run.checkpoint_interval == 100_000 and cfg.seed == 3
+    assert cfg.train.actor_lr == 1e-3 and isinstance(cfg.train.actor_lr, float)
+    assert cfg.env_config().coverage_reward == 5.0
+
+
+def test_env_section_mirrors_env_config():
+    cfg = load_config()
+    env_fields = {f.name: f.default for f in dataclasses.fields(EnvConfig)}
+    mine = dataclasses.asdict(cfg.env)
+    assert mine.pop("num_envs") >= 1
+    assert mine == env_fields
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.lrr=0.1", "train.lrr"), ("nope=1", "nope"), ("env.num_uav=3", "env.num_uav"),
+    ("run.checkpoint.interval=3", "run.checkpoint"),
+])
+def test_unknown_key_is_an_error_naming_it(override, key):
+    with pytest.raises(ValueError, match=f"unknown config key '{key}"):
+        load_config(None, [override])
+
+
+def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("train:\n  num_step: 10\n")
+    with pytest.raises(ValueError, match=r"unknown config key 'train.num_step'.*bad.yaml"):
+        load_config(f)
+
+
+@pytest.mark.parametrize("override, err, key", [
+    ("env.num_envs=abc", TypeError, "env.num_envs"), ("train.update_epochs=1.5", TypeError, "train.update_epochs"),
+    ("train.anneal_lr=maybe", TypeError, "train.anneal_lr"), ("train.amp=fp32", ValueError, "train.amp"),
+    ("train.clip_coef=-0.1", ValueError, "train.clip_coef"), ("train.gamma=1.5", ValueError, "train.gamma"),
+    ("env.num_envs=0", ValueError, "env.num_envs"), ("run.device=tpu", ValueError, "run.device"),
+    ("train.num_minibatches=7", ValueError, "train.num_minibatches"), ("env.moves=5", ValueError, "moves"),
+])
+def test_bad_values_name_the_key(override, err, key):
+    with pytest.raises(err, match=key):
+        load_config(None, [override])
+
+
+def test_malformed_override_and_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="key=value"):
+        load_config(None, ["train.amp"])
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_resolved_yaml_round_trips(tmp_path):
+    cfg = load_config(None, ["train.amp=fp16", "seed=7", "run.dir=somewhere"])
+    f = tmp_path / "config.yaml"
+    f.write_text(to_yaml(cfg))
+    assert load_config(f) == cfg
+
+
+def test_derived_sizes():
+    cfg = load_config(None, ["env.num_envs=8", "env.num_uavs=3", "env.launch_size=2", "train.num_steps=16",
+                             "train.num_minibatches=4", "train.total_env_steps=1000"])
+    assert cfg.batch_size == 16 * 8 * 3 and cfg.minibatch_size == 96
+    assert cfg.env_steps_per_iteration == 128 and cfg.num_iterations == 7
