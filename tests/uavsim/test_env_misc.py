@@ -95,7 +95,7 @@ def test_greedy_frontier_beats_random():
 
 def test_greedy_moves_toward_the_frontier():
     cfg = EnvConfig(grid_height=6, grid_width=6, num_uavs=1, num_obstacles=0, launch_size=1, sensor_radius=0,
-                    obs_radius=1, max_steps=50)
+                    obs_radius=1, max_steps=50, state_pool=3)
     env = UAVSwarmEnv(cfg, num_envs=1)
     env.reset()
     policy = GreedyFrontierPolicy(env)
