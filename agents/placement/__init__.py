@@ -8,7 +8,7 @@ helpers. Importing this package does not import diffusers or transformers (``.to
 from .devices import format_bytes
 from .dp import WorkerPool, dp_map
 from .dp_types import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
-from .inventory import DeviceMemory, Inventory, inventory, inventory_report, memory_in_use
+from .meminfo import DeviceMemory, Inventory, inventory, inventory_report, memory_in_use
 from .oom import free_memory, is_oom_error, oom_backoff
 from .placement import PlacementError, place_models, remaining_memory, to_max_memory
 from .sizing import model_bytes

@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 
 from .devices import device_key, format_bytes
-from .inventory import inventory
+from .meminfo import inventory
 
 Strategy = Literal["spread", "pack"]
 

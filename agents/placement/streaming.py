@@ -16,7 +16,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .devices import as_device
-from .inventory import memory_in_use
+from .meminfo import memory_in_use
 from .oom import free_memory, is_oom_error
 from .tensors import batch_len, split_batch, to_device
 
@@ -104,6 +104,10 @@ def stream_train(
             del batch  # the pieces are views; drop the name so nothing outlives this batch
             while pieces and (max_steps is None or stats.steps < max_steps):
                 piece = pieces.pop(0)
+                if stats.micro_batch is not None and batch_len(piece) > stats.micro_batch:
+                    # an earlier half of this batch backed off further: cut the rest to match
+                    pieces[:0] = split_batch(piece, stats.micro_batch)
+                    continue
                 failure = None
                 try:
                     loss = _as_float(step(piece))

@@ -1,0 +1,110 @@
+"""torchrun helpers: environment parsing, device and backend choice, and a real 2-process gloo run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from agents.placement import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_no_launcher_means_one_process():
+    assert read_dist_env({}) == DistEnv(rank=0, local_rank=0, world_size=1, is_distributed=False)
+    assert read_dist_env({"PATH": "/bin"}).is_main
+
+
+def test_torchrun_variables_are_read():
+    env = read_dist_env({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"})
+    assert env == DistEnv(rank=5, local_rank=1, world_size=8, is_distributed=True) and not env.is_main
+    assert read_dist_env({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}).is_distributed
+
+
+@pytest.mark.parametrize(
+    "environ, match",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "LOCAL_RANK not"),
+        ({"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "RANK='x' is not a non-negative integer"),
+        ({"RANK": "-1", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "RANK='-1'"),
+        ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1.5"}, "WORLD_SIZE='1.5'"),
+        ({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE='0' must be >= 1"),
+        ({"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "must both be < WORLD_SIZE=2"),
+    ],
+)
+def test_malformed_variables_are_named(environ, match):
+    with pytest.raises(ValueError, match=match):
+        read_dist_env(environ)
+
+
+def test_dist_env_checks_itself():
+    with pytest.raises(ValueError, match="rank"):
+        DistEnv(rank=3, world_size=2, is_distributed=True)
+    with pytest.raises(ValueError, match="non-distributed"):
+        DistEnv(world_size=2)
+    with pytest.raises(TypeError, match="int"):
+        DistEnv(rank="0")
+
+
+def test_device_and_backend_choice(monkeypatch):
+    assert pick_device(DistEnv(), prefer="cpu") == torch.device("cpu")
+    assert pick_backend("cpu") == "gloo" and pick_backend(torch.device("cuda", 1)) == "nccl"
+    with pytest.raises(ValueError, match="prefer"):
+        pick_device(DistEnv(), prefer="tpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device(DistEnv(rank=1, local_rank=1, world_size=2, is_distributed=True)) == torch.device("cpu")
+    with pytest.raises(ValueError, match="is_available"):
+        pick_device(prefer="cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    env = DistEnv(rank=6, local_rank=2, world_size=8, is_distributed=True)
+    assert pick_device(env) == torch.device("cuda", 2)
+    with pytest.raises(ValueError, match="local rank 5 has no GPU"):
+        pick_device(DistEnv(rank=5, local_rank=5, world_size=8, is_distributed=True))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # launcher gave each rank one GPU
+    assert pick_device(env) == torch.device("cuda", 0)
+
+
+def test_single_unlaunched_process_needs_no_process_group():
+    env, dev = init_distributed(DistEnv(), "cpu")
+    assert env == DistEnv() and dev == torch.device("cpu")
+    assert not torch.distributed.is_initialized()
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch, torch.distributed as dist
+    from agents.placement import init_distributed, pick_backend
+    env, device = init_distributed()
+    assert env.is_distributed and env.world_size == 2 and device.type == "cpu"
+    assert dist.get_backend() == pick_backend(device) == "gloo"
+    t = torch.tensor([env.rank + 1.0])
+    dist.all_reduce(t)
+    print(f"rank {env.rank} local {env.local_rank} sum {t.item():.0f}", flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.time_limit(90)
+def test_two_process_torchrun_job_joins_a_gloo_group(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}", str(script)]
+    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("rank")) == [
+        "rank 0 local 0 sum 3",
+        "rank 1 local 1 sum 3",
+    ]

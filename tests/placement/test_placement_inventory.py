@@ -1,0 +1,95 @@
+"""Device inventory and its report, on this machine and on a faked three-GPU machine."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agents.placement import inventory, inventory_report, memory_in_use, place_models
+from agents.placement import meminfo
+from agents.placement.devices import as_device, device_key, format_bytes
+
+GiB = 2**30
+
+
+def test_host_memory_is_read_and_reported():
+    inv = inventory()
+    assert 0 < inv.host_available <= inv.host_total
+    report = inventory_report(inv)
+    assert report.splitlines()[0].split()[:4] == ["device", "name", "total", "free"]
+    assert "host" in report and format_bytes(inv.host_total) in report
+    if not torch.cuda.is_available():
+        assert inv.devices == () and inv.free() == {"cpu": inv.host_available}
+        assert "no CUDA device" in report
+
+
+@pytest.fixture
+def three_fake_gpus(monkeypatch):
+    """torch.cuda answering like a machine with three 80 GiB GPUs, 24/23/25 GiB free (seed 003)."""
+    free = [24 * GiB, 23 * GiB, 25 * GiB]
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(cuda, "get_device_properties", lambda i: SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * GiB))
+    monkeypatch.setattr(cuda, "memory_allocated", lambda i: 3 * GiB if i == 0 else 0)
+    monkeypatch.setattr(cuda, "memory_reserved", lambda i: 4 * GiB if i == 0 else 0)
+    monkeypatch.setattr(cuda, "mem_get_info", lambda i: (free[i], 80 * GiB))
+
+    def nvml_missing(i):
+        raise ModuleNotFoundError("pynvml does not seem to be installed")
+
+    monkeypatch.setattr(cuda, "device_memory_used", nvml_missing)
+    return free
+
+
+def test_cuda_devices_are_listed_with_free_total_and_this_process(three_fake_gpus):
+    inv = inventory()
+    assert [d.device for d in inv.devices] == ["cuda:0", "cuda:1", "cuda:2"]
+    assert [d.free for d in inv.devices] == three_fake_gpus
+    assert inv.devices[0].allocated == 3 * GiB and inv.devices[0].reserved == 4 * GiB
+    assert inv.free() == {"cuda:0": 24 * GiB, "cuda:1": 23 * GiB, "cuda:2": 25 * GiB}
+    report = inventory_report(inv)
+    assert "cuda:2" in report and "25.00 GiB" in report and "3.00 GiB / 4.00 GiB" in report
+    assert "no CUDA device" not in report
+
+
+def test_nvml_figures_are_used_when_available(three_fake_gpus, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_memory_used", lambda i: (10 + i) * GiB)
+    assert [d.free for d in inventory().devices] == [70 * GiB, 69 * GiB, 68 * GiB]
+    assert [d.free for d in inventory(method="cuda").devices] == three_fake_gpus
+
+
+def test_nvml_method_without_pynvml_says_what_to_install(three_fake_gpus):
+    with pytest.raises(RuntimeError, match="nvidia-ml-py"):
+        inventory(method="nvml")
+    with pytest.raises(ValueError, match="method"):
+        inventory(method="smi")
+
+
+def test_placement_reads_free_memory_from_the_inventory(three_fake_gpus):
+    # cuda:2 has the most room, so spread gives it the biggest model; 20 GiB needs more than 23*0.9
+    out = place_models({"vlm": 20 * GiB, "clip": 2 * GiB})
+    assert out == {"vlm": "cuda:2", "clip": "cuda:0"}
+    assert place_models({"a": GiB}, ["cuda:1"]) == {"a": "cuda:1"}
+
+
+def test_memory_in_use_on_cpu_is_the_process_rss():
+    before = memory_in_use("cpu")
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched so it is resident
+    after = memory_in_use("cpu")
+    assert after - before > 48 * 2**20
+    del block
+    assert meminfo.process_rss() > 0
+
+
+def test_device_strings():
+    assert device_key("cuda") == "cuda:0" and device_key(2) == "cuda:2" and device_key(torch.device("cpu")) == "cpu"
+    with pytest.raises(ValueError, match="not a device string"):
+        as_device("gpu:0")
+    with pytest.raises(ValueError, match="only 'cpu' and 'cuda'"):
+        as_device("mps")
+    with pytest.raises(TypeError):
+        as_device(1.0)
+    assert format_bytes(512) == "512 B" and format_bytes(3 * GiB) == "3.00 GiB"

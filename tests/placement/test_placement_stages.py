@@ -1,0 +1,115 @@
+"""StagePipeline: order, overlap, error path, early stop, device moves."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from agents.placement import Stage, StageError, StagePipeline
+
+
+def test_outputs_in_input_order_through_three_stages():
+    pipe = StagePipeline([lambda x: x + 1, Stage(lambda x: x * 10, name="times10"), lambda x: -x])
+    assert pipe.run(range(50)) == [-(x + 1) * 10 for x in range(50)]
+    assert pipe.run([]) == []
+
+
+def test_stage_k_works_on_item_i_plus_1_while_stage_k_plus_1_works_on_item_i():
+    # stage 1 may finish item i only once stage 0 has started item i+1: run item by item, the
+    # pipeline would wait for that forever (here: fail after 10 s), not just run slower
+    n = 6
+    first_started = [threading.Event() for _ in range(n)]
+
+    def first(i):
+        first_started[i].set()
+        return i
+
+    def second(i):
+        if i + 1 < n and not first_started[i + 1].wait(timeout=10):
+            raise AssertionError(f"stage 0 did not start item {i + 1} while stage 1 held item {i}")
+        return i
+
+    assert StagePipeline([first, second], queue_size=1).run(range(n)) == list(range(n))
+
+
+def test_an_error_names_stage_and_item_and_nothing_hangs():
+    def generator(x):
+        if x == 7:
+            raise ValueError("NaN latents")
+        return x
+
+    pipe = StagePipeline([Stage(lambda x: x, name="policy"), Stage(generator, name="generator"), Stage(lambda x: x, name="reward")])
+    with pytest.raises(StageError, match=r"stage 'generator' failed on item 7: ValueError: NaN latents") as info:
+        pipe.run(range(1000))
+    assert info.value.stage == "generator" and info.value.index == 7
+    assert isinstance(info.value.__cause__, ValueError)
+    time.sleep(0.3)
+    assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]  # all threads gone
+
+
+def test_a_failing_input_iterator_is_reported_as_stage_input():
+    def items():
+        yield 0
+        yield 1
+        raise OSError("dataset shard missing")
+
+    with pytest.raises(StageError, match="stage 'input' failed on item 2: OSError"):
+        StagePipeline([lambda x: x]).run(items())
+
+
+def test_stopping_early_stops_the_threads():
+    consumed = []
+
+    def endless():
+        i = 0
+        while True:
+            consumed.append(i)
+            yield i
+            i += 1
+
+    gen = StagePipeline([lambda x: x * 2], queue_size=2).imap(endless())
+    assert [next(gen) for _ in range(5)] == [0, 2, 4, 6, 8]
+    gen.close()
+    time.sleep(0.3)
+    assert len(consumed) < 15  # bounded queues: the input was not read far ahead
+    assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+def test_inputs_are_moved_to_each_stage_device():
+    seen = []
+
+    def record(batch):
+        seen.append(batch["x"].device)
+        return batch
+
+    pipe = StagePipeline([Stage(record, device="cpu"), Stage(record, device="cpu", move_inputs=False)])
+    out = pipe.run([{"x": torch.ones(2)}])
+    assert seen == [torch.device("cpu")] * 2 and out[0]["x"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_each_stage_runs_on_its_gpu():
+    last = f"cuda:{torch.cuda.device_count() - 1}"
+
+    def on_device(batch):
+        return {"x": batch["x"] * 2, "current": torch.cuda.current_device()}
+
+    out = StagePipeline([Stage(on_device, "cuda:0"), Stage(lambda b: b["x"].device, last)]).run([{"x": torch.ones(3)}])
+    assert out == [torch.device(last)]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="non-empty list"):
+        StagePipeline([])
+    with pytest.raises(ValueError, match="non-empty list"):
+        StagePipeline(lambda x: x)
+    with pytest.raises(ValueError, match="queue_size"):
+        StagePipeline([lambda x: x], queue_size=0)
+    with pytest.raises(TypeError, match="callable"):
+        Stage("fn")
+    with pytest.raises(ValueError, match="only 'cpu' and 'cuda'"):
+        Stage(lambda x: x, device="mps")
