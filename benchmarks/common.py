@@ -1,0 +1,113 @@
+"""What every benchmark shares: machine description, timing, peak memory, and result files."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        match = re.search(r"model name\s*:\s*(.+)", text)
+        if match:
+            return match.group(1).strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: str | None = None) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "host": socket.gethostname(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "python": platform.python_version(), "date": _dt.date.today().isoformat(),
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device) if device and "cuda" in device else 0)
+        info["gpu"] = props.name
+        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info["gpu_peak_bandwidth_gbs"] = gpu_peak_bandwidth_gbs(props)
+    return info
+
+
+def gpu_peak_bandwidth_gbs(props: Any) -> float | None:
+    """Theoretical DRAM bandwidth from clock and bus width (DDR: two transfers per clock)."""
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    if not clock_khz or not bus_bits:
+        return None
+    return round(2 * clock_khz * 1e3 * bus_bits / 8 / 1e9, 1)
+
+
+def machine_tag(info: dict[str, Any]) -> str:
+    """A file-name-safe label: the GPU if any, else the CPU, plus the core count."""
+    label = info.get("gpu") or f"{info['cpu']}-{info['cpu_count']}cores"
+    return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()[:60]
+
+
+def reset_peak_rss() -> None:
+    """Start a new host peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mib() -> float | None:
+    try:
+        match = re.search(r"VmHWM:\s*(\d+) kB", Path("/proc/self/status").read_text())
+        return round(int(match.group(1)) / 1024, 1) if match else None
+    except OSError:
+        return None
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def median_rate(run: Callable[[], None], items_per_run: int, repeats: int, device: str = "cpu") -> tuple[float, list[float]]:
+    """Median items/s of ``repeats`` timed calls of ``run`` (warm-up is the caller's job)."""
+    rates = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        run()
+        sync(device)
+        rates.append(items_per_run / (time.perf_counter() - start))
+    return statistics.median(rates), rates
+
+
+def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Callable[[Path], None] | None,
+                  out_dir: Path = RESULTS_DIR) -> dict[str, Path]:
+    """Write ``<name>-<machine>-<date>.json`` / ``.md`` (and ``.png`` if ``plot``); return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}"
+    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    paths["md"].write_text(table_md)
+    if plot is not None:
+        paths["png"] = out_dir / f"{stem}.png"
+        plot(paths["png"])
+    return paths
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"

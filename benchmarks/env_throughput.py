@@ -1,0 +1,285 @@
+"""Environment throughput: the batched env on CPU/GPU against the NumPy reference and VMAS.
+
+    python -m benchmarks.env_throughput            # full sweep, writes benchmarks/results/
+    python -m benchmarks.env_throughput --quick    # small sizes, a few seconds per backend
+
+Every backend steps the default task (``EnvConfig()``: 32x32, 10 UAVs, 40 obstacles) with uniform
+random actions drawn on its device each step; warm-up is excluded and the median of several timed
+repeats is reported, with the speedup over the reference loop measured in the same run.
+
+Backends
+    reference-loop     ``ReferenceEnv`` instances stepped one after another in a Python loop (the
+                       team's original way); resets when an episode ends.
+    reference-async    the reference in ``gymnasium.vector.AsyncVectorEnv``, one worker process per
+                       core (the seed note's "parallel environments" fix); measured at one size.
+    batched-<device>   ``UAVSwarmEnv`` (default reset mode for the device).
+    batched-cpu-dense  the CPU with the GPU's reset mode, for comparison.
+    batched-cuda-compile  ``torch.compile`` of the step (CUDA only: on a 2-core CPU, compiling
+                       took minutes and ran slower than eager; ``--compile-cpu`` tries it anyway).
+    vmas-navigation    VMAS ``navigation`` with as many agents, discrete actions, no resets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, peak_rss_mib, reset_peak_rss,
+                               sync, write_results)
+from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim import rules
+from uavsim.reference import ReferenceEnv
+
+CPU_SIZES = [1, 16, 256, 4096, 16384]
+GPU_SIZES = [1, 256, 4096, 16384, 65536, 131072, 262144]
+QUICK_SIZES = [1, 16, 256, 1024]
+
+
+def steps_for(num_envs: int, target_env_steps: int, lo: int = 3, hi: int = 200) -> int:
+    return int(min(hi, max(lo, target_env_steps // num_envs)))
+
+
+def bytes_per_env_step(cfg: EnvConfig) -> int:
+    """Estimated DRAM bytes one environment step reads and writes, from the step's main tensors.
+
+    Observations are written twice (the final observation and the returned one); the window,
+    footprint and move gathers each move an int64 index plus the gathered cells; the footprint
+    also goes through the stamp (int32 scatter + gather), the cell scatter and the pooled counts.
+    Small per-env scalars are ignored, so this is a lower bound on the true traffic.
+    """
+    n = cfg.num_uavs
+    obs = 4 * (n * cfg.local_obs_dim + cfg.state_dim)
+    window = n * cfg.window**2 * (8 + 1 + 1)
+    footprint = n * len(rules.footprint_offsets(cfg)) * (8 * 4 + 1 * 3 + 4 * 3)
+    others = n * n * (8 * 4 + 4 * 2)
+    moves = n * (8 * 3 + 1)
+    return 3 * obs + window + footprint + others + moves
+
+
+# -- backends: each returns (env_steps_per_s, repeats, extra) for one size ------------------------
+def run_reference_loop(cfg, num_envs, args):
+    envs = [ReferenceEnv(cfg, seed=0, env_index=i) for i in range(min(num_envs, 64))]
+    for env in envs:
+        env.reset()
+    rng = np.random.default_rng(0)
+    steps = steps_for(len(envs), args.target // 20)
+
+    def run():
+        for _ in range(steps):
+            for env in envs:
+                _, _, terminated, truncated, _ = env.step(rng.integers(0, cfg.num_actions, cfg.num_uavs))
+                if terminated or truncated:
+                    env.reset()
+
+    run()  # warm-up
+    return median_rate(run, steps * len(envs), args.repeats)
+
+
+def run_reference_async(cfg, num_envs, args):
+    import gymnasium as gym
+
+    from uavsim.adapters.gymnasium_single import make_reference_env
+
+    envs = gym.vector.AsyncVectorEnv([lambda i=i: make_reference_env(cfg, seed=0, env_index=i) for i in range(num_envs)])
+    try:
+        envs.reset(seed=0)
+        rng = np.random.default_rng(0)
+        steps = steps_for(num_envs, args.target // 40, lo=20)
+
+        def run():
+            for _ in range(steps):
+                envs.step(rng.integers(0, cfg.num_actions, (num_envs, cfg.num_uavs)))
+
+        run()
+        return median_rate(run, steps * num_envs, args.repeats)
+    finally:
+        envs.close()
+
+
+def batched_runner(device: str, reset_mode: str | None = None, compile_step: bool = False):
+    def run_batched(cfg, num_envs, args):
+        env = UAVSwarmEnv(cfg, num_envs=num_envs, device=device, seed=0, check_action_range=False,
+                          reset_mode=reset_mode)
+        env.reset()
+        step = torch.compile(env.step) if compile_step else env.step
+        gen = torch.Generator(device=device).manual_seed(0)
+        shape = (num_envs, cfg.num_uavs)
+        steps = steps_for(num_envs, args.target)
+
+        def run():
+            for _ in range(steps):
+                step(torch.randint(0, cfg.num_actions, shape, generator=gen, device=device))
+
+        for _ in range(3 if compile_step else 1):
+            run()  # warm-up (and compilation)
+        return median_rate(run, steps * num_envs, args.repeats, device)
+
+    return run_batched
+
+
+def vmas_runner(device: str):
+    def run_vmas(cfg, num_envs, args):
+        import vmas
+
+        env = vmas.make_env("navigation", num_envs=num_envs, device=device, continuous_actions=False,
+                            n_agents=cfg.num_uavs, seed=0)
+        env.reset()
+        n_actions = env.action_space[0].n
+        gen = torch.Generator(device=device).manual_seed(0)
+        steps = steps_for(num_envs, args.target // 4)
+
+        def run():
+            for _ in range(steps):
+                env.step([torch.randint(0, n_actions, (num_envs,), generator=gen, device=device)
+                          for _ in range(cfg.num_uavs)])
+
+        run()
+        return median_rate(run, steps * num_envs, args.repeats, device)
+
+    return run_vmas
+
+
+def available_backends(args) -> list[tuple[str, str, Callable, list[int]]]:
+    """(name, device, runner, sizes) for everything this machine can run."""
+    cpu_sizes = QUICK_SIZES if args.quick else CPU_SIZES
+    gpu_sizes = [s for s in (QUICK_SIZES if args.quick else GPU_SIZES) if s <= args.max_gpu_envs]
+    out = [("reference-loop", "cpu", run_reference_loop, cpu_sizes),
+           ("reference-async", "cpu", run_reference_async, [args.workers]),
+           ("batched-cpu", "cpu", batched_runner("cpu"), cpu_sizes),
+           ("batched-cpu-dense", "cpu", batched_runner("cpu", "dense"), cpu_sizes)]
+    if args.compile_cpu:
+        out.append(("batched-cpu-compile", "cpu", batched_runner("cpu", "dense", True), cpu_sizes))
+    if torch.cuda.is_available():
+        out.append(("batched-cuda", "cuda", batched_runner("cuda"), gpu_sizes))
+        out.append(("batched-cuda-compile", "cuda", batched_runner("cuda", None, True), gpu_sizes))
+    try:
+        import vmas  # noqa: F401
+
+        out.append(("vmas-navigation", "cpu", vmas_runner("cpu"), cpu_sizes))
+        if torch.cuda.is_available():
+            out.append(("vmas-navigation-cuda", "cuda", vmas_runner("cuda"), gpu_sizes))
+    except ImportError:
+        print("vmas is not installed (pip install '.[peers]'): skipping the VMAS backends")
+    return [b for b in out if args.backends is None or b[0] in args.backends]
+
+
+def measure(args) -> dict[str, Any]:
+    cfg = EnvConfig()
+    torch.set_num_threads(args.threads)
+    rows: list[dict[str, Any]] = []
+    for name, device, runner, sizes in available_backends(args):
+        for num_envs in sizes:
+            reset_peak_rss()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            try:
+                rate, repeats = runner(cfg, num_envs, args)
+            except Exception as exc:  # one failing backend must not sink the whole sweep
+                print(f"{name:22s} {num_envs:>8d} envs  FAILED: {type(exc).__name__}: {exc}")
+                rows.append({"backend": name, "device": device, "num_envs": num_envs, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            sync(device)
+            row = {"backend": name, "device": device, "num_envs": num_envs, "env_steps_per_s": rate,
+                   "uav_steps_per_s": rate * cfg.num_uavs, "repeats_env_steps_per_s": repeats,
+                   "peak_rss_mib": peak_rss_mib()}
+            if device == "cuda":
+                row["cuda_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            rows.append(row)
+            print(f"{name:22s} {num_envs:>8d} envs  {fmt_rate(rate):>8s} env-steps/s")
+    add_ratios(rows, cfg)
+    return {"benchmark": "env_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
+            "config": cfg.to_dict(), "quick": args.quick, "threads": args.threads,
+            "bytes_per_env_step_estimate": bytes_per_env_step(cfg), "results": rows}
+
+
+def add_ratios(rows: list[dict[str, Any]], cfg: EnvConfig) -> None:
+    ref = {r["num_envs"]: r["env_steps_per_s"] for r in rows if r["backend"] == "reference-loop" and "error" not in r}
+    ref_any = float(np.median(list(ref.values()))) if ref else None  # the loop's rate barely depends on size
+    vmas = {r["num_envs"]: r["env_steps_per_s"] for r in rows if r["backend"] == "vmas-navigation" and "error" not in r}
+    peak = None
+    if torch.cuda.is_available():
+        peak = machine_info("cuda").get("gpu_peak_bandwidth_gbs")
+    for r in rows:
+        if "error" in r:
+            continue
+        base = ref.get(r["num_envs"], ref_any)
+        r["speedup_vs_reference_loop"] = r["env_steps_per_s"] / base if base else None
+        if r["num_envs"] in vmas and r["backend"].startswith("batched-cpu"):
+            r["speedup_vs_vmas_cpu"] = r["env_steps_per_s"] / vmas[r["num_envs"]]
+        if r["device"] == "cuda" and r["backend"].startswith("batched") and peak:
+            achieved = r["env_steps_per_s"] * bytes_per_env_step(cfg) / 1e9
+            r["achieved_bandwidth_gbs"] = achieved
+            r["bandwidth_fraction"] = achieved / peak
+
+
+def table(payload: dict[str, Any]) -> str:
+    m = payload["machine"]
+    lines = [f"# Environment throughput ({'quick' if payload['quick'] else 'full'})", "",
+             f"CPU: {m['cpu']} ({m['cpu_count']} cores, torch threads {payload['threads']})"
+             + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}", "",
+             "| backend | envs | env-steps/s | UAV-steps/s | x reference loop | x VMAS (CPU) | peak RSS MiB | CUDA MiB | BW fraction |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in payload["results"]:
+        if "error" in r:
+            lines.append(f"| {r['backend']} | {r['num_envs']} | failed: {r['error'][:60]} | | | | | | |")
+            continue
+        fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
+        lines.append(
+            f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} | {fmt_rate(r['uav_steps_per_s'])} "
+            f"| {fmt(r.get('speedup_vs_reference_loop'))} | {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
+            f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |")
+    lines += ["", f"Bytes per env step (estimate, lower bound): {payload['bytes_per_env_step_estimate']}", ""]
+    return "\n".join(lines)
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    backends = dict.fromkeys(r["backend"] for r in payload["results"] if "error" not in r)
+    for name in backends:
+        pts = sorted((r["num_envs"], r["env_steps_per_s"]) for r in payload["results"]
+                     if r["backend"] == name and "error" not in r)
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o", linestyle="-" if len(xs) > 1 else "none", label=name)
+    m = payload["machine"]
+    ax.set(xscale="log", yscale="log", xlabel="parallel environments", ylabel="env-steps / s",
+           title=f"uavsim throughput — {m.get('gpu', m['cpu'])}"[:90])
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Path]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and short runs (CI smoke)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per point (median reported)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch CPU threads")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="AsyncVectorEnv workers")
+    parser.add_argument("--max-gpu-envs", type=int, default=262144)
+    parser.add_argument("--backends", nargs="+", default=None, help="only these backends")
+    parser.add_argument("--compile-cpu", action="store_true", help="also time torch.compile on the CPU")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    args.repeats = args.repeats or (2 if args.quick else 5)
+    args.target = 2_000 if args.quick else 200_000  # env-steps per timed repeat for the batched env
+    payload = measure(args)
+    paths = write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
+    print(table(payload))
+    print("wrote", ", ".join(str(p) for p in paths.values()))
+    return paths
+
+
+if __name__ == "__main__":
+    main()
