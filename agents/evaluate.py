@@ -1,0 +1,191 @@
+"""Evaluate a trained policy against the scripted baselines on the same episodes.
+
+    python -m agents.evaluate RUN_DIR_OR_CKPT --episodes 256 --seed 12345 --out eval.json
+
+Every policy plays episode 0 of environments 0 .. episodes-1 of a fresh `UAVSwarmEnv` with the
+given seed, so all of them see exactly the same maps. Written JSON:
+
+    {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...}, "meta": {...}}
+
+each entry with `mean_coverage` (at episode end), `mean_steps_to_target` (`max_steps` where the
+target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`, `mean_return`,
+`mean_length`. `policy` takes the most likely action, `policy_sampled` samples. A GIF and a PNG
+of the first episode of the trained policy are written next to the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+import imageio.v2 as imageio
+import numpy as np
+import torch
+
+from agents import checkpoint as ckpt
+from agents.config import load_config
+from agents.networks import Actor
+from agents.rollout import agent_ids, policy_step
+from uavsim import rules
+from uavsim.config import EnvConfig
+from uavsim.env import UAVSwarmEnv
+from uavsim.render import env_codes, render_grid
+
+EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
+METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses", "return", "length")
+
+
+@torch.no_grad()
+def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: int | None = None,
+                 cell_px: int = 8) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`.
+
+    Returns per-environment results (NumPy `[B]` per metric) and, for environment `record`, RGB
+    frames of every step with the trajectories so far, ending on the terminal map (host reads are
+    fine here: this is evaluation, not the training loop).
+    """
+    cfg, b = env.config, env.num_envs
+    obs = env.reset()
+    ended = torch.zeros(b, dtype=torch.bool, device=env.device)
+    res = {k: torch.zeros(b, dtype=torch.float64, device=env.device) for k in METRICS}
+    frames: list[np.ndarray] = []
+    trail: list[np.ndarray] = []
+    for _ in range(cfg.max_steps):
+        recording = record is not None and not bool(ended[record])
+        if recording:
+            codes, pos = env_codes(env, record)
+            frames.append(render_grid(cfg, codes, pos, cell_px, np.stack(trail) if trail else None))
+            trail.append(pos)
+        obs, _reward, terminated, truncated, info = env.step(act(obs))
+        done = terminated | truncated
+        first = done & ~ended
+        length = info["episode_length"].double()
+        values = {"coverage": info["episode_coverage"], "return": info["episode_return"], "length": length,
+                  "steps_to_target": torch.where(terminated, length, torch.full_like(length, cfg.max_steps)),
+                  "reached": terminated, "collisions": info["episode_collisions"],
+                  "near_misses": info["episode_near_misses"]}
+        for k, v in values.items():
+            res[k] = torch.where(first, v.double(), res[k])
+        if recording and bool(done[record]):
+            # The env auto-resets inside its final step; draw the terminal map from the map before
+            # that step, the final positions (from the final global state) and their footprints.
+            final_pos = final_positions(cfg, info["final_obs"]["state"][record])
+            frames.append(render_grid(cfg, cover(cfg, codes, final_pos), final_pos, cell_px, np.stack(trail)))
+        ended |= done
+        if bool(ended.all()):
+            break
+    return {k: v.cpu().numpy() for k, v in res.items()}, frames
+
+
+def final_positions(cfg: EnvConfig, state: torch.Tensor) -> np.ndarray:
+    """`[N, 2]` (row, col) decoded from one global state vector, where positions are stored as
+    row / (H - 1), col / (W - 1) after the 2 P^2 pooled map entries."""
+    start = 2 * cfg.state_pool**2
+    rc = state[start:start + 2 * cfg.num_uavs].view(cfg.num_uavs, 2).double().cpu().numpy()
+    return np.rint(rc * [cfg.grid_height - 1, cfg.grid_width - 1]).astype(np.int64)
+
+
+def cover(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """`codes [H, W]` with the free cells of every UAV's sensor footprint at `pos` covered."""
+    codes = codes.copy()
+    foot = rules.footprint_offsets(cfg)
+    for r, c in pos:
+        rr, cc = r + foot[:, 0], c + foot[:, 1]
+        ok = (rr >= 0) & (rr < cfg.grid_height) & (cc >= 0) & (cc < cfg.grid_width)
+        hit = codes[rr[ok], cc[ok]]
+        codes[rr[ok], cc[ok]] = np.where(hit == rules.FREE, rules.COVERED, hit)
+    return codes
+
+
+def summarize(res: dict[str, np.ndarray]) -> dict[str, float]:
+    out = {f"mean_{k}": float(v.mean()) for k, v in res.items() if k != "reached"}
+    out["target_reached"] = float(res["reached"].mean())
+    out["episodes"] = int(len(res["coverage"]))
+    return out
+
+
+def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    gen = torch.Generator(env.device).manual_seed(seed)
+    return lambda obs: policy_step(actor, obs["local"], agent, gen, autocast, deterministic)[0]
+
+
+def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
+                 record: bool = True) -> tuple[dict, list[np.ndarray]]:
+    """Trained policy (argmax and sampled), random and greedy-frontier on the same episodes."""
+    from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+
+    make = lambda: UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # noqa: E731
+    results, frames = {}, []
+    env = make()
+    res, frames = run_episodes(env, actor_policy(actor, env, True, seed), record=0 if record else None)
+    results["policy"] = summarize(res)
+    env = make()
+    results["policy_sampled"] = summarize(run_episodes(env, actor_policy(actor, env, False, seed))[0])
+    env = make()
+    rand = RandomPolicy(env, seed)
+    results["random"] = summarize(run_episodes(env, lambda obs: rand(env))[0])
+    env = make()
+    greedy = GreedyFrontierPolicy(env)
+    results["greedy"] = summarize(run_episodes(env, lambda obs: greedy(env))[0])
+    return results, frames
+
+
+def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
+    """In-training evaluation: the argmax policy on `run.eval_envs` fixed maps, an image of the
+    first episode. Returns scalars tagged `eval/...` (the caller logs them)."""
+    cfg = learner.cfg
+    seed = (cfg.seed + EVAL_SEED_OFFSET) % 2**31
+    env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
+    res, frames = run_episodes(env, actor_policy(learner.actor, env, True, seed, learner.autocast), record=0)
+    logger.image("eval/episode", frames[-1], learner.env_steps)
+    return {f"eval/{k}": v for k, v in summarize(res).items() if k != "episodes"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint file")
+    p.add_argument("--episodes", type=int, default=256)
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--out", default=None, help="JSON file (default: RUN_DIR/eval.json)")
+    p.add_argument("--device", default="auto")
+    args = p.parse_args(argv)
+    if args.episodes < 1 or not 0 <= args.seed < 2**31:
+        print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
+        return 2
+    try:
+        path, payload = ckpt.load_latest(args.checkpoint)
+        cfg = load_config(None, (), base=payload["config"])
+    except (ValueError, TypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    env_cfg = cfg.env_config()
+    actor = Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg.model)
+    actor.load_state_dict(payload["actor"])
+    actor.to(device).eval()
+    results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device)
+    results["meta"] = {"checkpoint": str(path), "env_steps": int(payload["env_steps"]),
+                       "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
+    out = Path(args.out) if args.out else path.parent.parent / "eval.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    imageio.mimsave(out.with_suffix(".gif"), frames, duration=0.08, loop=0)
+    imageio.imwrite(out.with_suffix(".png"), frames[-1])
+    for name in ("policy", "policy_sampled", "random", "greedy"):
+        r = results[name]
+        print(f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
+              f"reached {r['target_reached']:.2f}  collisions {r['mean_collisions']:.1f}  return {r['mean_return']:.3f}")
+    print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

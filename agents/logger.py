@@ -1,0 +1,95 @@
+"""TensorBoard logging (CleanRL's tag names), phase timing without syncs, memory readings.
+
+Scalars arrive as plain floats: the trainer reads its device metrics once per iteration and hands
+them over here. The x-axis is always the number of environment steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+
+class Logger:
+    def __init__(self, run_dir: str | Path, purge_step: int | None = None):
+        self.writer = SummaryWriter(str(run_dir), purge_step=purge_step)
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        for tag, value in values.items():
+            if value is not None and math.isfinite(value):
+                self.writer.add_scalar(tag, value, step)
+
+    def hyperparameters(self, flat: dict[str, object]) -> None:
+        """A Markdown table of every config value (CleanRL's `hyperparameters` text)."""
+        rows = "\n".join(f"|{k}|{v}|" for k, v in flat.items())
+        self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
+
+    def image(self, tag: str, rgb: np.ndarray, step: int) -> None:
+        self.writer.add_image(tag, rgb, step, dataformats="HWC")
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        self.writer.add_text(tag, text, step)
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+class PhaseTimer:
+    """Wall time of the phases of an iteration. On CUDA it records events (no sync) and reads them
+    when `seconds()` is called, once per iteration; on the CPU work is synchronous anyway."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list[tuple[str, object]] = []
+
+    def mark(self, name: str) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append((name, ev))
+        else:
+            self.marks.append((name, time.perf_counter()))
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds from each mark to the next, keyed by the earlier mark's name; clears the marks."""
+        out = {}
+        for (name, a), (_, b) in zip(self.marks, self.marks[1:]):
+            if self.cuda:
+                b.synchronize()
+                out[name] = a.elapsed_time(b) / 1000.0
+            else:
+                out[name] = b - a
+        self.marks = []
+        return out
+
+
+def host_rss_mb() -> float:
+    """Current resident set size of this process in MiB (Linux /proc; peak RSS elsewhere)."""
+    try:
+        with open(f"/proc/{os.getpid()}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def device_memory_mb(device: torch.device) -> float:
+    return torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")

@@ -1,0 +1,150 @@
+"""Device-resident rollout storage and the collection loop (environment + policy, no host reads).
+
+`Storage` is preallocated once on the environment's device, `[T, B, N, ...]` per agent and
+`[T, B, ...]` per environment, in the most compact exact dtype (actions `uint8`, flags `bool`).
+`collect` fills it for T steps; episode statistics accumulate in `EpisodeStats`, on the device too,
+and the trainer reads them once per iteration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, fields
+from typing import Callable
+
+import torch
+
+from agents.networks import Actor, Critic, categorical, sample
+from agents.value_norm import ValueNorm
+from uavsim.env import UAVSwarmEnv
+
+
+@dataclass
+class Storage:
+    local: torch.Tensor  # [T, B, N, L] float32  local observations
+    state: torch.Tensor  # [T, B, S] float32     global state
+    actions: torch.Tensor  # [T, B, N] uint8
+    logprobs: torch.Tensor  # [T, B, N] float32
+    values: torch.Tensor  # [T, B, N] float32     V(obs_t), denormalized
+    next_values: torch.Tensor  # [T, B, N] float32  V(final obs after step t), denormalized
+    rewards: torch.Tensor  # [T, B, N] float32
+    terminated: torch.Tensor  # [T, B] bool
+    truncated: torch.Tensor  # [T, B] bool
+
+    @classmethod
+    def allocate(cls, num_steps: int, env: UAVSwarmEnv) -> "Storage":
+        if env.num_actions > 256:
+            raise ValueError(f"uint8 action storage needs num_actions <= 256, got {env.num_actions}")
+        t, b, n, dev = num_steps, env.num_envs, env.num_uavs, env.device
+        f32 = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=dev)  # noqa: E731
+        return cls(
+            local=f32(t, b, n, env.local_obs_dim), state=f32(t, b, env.state_dim),
+            actions=torch.zeros(t, b, n, dtype=torch.uint8, device=dev),
+            logprobs=f32(t, b, n), values=f32(t, b, n), next_values=f32(t, b, n), rewards=f32(t, b, n),
+            terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
+            truncated=torch.zeros(t, b, dtype=torch.bool, device=dev),
+        )
+
+    def nbytes(self) -> int:
+        return sum(getattr(self, f.name).nbytes for f in fields(self))
+
+
+class EpisodeStats:
+    """Sums over the episodes that ended during one iteration, as device tensors.
+
+    `steps_to_target` is the episode length where the target coverage was reached (terminated)
+    and `max_steps` where it was not.
+    """
+
+    KEYS = ("episodes", "return", "length", "coverage", "collisions", "near_misses", "steps_to_target",
+            "reached", "last_coverage")
+
+    def __init__(self, device: torch.device, max_steps: int):
+        self.max_steps = max_steps
+        self.sums = torch.zeros(len(self.KEYS), dtype=torch.float64, device=device)
+
+    def reset(self) -> None:
+        self.sums.zero_()
+
+    def add(self, terminated: torch.Tensor, truncated: torch.Tensor, info: dict) -> None:
+        done = terminated | truncated
+        d = done.to(torch.float64)
+        length = info["episode_length"].to(torch.float64)
+        per_env = torch.stack([
+            d,
+            info["episode_return"].to(torch.float64) * d,
+            length * d,
+            info["episode_coverage"].to(torch.float64) * d,
+            info["episode_collisions"].to(torch.float64) * d,
+            info["episode_near_misses"].to(torch.float64) * d,
+            torch.where(terminated, length, torch.full_like(length, self.max_steps)) * d,
+            terminated.to(torch.float64),
+            torch.zeros_like(d),
+        ])
+        self.sums[:-1] += per_env[:-1].sum(1)
+        self.sums[-1] = info["coverage"].to(torch.float64).mean()  # current coverage (progress bar)
+
+    def read(self) -> dict[str, float]:
+        """Host read, once per iteration: means per episode (NaN when no episode ended)."""
+        s = dict(zip(self.KEYS, self.sums.tolist()))
+        n = s["episodes"]
+        out = {"episodes": n, "last_coverage": s["last_coverage"]}
+        for k in ("return", "length", "coverage", "collisions", "near_misses", "steps_to_target"):
+            out[k] = s[k] / n if n > 0 else float("nan")
+        out["reached_frac"] = s["reached"] / n if n > 0 else float("nan")
+        return out
+
+
+def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Tensor:
+    """`[B * N]` int64 agent index of each flattened (env, agent) row."""
+    return torch.arange(num_agents, device=device).repeat(num_envs)
+
+
+def policy_step(actor: Actor, local: torch.Tensor, agent: torch.Tensor, generator: torch.Generator | None,
+                autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False):
+    """Actions `[B, N]` int64 and their log-probabilities `[B, N]` float32 for `local [B, N, L]`."""
+    b, n, _ = local.shape
+    with autocast():
+        logits = actor(local.reshape(b * n, -1), agent)
+    actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
+    logprob, _ = categorical(logits, actions)
+    return actions.view(b, n), logprob.view(b, n)
+
+
+def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor], agent: torch.Tensor,
+             autocast: Callable[[], contextlib.AbstractContextManager]) -> torch.Tensor:
+    """Denormalized values `[B, N]` float32 of every agent for `obs`."""
+    local = obs["local"]
+    b, n, _ = local.shape
+    state = obs["state"].repeat_interleave(n, dim=0) if critic.centralized else None
+    with autocast():
+        v = critic(state, local.reshape(b * n, -1), agent)
+    return value_norm.denormalize(v).view(b, n)
+
+
+@torch.no_grad()
+def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
+            obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,
+            generator: torch.Generator, autocast: Callable[[], contextlib.AbstractContextManager]):
+    """Fill `storage` with `T` steps starting from `obs`; return the observation after the last.
+
+    For step t: values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap
+    target that GAE uses where the step was truncated or the rollout ends.
+    """
+    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    value = value_of(critic, value_norm, obs, agent, autocast)
+    for t in range(storage.actions.shape[0]):
+        actions, logprob = policy_step(actor, obs["local"], agent, generator, autocast)
+        storage.local[t] = obs["local"]
+        storage.state[t] = obs["state"]
+        storage.actions[t] = actions
+        storage.logprobs[t] = logprob
+        storage.values[t] = value
+        obs, reward, terminated, truncated, info = env.step(actions)
+        storage.rewards[t] = reward
+        storage.terminated[t] = terminated
+        storage.truncated[t] = truncated
+        storage.next_values[t] = value_of(critic, value_norm, info["final_obs"], agent, autocast)
+        value = value_of(critic, value_norm, obs, agent, autocast)
+        stats.add(terminated, truncated, info)
+    return obs

@@ -1,0 +1,347 @@
+"""MAPPO on `uavsim.UAVSwarmEnv`, rollouts and updates on the environment's device.
+
+    python -m agents.train_mappo                                    # configs/default.yaml
+    python -m agents.train_mappo --config configs/smoke.yaml train.amp=bf16 seed=3
+    python -m agents.train_mappo --resume runs/mappo-0-20250101-120000
+
+Reads top to bottom: seeding and setup, the learner state, one training iteration (collect ->
+GAE -> value normalization -> PPO epochs x minibatches), then the loop with logging, evaluation
+images and checkpoints. Inside an iteration nothing is read back to the host; the iteration's
+metrics are read once, at its end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm import tqdm
+
+from agents import checkpoint as ckpt
+from agents.config import Amp, Config, load_config, to_dict, to_yaml
+from agents.gae import compute_gae
+from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
+from agents.networks import Actor, Critic
+from agents.ppo import Batch, make_optimizer, update
+from agents.rollout import EpisodeStats, Storage, collect
+from agents.value_norm import ValueNorm
+from uavsim.env import UAVSwarmEnv
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
+
+
+# -- setup ---------------------------------------------------------------------------------------
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"run.device={name!r} but CUDA is not available")
+    return device
+
+
+def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of autocast contexts for forward passes (`nullcontext` when AMP is off)."""
+    if amp == Amp.off:
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if amp == Amp.bf16 else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def seed_everything(cfg: Config) -> None:
+    """The entry point's explicit seeding. Library code draws from `torch.Generator`s instead."""
+    torch.manual_seed(cfg.seed)
+    if cfg.run.torch_threads > 0:
+        torch.set_num_threads(cfg.run.torch_threads)
+    torch.use_deterministic_algorithms(cfg.run.deterministic)
+
+
+@dataclass
+class Learner:
+    """Everything a training run carries from one iteration to the next (and checkpoints)."""
+
+    cfg: Config
+    env: UAVSwarmEnv
+    actor: Actor
+    critic: Critic
+    value_norm: ValueNorm
+    optimizer: torch.optim.Adam
+    scaler: torch.amp.GradScaler
+    action_gen: torch.Generator  # action sampling, on the device
+    minibatch_gen: torch.Generator  # minibatch permutations, on the device
+    storage: Storage
+    stats: EpisodeStats
+    obs: dict[str, torch.Tensor]
+    autocast: Callable[[], contextlib.AbstractContextManager]
+    iteration: int = 0
+    env_steps: int = 0
+    bad_iterations: int = 0  # consecutive iterations with a skipped (non-finite) update
+
+
+def build_learner(cfg: Config, device: torch.device) -> Learner:
+    env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
+                      check_action_range=False)
+    init_gen = torch.Generator().manual_seed(cfg.seed)
+    actor = Actor(env.local_obs_dim, env.num_uavs, env.num_actions, cfg.model, init_gen).to(device)
+    critic = Critic(env.state_dim, env.local_obs_dim, env.num_uavs, cfg.model, init_gen).to(device)
+    value_norm = ValueNorm(cfg.train.value_norm_beta, enabled=cfg.train.value_norm, device=device)
+    return Learner(
+        cfg=cfg, env=env, actor=actor, critic=critic, value_norm=value_norm,
+        optimizer=make_optimizer(actor, critic, cfg.train),
+        scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
+        action_gen=torch.Generator(device).manual_seed(cfg.seed + 1),
+        minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2),
+        storage=Storage.allocate(cfg.train.num_steps, env),
+        stats=EpisodeStats(device, env.config.max_steps),
+        obs=env.reset(),
+        autocast=make_autocast(cfg.train.amp, device),
+    )
+
+
+# -- checkpoint state ------------------------------------------------------------------------------
+def learner_state(learner: Learner) -> dict:
+    return {
+        "format_version": ckpt.FORMAT_VERSION, "config": to_dict(learner.cfg),
+        "env_steps": learner.env_steps, "iteration": learner.iteration, "bad_iterations": learner.bad_iterations,
+        "actor": learner.actor.state_dict(), "critic": learner.critic.state_dict(),
+        "value_norm": learner.value_norm.state_dict(), "optimizer": learner.optimizer.state_dict(),
+        "scaler": learner.scaler.state_dict(), "env": learner.env.state_dict(),
+        "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
+                "torch": torch.get_rng_state()},
+    }
+
+
+def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
+    """Restore a checkpoint into a freshly built learner; a mismatch is a `CheckpointError`."""
+    try:
+        learner.actor.load_state_dict(payload["actor"])
+        learner.critic.load_state_dict(payload["critic"])
+        learner.value_norm.load_state_dict(payload["value_norm"])
+        learner.optimizer.load_state_dict(payload["optimizer"])
+        if payload["scaler"]:
+            learner.scaler.load_state_dict(payload["scaler"])
+        learner.env.load_state_dict(payload["env"])
+        learner.action_gen.set_state(payload["rng"]["action"])
+        learner.minibatch_gen.set_state(payload["rng"]["minibatch"])
+        torch.set_rng_state(payload["rng"]["torch"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        raise ckpt.CheckpointError(f"checkpoint {source} does not match this learner: {err}") from None
+    learner.env_steps, learner.iteration = int(payload["env_steps"]), int(payload["iteration"])
+    learner.bad_iterations = int(payload.get("bad_iterations", 0))
+    learner.obs = learner.env.observe()  # the observation is a function of the environment state
+
+
+# -- one iteration ---------------------------------------------------------------------------------
+def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
+    """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
+    the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`."""
+    s, tc = learner.storage, learner.cfg.train
+    advantages, returns = compute_gae(s.rewards, s.values, s.next_values, s.terminated, s.truncated,
+                                      tc.gamma, tc.gae_lambda)
+    learner.value_norm.update(returns)
+    b_advantages = advantages.reshape(-1)
+    if tc.norm_adv:
+        b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+    batch = Batch(
+        local=s.local.reshape(-1, s.local.shape[-1]), state=s.state.reshape(-1, s.state.shape[-1]),
+        actions=s.actions.reshape(-1), logprobs=s.logprobs.reshape(-1),
+        values=learner.value_norm.normalize(s.values).reshape(-1),
+        returns=learner.value_norm.normalize(returns).reshape(-1),
+        advantages=b_advantages, num_agents=learner.env.num_uavs,
+    )
+    return batch, returns
+
+
+def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[str, torch.Tensor]:
+    """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates.
+
+    Returns 0-dim device tensors; nothing here reads a tensor on the host.
+    """
+    cfg, tc = learner.cfg, learner.cfg.train
+    if tc.anneal_lr:
+        frac = 1.0 - learner.iteration / cfg.num_iterations
+        for group in learner.optimizer.param_groups:
+            group["lr"] = frac * (tc.actor_lr if group["name"] == "actor" else tc.critic_lr)
+
+    timer and timer.mark("env")
+    learner.stats.reset()
+    learner.obs = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
+                          learner.storage, learner.stats, learner.action_gen, learner.autocast)
+    timer and timer.mark("learn")
+
+    batch, returns = prepare_batch(learner)
+    metrics = update(learner.actor, learner.critic, learner.optimizer, learner.scaler, batch, tc,
+                     learner.minibatch_gen, learner.autocast)
+    timer and timer.mark("end")
+
+    var_y = returns.var()
+    metrics["explained_variance"] = torch.where(
+        var_y > 0, 1 - (returns - learner.storage.values).var() / var_y, torch.full_like(var_y, float("nan")))
+    metrics["value_norm_mean"], value_norm_var = learner.value_norm.mean_var()
+    metrics["value_norm_std"] = value_norm_var.sqrt()
+    metrics["return_mean"] = returns.mean()
+    learner.iteration += 1
+    learner.env_steps += cfg.env_steps_per_iteration
+    return metrics
+
+
+def read_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The iteration's one host read: all device scalars in a single transfer."""
+    names = list(metrics)
+    values = torch.stack([metrics[k].detach().float().reshape(()) for k in names]).tolist()
+    return dict(zip(names, values))
+
+
+# -- the loop ------------------------------------------------------------------------------------
+def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: dict[str, float]) -> dict:
+    it_time = t["env"] + t["learn"]
+    steps = learner.cfg.env_steps_per_iteration
+    agent_steps = steps * learner.env.num_uavs
+    out = {
+        "charts/episodic_return": ep["return"], "charts/episodic_length": ep["length"],
+        "charts/coverage": ep["coverage"], "charts/steps_to_target": ep["steps_to_target"],
+        "charts/target_reached": ep["reached_frac"], "charts/collisions": ep["collisions"],
+        "charts/near_misses": ep["near_misses"], "charts/episodes": ep["episodes"],
+        "charts/SPS": steps / it_time, "charts/agent_SPS": agent_steps / it_time,
+        "charts/learning_rate": learner.optimizer.param_groups[0]["lr"],
+        "charts/critic_learning_rate": learner.optimizer.param_groups[1]["lr"],
+        "perf/env_sps": steps / max(t["env"], 1e-9), "perf/env_time": t["env"], "perf/learn_time": t["learn"],
+        "perf/host_rss_mb": host_rss_mb(), "perf/device_mem_mb": device_memory_mb(learner.env.device),
+        "value_norm/mean": m["value_norm_mean"], "value_norm/std": m["value_norm_std"],
+    }
+    for k in ("value_loss", "policy_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
+              "explained_variance", "actor_grad_norm", "critic_grad_norm", "skipped_updates"):
+        out[f"losses/{k}"] = m[k]
+    if learner.scaler.is_enabled():
+        out["amp/loss_scale"] = learner.scaler.get_scale()
+    return out
+
+
+class TrainingStopped(RuntimeError):
+    """Training cannot go on (repeated non-finite updates); the last good checkpoint is intact."""
+
+
+def _crossed(every: int, before: int, now: int) -> bool:
+    """Whether the step counter passed a multiple of `every` (0: never) going from before to now."""
+    return every > 0 and now // every > before // every
+
+
+def default_run_dir(cfg: Config) -> Path:
+    return Path("runs") / f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def train(cfg: Config, resume: str | Path | None = None) -> Learner:
+    """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint (`resume`)."""
+    from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
+
+    seed_everything(cfg)
+    device = pick_device(cfg.run.device)
+    payload, source = None, None
+    if resume is not None:
+        source, payload = ckpt.load_latest(resume)  # to the CPU; load_state_dict copies to the device
+        run_dir = source.parent.parent
+    else:
+        run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
+        if ckpt.list_checkpoints(run_dir):
+            raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
+                             f"to continue it, or choose another run.dir")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+
+    learner = build_learner(cfg, device)
+    if payload is not None:
+        load_learner_state(learner, payload, str(source))
+    logger = Logger(run_dir, purge_step=learner.env_steps if payload is not None else None)
+    logger.hyperparameters(flatten(to_dict(cfg)))
+    timer = PhaseTimer(device)
+    total = cfg.num_iterations * cfg.env_steps_per_iteration
+    bar = tqdm(total=total, initial=learner.env_steps, unit="step", unit_scale=True, dynamic_ncols=True,
+               disable=not cfg.run.progress, desc="mappo")
+    last_good = source
+    try:
+        while learner.iteration < cfg.num_iterations:
+            before = learner.env_steps
+            metrics = train_iteration(learner, timer)
+            m, ep, t = read_metrics(metrics), learner.stats.read(), timer.seconds()
+            logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
+            bar.update(learner.env_steps - before)
+            bar.set_postfix(cov=f"{ep['last_coverage']:.3f}", ep_cov=f"{ep['coverage']:.3f}",
+                            sps=f"{cfg.env_steps_per_iteration / (t['env'] + t['learn']):.0f}")
+            if m["skipped_updates"] > 0:
+                learner.bad_iterations += 1
+                msg = (f"iteration {learner.iteration}: {int(m['skipped_updates'])} update(s) skipped "
+                       f"(non-finite loss or gradient)")
+                logger.text("warnings", msg, learner.env_steps)
+                tqdm.write(msg, file=sys.stderr)
+                if learner.bad_iterations >= cfg.train.max_bad_iterations:
+                    raise TrainingStopped(
+                        f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
+                        f"iterations; the last good checkpoint is {last_good}")
+                continue  # never checkpoint an iteration that went wrong
+            learner.bad_iterations = 0
+            if _crossed(cfg.run.eval_interval, before, learner.env_steps):
+                for tag, value in evaluate_for_tensorboard(learner, logger).items():
+                    logger.scalars({tag: value}, learner.env_steps)
+            last = learner.iteration == cfg.num_iterations
+            if _crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
+                last_good = ckpt.save_checkpoint(run_dir, learner_state(learner), cfg.run.keep_checkpoints)
+    finally:
+        bar.close()
+        logger.close()
+    return learner
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m agents.train_mappo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=None, help=f"YAML preset (default: {DEFAULT_CONFIG.name})")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR_OR_CKPT",
+                   help="continue a run from its newest checkpoint (or the given checkpoint file)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.amp=bf16")
+    return p.parse_args(argv)
+
+
+# Fields that define the networks and the environment state: a resumed run cannot change them.
+FROZEN_ON_RESUME = ("seed", "env", "model")
+
+
+def resolve_config(args: argparse.Namespace) -> Config:
+    if args.resume is None:
+        return load_config(args.config or DEFAULT_CONFIG, args.overrides)
+    if args.config is not None:
+        raise ValueError("--resume continues with the run's saved config; pass key=value overrides instead of --config")
+    _, payload = ckpt.load_latest(args.resume)
+    cfg = load_config(None, args.overrides, base=payload["config"])
+    saved, now = flatten(payload["config"]), flatten(to_dict(cfg))
+    changed = [k for k in now if k.split(".")[0] in FROZEN_ON_RESUME and saved.get(k) != now[k]]
+    if changed:
+        raise ValueError(f"cannot change {changed} when resuming (they define the networks and env state)")
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = resolve_config(args)
+    except (ValueError, TypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        learner = train(cfg, resume=args.resume)
+    except (TrainingStopped, ckpt.CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"done: {learner.env_steps} env steps, run directory {learner.cfg.run.dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

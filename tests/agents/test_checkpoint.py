@@ -1,0 +1,91 @@
+"""Checkpoint files: atomic write, keep-K, and clear errors for corrupt, truncated or mismatched
+files -- with the previous checkpoint still usable."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents import checkpoint as ckpt
+from agents.train_mappo import build_learner, learner_state, load_learner_state, train_iteration
+
+
+def payload(env_steps: int, **extra) -> dict:
+    d = {k: {} for k in ckpt.REQUIRED_KEYS}
+    d.update(format_version=ckpt.FORMAT_VERSION, env_steps=env_steps, iteration=1,
+             actor={"w": torch.arange(6.0).view(2, 3)}, **extra)
+    return d
+
+
+def test_round_trip_keeps_last_k_and_leaves_no_temporaries(tmp_path):
+    for steps in (100, 200, 300, 400):
+        ckpt.save_checkpoint(tmp_path, payload(steps), keep=2)
+    files = ckpt.list_checkpoints(tmp_path)
+    assert [p.name for p in files] == ["ckpt_000000000300.pt", "ckpt_000000000400.pt"]
+    assert sorted(p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir()) == [p.name for p in files]
+    loaded = ckpt.load_checkpoint(files[-1])
+    assert loaded["env_steps"] == 400 and torch.equal(loaded["actor"]["w"], torch.arange(6.0).view(2, 3))
+    assert ckpt.resolve_checkpoint(tmp_path) == files[-1]
+
+
+@pytest.mark.parametrize("damage", ["flip_byte", "truncate", "empty", "not_ours"])
+def test_damaged_checkpoint_is_a_clear_error_and_the_previous_one_is_named(tmp_path, damage):
+    ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
+    newest = ckpt.save_checkpoint(tmp_path, payload(200), keep=3)
+    raw = bytearray(newest.read_bytes())
+    if damage == "flip_byte":
+        raw[len(raw) // 2] ^= 0xFF
+    elif damage == "truncate":
+        raw = raw[: len(raw) // 3]
+    elif damage == "empty":
+        raw = bytearray()
+    else:
+        raw = bytearray(b"PK\x03\x04 a zip that is not ours" * 4)
+    newest.write_bytes(bytes(raw))
+    with pytest.raises(ckpt.CheckpointError, match="ckpt_000000000200.pt") as err:
+        ckpt.load_latest(tmp_path)
+    assert "ckpt_000000000100.pt" in str(err.value)  # the previous checkpoint is offered
+    assert ckpt.load_checkpoint(ckpt.list_checkpoints(tmp_path)[0])["env_steps"] == 100  # and still loads
+
+
+def test_missing_keys_wrong_version_and_empty_run(tmp_path):
+    with pytest.raises(ValueError, match="lacks"):
+        ckpt.save_checkpoint(tmp_path, {"env_steps": 1}, keep=3)
+    bad = payload(5)
+    bad["format_version"] = 99
+    path = ckpt.save_checkpoint(tmp_path, bad, keep=3)
+    with pytest.raises(ckpt.CheckpointError, match="format version 99"):
+        ckpt.load_checkpoint(path)
+    (tmp_path / "empty_run").mkdir()
+    with pytest.raises(ckpt.CheckpointError, match="no checkpoints"):
+        ckpt.resolve_checkpoint(tmp_path / "empty_run")
+    with pytest.raises(ckpt.CheckpointError, match="neither"):
+        ckpt.resolve_checkpoint(tmp_path / "missing")
+
+
+def test_mismatched_checkpoint_is_rejected_by_the_learner(make_config, tmp_path):
+    learner = build_learner(make_config(), torch.device("cpu"))
+    train_iteration(learner)
+    path = ckpt.save_checkpoint(tmp_path, learner_state(learner), keep=2)
+    other = build_learner(make_config("model.hidden_size=24"), torch.device("cpu"))
+    with pytest.raises(ckpt.CheckpointError, match="does not match"):
+        load_learner_state(other, ckpt.load_checkpoint(path), str(path))
+    other_env = build_learner(make_config("env.num_envs=6"), torch.device("cpu"))
+    with pytest.raises(ckpt.CheckpointError, match="does not match"):
+        load_learner_state(other_env, ckpt.load_checkpoint(path), str(path))
+
+
+def test_learner_state_round_trip_restores_everything(make_config, tmp_path):
+    a = build_learner(make_config("train.amp=fp16"), torch.device("cpu"))
+    train_iteration(a)
+    path = ckpt.save_checkpoint(tmp_path, learner_state(a), keep=2)
+    b = build_learner(make_config("train.amp=fp16"), torch.device("cpu"))
+    train_iteration(b)  # b moves on; loading must bring it back to a's state exactly
+    load_learner_state(b, ckpt.load_checkpoint(path), str(path))
+    assert (b.env_steps, b.iteration) == (a.env_steps, a.iteration)
+    for pa, pb in zip([*a.actor.parameters(), *a.critic.parameters()], [*b.actor.parameters(), *b.critic.parameters()]):
+        assert torch.equal(pa, pb)
+    assert torch.equal(a.action_gen.get_state(), b.action_gen.get_state())
+    assert torch.equal(a.obs["local"], b.obs["local"]) and torch.equal(a.obs["state"], b.obs["state"])
+    assert a.scaler.state_dict() == b.scaler.state_dict()
+    assert torch.equal(a.value_norm.running_mean, b.value_norm.running_mean)

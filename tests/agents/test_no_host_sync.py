@@ -1,0 +1,80 @@
+"""Collection and update never read a tensor on the host.
+
+On the CPU every Tensor method that hands a value to Python (or prints one) is patched to raise
+for the duration of a training iteration; on a GPU, CUDA's sync debug mode turns any
+synchronizing call into an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from agents.train_mappo import build_learner, read_metrics, train_iteration
+from uavsim.env import UAVSwarmEnv
+
+HOST_READS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
+              "__repr__", "__str__", "__format__", "__array__")
+
+
+@contextlib.contextmanager
+def host_reads_raise(monkeypatch):
+    def forbid(name):
+        def raiser(*args, **kwargs):
+            raise AssertionError(f"host read: Tensor.{name} called inside collection/update")
+        return raiser
+
+    with monkeypatch.context() as m:
+        for name in HOST_READS:
+            m.setattr(torch.Tensor, name, forbid(name))
+        yield
+
+
+def dense_env_learner(cfg, device):
+    learner = build_learner(cfg, device)
+    # The CPU default "sparse" autoreset uses nonzero(); "dense" is the GPU path: test that one.
+    learner.env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
+                              check_action_range=False, reset_mode="dense")
+    learner.obs = learner.env.reset()
+    return learner
+
+
+def test_the_guard_catches_host_reads(monkeypatch):
+    x = torch.ones(3)
+    with host_reads_raise(monkeypatch):
+        for read in (lambda: x.sum().item(), lambda: bool(x.any()), lambda: x.tolist(), lambda: print(x),
+                     lambda: float(x[0]), lambda: x.numpy(), lambda: f"{x[0]:.2f}", lambda: x.cpu()):
+            with pytest.raises(AssertionError, match="host read"):
+                read()
+    assert x.sum().item() == 3.0  # restored afterwards
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
+def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp):
+    cfg = make_config(f"train.amp={amp}", "env.max_steps=5")  # several autoresets per rollout
+    learner = dense_env_learner(cfg, torch.device("cpu"))
+    with host_reads_raise(monkeypatch):
+        for _ in range(3):
+            metrics = train_iteration(learner)
+    values = read_metrics(metrics)  # the once-per-iteration read happens outside
+    assert learner.stats.read()["episodes"] > 0
+    assert all(isinstance(v, float) for v in values.values())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
+def test_training_iterations_make_no_cuda_syncs(make_config, amp):
+    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda")
+    learner = build_learner(cfg, torch.device("cuda"))  # the env picks "dense" on CUDA itself
+    train_iteration(learner)  # warm-up: lazy initialisations may sync once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(2):
+            metrics = train_iteration(learner)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    read_metrics(metrics)

@@ -1,0 +1,66 @@
+"""A non-finite loss skips its update without touching parameters or Adam state (and without a
+host sync); if it keeps happening, training stops and the last good checkpoint is intact."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents import checkpoint as ckpt
+from agents import ppo, train_mappo
+from agents.train_mappo import TrainingStopped, build_learner, train
+
+
+def snapshot(learner):
+    params = [p.detach().clone() for p in [*learner.actor.parameters(), *learner.critic.parameters()]]
+    adam = {i: {k: v.clone() for k, v in s.items()} for i, s in learner.optimizer.state_dict()["state"].items()}
+    return params, adam
+
+
+@pytest.mark.parametrize("amp", ["off", "fp16"])
+def test_nan_loss_skips_the_step_entirely(make_config, amp):
+    learner = build_learner(make_config(f"train.amp={amp}"), torch.device("cpu"))
+    train_mappo.train_iteration(learner)  # Adam has state now
+    before_params, before_adam = snapshot(learner)
+    loss = sum(p.sum() for p in learner.actor.parameters()) * float("nan")
+    learner.optimizer.zero_grad()
+    learner.scaler.scale(loss).backward()
+    _, _, skipped = ppo.optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic,
+                                       loss, max_grad_norm=0.5)
+    assert skipped.item() == 1.0
+    after_params, after_adam = snapshot(learner)
+    assert all(torch.equal(a, b) for a, b in zip(before_params, after_params))
+    assert before_adam.keys() == after_adam.keys()
+    for i in before_adam:
+        assert all(torch.equal(before_adam[i][k], after_adam[i][k]) for k in before_adam[i])
+    # and a finite step afterwards does move the parameters
+    loss = sum((p ** 2).sum() for p in learner.actor.parameters())
+    learner.optimizer.zero_grad()
+    learner.scaler.scale(loss).backward()
+    _, _, skipped = ppo.optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic,
+                                       loss, max_grad_norm=0.5)
+    assert skipped.item() == 0.0
+    assert not torch.equal(next(learner.actor.parameters()), before_params[0])
+
+
+def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_config, tmp_path, monkeypatch):
+    real_loss = ppo.ppo_loss
+    calls = {"n": 0}
+    per_iteration = 2 * 2  # update_epochs x num_minibatches of the tiny config
+
+    def loss_going_bad(*args, **kwargs):
+        loss, stats = real_loss(*args, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] > 3 * per_iteration else loss), stats
+
+    monkeypatch.setattr(ppo, "ppo_loss", loss_going_bad)
+    cfg = make_config("train.total_env_steps=640", "run.checkpoint_interval=32", "train.max_bad_iterations=3",
+                      f"run.dir={tmp_path}")
+    with pytest.raises(TrainingStopped, match=r"3 consecutive iterations.*ckpt_000000000096\.pt"):
+        train(cfg)
+    good = ckpt.load_latest(tmp_path)[1]
+    assert good["env_steps"] == 96  # three good iterations of 32 env steps, nothing saved after
+    assert all(torch.isfinite(v).all() for v in good["actor"].values())
+    # main() turns the stop into a message and exit code 1
+    monkeypatch.setattr(ppo, "ppo_loss", lambda *a, **k: (real_loss(*a, **k)[0] * float("nan"), real_loss(*a, **k)[1]))
+    assert train_mappo.main(["--resume", str(tmp_path)]) == 1

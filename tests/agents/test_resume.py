@@ -1,0 +1,88 @@
+"""A run killed right after a checkpoint and resumed ends with exactly the parameters of an
+uninterrupted run (CPU, determinism on): networks, Adam, value normalizer, GradScaler, RNGs,
+environment state and step counters all travel in the checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents import checkpoint as ckpt
+from agents import train_mappo
+from agents.train_mappo import parse_args, resolve_config, train
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_globals():
+    threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(det)
+
+
+def all_state(learner) -> dict[str, torch.Tensor]:
+    out = {f"actor.{k}": v for k, v in learner.actor.state_dict().items()}
+    out.update({f"critic.{k}": v for k, v in learner.critic.state_dict().items()})
+    out.update({f"value_norm.{k}": v for k, v in learner.value_norm.state_dict().items()})
+    for i, st in learner.optimizer.state_dict()["state"].items():
+        out.update({f"adam.{i}.{k}": v for k, v in st.items()})
+    out.update({f"env.{k}": v for k, v in learner.env.state_dict()["state"].items()})
+    out["rng.action"] = learner.action_gen.get_state()
+    out["rng.minibatch"] = learner.minibatch_gen.get_state()
+    return out
+
+
+@pytest.mark.parametrize("amp", ["off", "fp16"])
+def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path, monkeypatch, amp):
+    common = [f"train.amp={amp}", "run.deterministic=true", "train.total_env_steps=320",
+              "run.checkpoint_interval=64", "run.eval_interval=96", "env.max_steps=7"]
+    full = train(make_config(*common, f"run.dir={tmp_path / 'full'}"))
+    assert full.env_steps == 320
+
+    real_save = ckpt.save_checkpoint
+
+    def save_then_die(run_dir, payload, keep):
+        path = real_save(run_dir, payload, keep)
+        if payload["env_steps"] == 128:
+            raise Killed  # the process dies right after writing this checkpoint
+        return path
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        train(make_config(*common, f"run.dir={tmp_path / 'cut'}"))
+    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    assert ckpt.list_checkpoints(tmp_path / "cut")[-1].name == "ckpt_000000000128.pt"
+
+    args = parse_args(["--resume", str(tmp_path / "cut")])
+    resumed = train(resolve_config(args), resume=args.resume)
+    assert (resumed.env_steps, resumed.iteration) == (full.env_steps, full.iteration)
+    a, b = all_state(full), all_state(resumed)
+    assert a.keys() == b.keys()
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, f"differ after resume: {differ}"
+    assert full.scaler.state_dict() == resumed.scaler.state_dict()
+
+
+def test_resume_refuses_structural_changes_and_config_files(make_config, tmp_path):
+    train(make_config("train.total_env_steps=64", f"run.dir={tmp_path}"))
+    with pytest.raises(ValueError, match="cannot change.*model.hidden_size"):
+        resolve_config(parse_args(["--resume", str(tmp_path), "model.hidden_size=8"]))
+    with pytest.raises(ValueError, match="--config"):
+        resolve_config(parse_args(["--resume", str(tmp_path), "--config", "x.yaml"]))
+    cfg = resolve_config(parse_args(["--resume", str(tmp_path), "train.total_env_steps=128"]))
+    assert cfg.train.total_env_steps == 128  # extending a run is allowed
+    with pytest.raises(ValueError, match="already has checkpoints"):
+        train(make_config("train.total_env_steps=64", f"run.dir={tmp_path}"))
+
+
+def test_main_reports_a_corrupt_checkpoint_clearly(make_config, tmp_path, capsys):
+    train(make_config("train.total_env_steps=64", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
+    newest = ckpt.list_checkpoints(tmp_path)[-1]
+    newest.write_bytes(newest.read_bytes()[:1000])
+    assert train_mappo.main(["--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt or truncated" in err and "ckpt_000000000032.pt" in err
