@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,8 +41,21 @@ GPU_SIZES = [1, 256, 4096, 16384, 65536, 131072, 262144]
 QUICK_SIZES = [1, 16, 256, 1024]
 
 
-def steps_for(num_envs: int, target_env_steps: int, lo: int = 3, hi: int = 200) -> int:
-    return int(min(hi, max(lo, target_env_steps // num_envs)))
+def time_steps(step: Callable[[], None], env_steps_per_call: int, args, device: str = "cpu"):
+    """Warm up, size a repeat to last about ``args.seconds``, return the median env-steps/s."""
+    for _ in range(args.warmup):
+        step()
+    sync(device)
+    start = time.perf_counter()
+    step()
+    sync(device)
+    calls = int(min(1000, max(2, args.seconds / max(time.perf_counter() - start, 1e-6))))
+
+    def run():
+        for _ in range(calls):
+            step()
+
+    return median_rate(run, calls * env_steps_per_call, args.repeats, device)
 
 
 def bytes_per_env_step(cfg: EnvConfig) -> int:
@@ -67,17 +81,14 @@ def run_reference_loop(cfg, num_envs, args):
     for env in envs:
         env.reset()
     rng = np.random.default_rng(0)
-    steps = steps_for(len(envs), args.target // 20)
 
-    def run():
-        for _ in range(steps):
-            for env in envs:
-                _, _, terminated, truncated, _ = env.step(rng.integers(0, cfg.num_actions, cfg.num_uavs))
-                if terminated or truncated:
-                    env.reset()
+    def step():
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(rng.integers(0, cfg.num_actions, cfg.num_uavs))
+            if terminated or truncated:
+                env.reset()
 
-    run()  # warm-up
-    return median_rate(run, steps * len(envs), args.repeats)
+    return time_steps(step, len(envs), args)
 
 
 def run_reference_async(cfg, num_envs, args):
@@ -89,14 +100,7 @@ def run_reference_async(cfg, num_envs, args):
     try:
         envs.reset(seed=0)
         rng = np.random.default_rng(0)
-        steps = steps_for(num_envs, args.target // 40, lo=20)
-
-        def run():
-            for _ in range(steps):
-                envs.step(rng.integers(0, cfg.num_actions, (num_envs, cfg.num_uavs)))
-
-        run()
-        return median_rate(run, steps * num_envs, args.repeats)
+        return time_steps(lambda: envs.step(rng.integers(0, cfg.num_actions, (num_envs, cfg.num_uavs))), num_envs, args)
     finally:
         envs.close()
 
@@ -109,15 +113,11 @@ def batched_runner(device: str, reset_mode: str | None = None, compile_step: boo
         step = torch.compile(env.step) if compile_step else env.step
         gen = torch.Generator(device=device).manual_seed(0)
         shape = (num_envs, cfg.num_uavs)
-        steps = steps_for(num_envs, args.target)
-
-        def run():
-            for _ in range(steps):
+        if compile_step:
+            for _ in range(3):  # compilation happens here, outside the timing
                 step(torch.randint(0, cfg.num_actions, shape, generator=gen, device=device))
-
-        for _ in range(3 if compile_step else 1):
-            run()  # warm-up (and compilation)
-        return median_rate(run, steps * num_envs, args.repeats, device)
+        return time_steps(lambda: step(torch.randint(0, cfg.num_actions, shape, generator=gen, device=device)),
+                          num_envs, args, device)
 
     return run_batched
 
@@ -131,15 +131,8 @@ def vmas_runner(device: str):
         env.reset()
         n_actions = env.action_space[0].n
         gen = torch.Generator(device=device).manual_seed(0)
-        steps = steps_for(num_envs, args.target // 4)
-
-        def run():
-            for _ in range(steps):
-                env.step([torch.randint(0, n_actions, (num_envs,), generator=gen, device=device)
-                          for _ in range(cfg.num_uavs)])
-
-        run()
-        return median_rate(run, steps * num_envs, args.repeats, device)
+        return time_steps(lambda: env.step([torch.randint(0, n_actions, (num_envs,), generator=gen, device=device)
+                                            for _ in range(cfg.num_uavs)]), num_envs, args, device)
 
     return run_vmas
 
@@ -265,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and short runs (CI smoke)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per point (median reported)")
+    parser.add_argument("--seconds", type=float, default=None, help="length of one timed repeat")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch CPU threads")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="AsyncVectorEnv workers")
     parser.add_argument("--max-gpu-envs", type=int, default=262144)
@@ -273,7 +267,8 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (2 if args.quick else 5)
-    args.target = 2_000 if args.quick else 200_000  # env-steps per timed repeat for the batched env
+    args.seconds = args.seconds or (0.05 if args.quick else 0.5)
+    args.warmup = 1 if args.quick else 3
     payload = measure(args)
     paths = write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
     print(table(payload))

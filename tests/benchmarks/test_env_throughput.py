@@ -1,0 +1,36 @@
+"""The env benchmark's --quick mode runs every backend and writes JSON, Markdown and PNG (schema, not speed)."""
+
+import json
+
+import pytest
+
+from benchmarks import env_throughput
+
+
+def test_quick_run_writes_complete_results(tmp_path):
+    paths = env_throughput.main(["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02"])
+    assert set(paths) == {"json", "md", "png"}
+    payload = json.loads(paths["json"].read_text())
+    assert payload["benchmark"] == "env_throughput" and payload["quick"] is True
+    for key in ("cpu", "cpu_count", "torch", "date"):
+        assert key in payload["machine"]
+    rows = payload["results"]
+    errors = [r for r in rows if "error" in r]
+    assert not errors, errors
+    backends = {r["backend"] for r in rows}
+    assert {"reference-loop", "reference-async", "batched-cpu", "batched-cpu-dense", "vmas-navigation"} <= backends
+    for r in rows:
+        assert r["env_steps_per_s"] > 0
+        assert r["uav_steps_per_s"] == pytest.approx(r["env_steps_per_s"] * payload["config"]["num_uavs"])
+        assert r["speedup_vs_reference_loop"] > 0
+        assert len(r["repeats_env_steps_per_s"]) == 1
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = paths["md"].read_text()
+    assert "| batched-cpu | 1024 |" in table and "x reference loop" in table
+
+
+def test_bytes_per_step_estimate_grows_with_the_task():
+    from uavsim import EnvConfig
+
+    small = env_throughput.bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2))
+    assert env_throughput.bytes_per_env_step(EnvConfig()) > small > 0
