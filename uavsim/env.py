@@ -96,6 +96,7 @@ class UAVSwarmEnv:
         self._launch = _as_long(rules.launch_cells(cfg), dev)
         self._launch_order = torch.arange(cfg.launch_size**2, device=dev)
         self._obstacle_draws = torch.arange(4 * cfg.num_obstacles, device=dev)
+        self._corner_signs = torch.tensor([1, -1, -1, 1], dtype=torch.int32).repeat_interleave(cfg.num_obstacles).to(dev)
         block = rules.block_of_cell(cfg).reshape(cfg.grid_height, cfg.grid_width)
         padded_block = torch.zeros(cfg.grid_height + 2 * p, wp, dtype=torch.int64)
         padded_block[p : p + cfg.grid_height, p : p + cfg.grid_width] = torch.from_numpy(block)
@@ -124,9 +125,8 @@ class UAVSwarmEnv:
         # Rasterise all rectangles at once: +-1 at their corners, then a 2-D prefix sum.
         corners = torch.cat([top * (wid + 1) + left, top * (wid + 1) + left + ow,
                              (top + oh) * (wid + 1) + left, (top + oh) * (wid + 1) + left + ow], dim=1)
-        signs = torch.tensor([1, -1, -1, 1], dtype=torch.int32, device=dev).repeat_interleave(cfg.num_obstacles)
         diff = torch.zeros(m, (hgt + 1) * (wid + 1), dtype=torch.int32, device=dev)
-        diff.scatter_add_(1, corners, signs.expand(m, -1))
+        diff.scatter_add_(1, corners, self._corner_signs.expand(m, -1))
         blocked = diff.view(m, hgt + 1, wid + 1).cumsum(2, dtype=torch.int32).cumsum(1, dtype=torch.int32)
         blocked = blocked[:, :hgt, :wid] > 0
         blocked[:, : cfg.launch_size, : cfg.launch_size] = False
