@@ -5,8 +5,10 @@ and ``uavsim.reference.ReferenceEnv`` plays one environment in NumPy (imported l
 ``import uavsim.reference`` alone never imports torch).
 """
 
+from uavsim.adapters import register_gymnasium as _register_gymnasium
 from uavsim.config import EnvConfig
 
+_register_gymnasium()  # the "uavsim/Coverage-v0" ids (see uavsim.adapters)
 __all__ = ["EnvConfig", "UAVSwarmEnv"]
 
 

@@ -1,0 +1,150 @@
+"""CoverageVectorEnv: Gymnasium 1.x vector API over the batched env, against ReferenceEnv episodes."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+import uavsim  # noqa: F401 -- registers the ids
+from uavsim.adapters.gymnasium_vector import CoverageVectorEnv
+from uavsim.reference import ReferenceEnv
+
+from tests.adapters.helpers import EASY, SMALL, as_np, assert_obs_row
+
+
+def test_make_vec_gives_the_batched_env():
+    env = gym.make_vec("uavsim/Coverage-v0", num_envs=3, config=SMALL.to_dict())
+    assert isinstance(env, CoverageVectorEnv)
+    assert env.metadata["autoreset_mode"] is AutoresetMode.SAME_STEP
+    assert env.num_envs == 3 and env.swarm.config == SMALL
+    assert env.single_action_space == gym.spaces.MultiDiscrete([SMALL.num_actions] * SMALL.num_uavs)
+    assert env.action_space.shape == (3, SMALL.num_uavs)
+    assert env.single_observation_space["local"].shape == (SMALL.num_uavs, SMALL.local_obs_dim)
+    assert env.observation_space["state"].shape == (3, SMALL.state_dim)
+    same = gym.make_vec("uavsim/Coverage-v0", num_envs=3, vectorization_mode="vector_entry_point", config=SMALL)
+    assert isinstance(same, CoverageVectorEnv)
+
+
+@pytest.mark.parametrize("output", ["torch", "numpy"])
+def test_episodes_match_reference_with_same_step_autoreset(output):
+    """Step, autoreset and partial reset (options['reset_mask']) against one ReferenceEnv per env."""
+    num_envs, seed = 4, 5
+    env = CoverageVectorEnv(num_envs, EASY, seed=seed, output=output)
+    env.action_space.seed(0)
+    refs = [ReferenceEnv(EASY, seed=seed, env_index=i) for i in range(num_envs)]
+    obs, _ = env.reset()
+    ref_obs = [r.reset() for r in refs]
+    kind = torch.Tensor if output == "torch" else np.ndarray
+    ends = {"terminated": 0, "truncated": 0}
+    for t in range(45):
+        if t == 17:
+            mask = np.array([True, False, False, True])
+            obs, _ = env.reset(options={"reset_mask": mask})
+            ref_obs = [r.reset() if m else o for r, o, m in zip(refs, ref_obs, mask)]
+        for i in range(num_envs):
+            assert_obs_row(obs, i, ref_obs[i], f"obs before step {t}")
+        actions = env.action_space.sample()
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        assert isinstance(rewards, kind) and isinstance(obs["local"], kind) and isinstance(infos["_episode"], kind)
+        for i, ref in enumerate(refs):
+            r_obs, r_reward, r_term, r_trunc, r_info = ref.step(actions[i])
+            assert as_np(rewards[i]) == r_reward.mean(dtype=np.float32)
+            assert np.array_equal(as_np(infos["uav_rewards"][i]), r_reward)
+            assert bool(terminated[i]) == r_term and bool(truncated[i]) == r_trunc
+            assert bool(infos["_final_obs"][i]) == bool(infos["_episode"][i]) == (r_term or r_trunc)
+            assert as_np(infos["coverage"][i]) == r_info["coverage"] and bool(infos["_coverage"][i])
+            if r_term or r_trunc:
+                ends["terminated" if r_term else "truncated"] += 1
+                assert_obs_row(infos["final_obs"], i, r_obs, f"final_obs at step {t}")
+                assert int(infos["episode"]["l"][i]) == r_info["episode_length"]
+                assert int(infos["episode"]["collisions"][i]) == r_info["episode_collisions"]
+                assert as_np(infos["episode"]["coverage"][i]) == r_info["episode_coverage"]
+                np.testing.assert_allclose(as_np(infos["episode"]["r"][i]), r_info["episode_return"], rtol=1e-6)
+                assert bool(infos["_final_info"][i]) and bool(infos["final_info"]["_episode_l"][i])
+                r_obs = ref.reset()
+            ref_obs[i] = r_obs
+    assert min(ends.values()) >= 2, ends  # both kinds of episode end went through the autoreset
+    if output == "numpy":
+        assert env.observation_space.contains(obs)
+
+
+def test_seeded_reset_restarts_the_stream():
+    a = CoverageVectorEnv(2, SMALL, seed=0)
+    a.reset()
+    a.step(torch.zeros(2, SMALL.num_uavs, dtype=torch.int64))
+    obs, _ = a.reset(seed=3)
+    ref = ReferenceEnv(SMALL, seed=3, env_index=1).reset()
+    assert_obs_row(obs, 1, ref, "seeded reset")
+
+
+def test_sync_and_async_modes_run_the_reference_env():
+    env = gym.make_vec("uavsim/Coverage-v0", num_envs=2, vectorization_mode="sync", config=SMALL)
+    obs, _ = env.reset(seed=7)
+    assert isinstance(obs["local"], np.ndarray) and obs["local"].shape == (2, SMALL.num_uavs, SMALL.local_obs_dim)
+    # Gymnasium seeds copy i with seed + i: copy 1 plays the stream (seed=8, env_index=0).
+    assert np.array_equal(obs["state"][1], ReferenceEnv(SMALL, seed=8).reset()["state"])
+    env.step(env.action_space.sample())
+    env.close()
+
+
+def test_render_one_and_tiled():
+    one = CoverageVectorEnv(1, SMALL, render_mode="rgb_array", cell_px=3)
+    one.reset()
+    assert one.render().shape == (SMALL.grid_height * 3, SMALL.grid_width * 3, 3)
+    many = CoverageVectorEnv(5, SMALL, render_mode="rgb_array", cell_px=2, render_envs=4)
+    many.reset()
+    tiled = many.render()
+    assert tiled.dtype == np.uint8 and tiled.shape == (2 * 24 + 2, 2 * 24 + 2, 3)  # 2 x 2 tiles, 2 px gaps
+    assert many.render_env(4).shape == (24, 24, 3)
+    assert CoverageVectorEnv(1, SMALL).render() is None  # render_mode=None
+
+
+class TestBadInput:
+    @pytest.fixture
+    def env(self):
+        e = CoverageVectorEnv(3, SMALL)
+        e.reset()
+        return e
+
+    def test_wrong_shape(self, env):
+        with pytest.raises(ValueError, match=r"shape \(3, 4\).*got \(3, 5\)"):
+            env.step(np.zeros((3, 5), dtype=np.int64))
+        with pytest.raises(ValueError, match=r"shape \(3, 4\)"):
+            env.step(torch.zeros(4, dtype=torch.int64))
+
+    def test_wrong_dtype(self, env):
+        with pytest.raises(TypeError, match="integers.*float"):
+            env.step(np.zeros((3, 4), dtype=np.float32))
+        with pytest.raises(TypeError, match="torch.int64.*torch.int32"):
+            env.step(torch.zeros(3, 4, dtype=torch.int32))
+        with pytest.raises(TypeError, match="torch.Tensor or a NumPy array"):
+            env.step("north")
+
+    def test_out_of_range(self, env):
+        actions = np.zeros((3, 4), dtype=np.int64)
+        actions[2, 1] = 9
+        with pytest.raises(ValueError, match=r"\[0, 5\).*9"):
+            env.step(actions)
+
+    def test_bad_reset_arguments(self, env):
+        with pytest.raises(ValueError, match="unknown reset option"):
+            env.reset(options={"mask": np.ones(3, dtype=bool)})
+        with pytest.raises(ValueError, match=r"mask must have shape \(3,\)"):
+            env.reset(options={"reset_mask": np.ones(4, dtype=bool)})
+        with pytest.raises(TypeError, match="bool"):
+            env.reset(options={"reset_mask": np.ones(3, dtype=np.int64)})
+        with pytest.raises(TypeError, match="one int"):
+            env.reset(seed=[1, 2, 3])
+        with pytest.raises(ValueError, match="seed"):
+            env.reset(seed=-4)
+
+    def test_bad_constructor_arguments(self):
+        with pytest.raises(ValueError, match="output"):
+            CoverageVectorEnv(2, SMALL, output="jax")
+        with pytest.raises(ValueError, match="num_envs"):
+            CoverageVectorEnv(0, SMALL)
+        with pytest.raises(ValueError, match="num_drones"):
+            gym.make_vec("uavsim/Coverage-v0", num_envs=2, config={"num_drones": 3})
+        with pytest.raises(ValueError, match="render_mode"):
+            CoverageVectorEnv(2, SMALL, render_mode="human")

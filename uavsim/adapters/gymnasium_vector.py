@@ -1,0 +1,155 @@
+"""`CoverageVectorEnv`: the batched `UAVSwarmEnv` as a `gymnasium.vector.VectorEnv` (Gymnasium 1.x).
+
+Made by ``gymnasium.make_vec("uavsim/Coverage-v0", num_envs=B)`` (the default
+``vectorization_mode="vector_entry_point"``) or directly. No copy of the rules: every step is one
+``UAVSwarmEnv.step``.
+
+Arrays are torch tensors on the env's device by default (``output="torch"``): nothing leaves the
+device. ``output="numpy"`` returns NumPy arrays instead (one device-to-host copy per step).
+Gymnasium spaces describe NumPy arrays, so with torch output ``observation_space.contains(obs)``
+is False even though shapes, dtypes and bounds agree; ``action_space.sample()`` gives a NumPy
+array, which ``step`` accepts in either mode.
+
+Per step (``B`` environments, ``N`` UAVs, autoreset ``SAME_STEP``: an ended episode is replaced by
+the next one inside the same ``step``, as ``metadata["autoreset_mode"]`` declares):
+    obs          {"local": [B, N, L], "state": [B, S]} float32, after any autoreset
+    rewards      [B] float32: the mean over UAVs of the per-UAV rewards
+    terminated   [B] bool; truncated [B] bool (never both)
+    infos        Gymnasium's ``key`` / ``_key`` layout (``_key`` says where ``key`` is valid):
+        uav_rewards [B, N], coverage [B], collisions [B, N], near_misses [B, N]: the step's values,
+            valid everywhere (for an ended episode: its last step, before the reset);
+        final_obs: the pre-reset observation, batched like ``obs`` (not an object array as in
+            ``SyncVectorEnv``), valid where ``_final_obs`` (= terminated | truncated);
+        final_info: the step's info of the ended episodes, valid where ``_final_info``;
+        episode: {"r": return (mean over UAVs), "l": length, "coverage", "collisions",
+            "near_misses"} of the ended episodes, valid where ``_episode`` -- what
+            ``RecordEpisodeStatistics`` would add, so do not wrap this env in it (the key clashes).
+
+``reset(seed=s)`` restarts every environment's episode stream at episode 0 with seed ``s``;
+``reset(options={"reset_mask": mask})`` starts new episodes only where the ``[B]`` bool mask is
+True; ``reset()`` starts the next episode everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from uavsim.adapters.spaces import as_config, observation_space
+from uavsim.config import EnvConfig
+from uavsim.env import UAVSwarmEnv
+from uavsim.render import render_tiled
+
+
+def to_numpy(x: Any) -> Any:
+    """Tensors (also inside dicts) to NumPy arrays on the host."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if isinstance(x, dict):
+        return {k: to_numpy(v) for k, v in x.items()}
+    return x
+
+
+def as_action_tensor(actions: Any, device: torch.device) -> Any:
+    """Tensors pass through untouched (the core env checks them); NumPy arrays / lists of integers
+    become int64 tensors on ``device``. Non-integer arrays are a `TypeError`."""
+    if isinstance(actions, torch.Tensor):
+        return actions
+    if isinstance(actions, (np.ndarray, list, tuple)):
+        a = np.asarray(actions)
+        if not np.issubdtype(a.dtype, np.integer):
+            raise TypeError(f"actions must be integers, got a {type(actions).__name__} of dtype {a.dtype}")
+        return torch.as_tensor(a.astype(np.int64, copy=False), device=device)
+    raise TypeError(f"actions must be a torch.Tensor or a NumPy array of integers, got {type(actions).__name__}")
+
+
+class CoverageVectorEnv(VectorEnv):
+    """``num_envs`` coverage environments behind the Gymnasium vector API (see module docstring).
+
+    Args:
+        num_envs: batch size ``B``.
+        config: an `EnvConfig`, a mapping of its fields, or None for the defaults.
+        seed, first_env_index, device, check_action_range, reset_mode: as `UAVSwarmEnv`.
+        output: ``"torch"`` (tensors on ``device``) or ``"numpy"``.
+        render_mode: None or ``"rgb_array"``; ``render()`` draws environment 0 alone when
+            ``num_envs == 1``, else the first ``render_envs`` environments tiled.
+        cell_px: pixels per grid cell in rendered images.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"], "render_fps": 8}
+
+    def __init__(self, num_envs: int = 1, config: EnvConfig | Mapping[str, Any] | None = None, seed: int = 0,
+                 device: Any = "cpu", output: str = "torch", check_action_range: bool = True,
+                 reset_mode: str | None = None, first_env_index: int = 0, render_mode: str | None = None,
+                 cell_px: int = 4, render_envs: int = 16):
+        cfg = self.config = as_config(config)
+        if output not in ("torch", "numpy"):
+            raise ValueError(f"output must be 'torch' or 'numpy', got {output!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self._env_kwargs = dict(num_envs=num_envs, device=device, first_env_index=first_env_index,
+                                check_action_range=check_action_range, reset_mode=reset_mode)
+        self.swarm = UAVSwarmEnv(cfg, seed=seed, **self._env_kwargs)  # checks num_envs, seed, device, ...
+        self.num_envs, self.device, self.output = num_envs, self.swarm.device, output
+        self.render_mode, self.cell_px, self.render_envs = render_mode, cell_px, render_envs
+        self.single_observation_space = observation_space(cfg)
+        self.observation_space = observation_space(cfg, (num_envs,))
+        self.single_action_space = spaces.MultiDiscrete(np.full(cfg.num_uavs, cfg.num_actions, dtype=np.int64))
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+    def _out(self, x: Any) -> Any:
+        return to_numpy(x) if self.output == "numpy" else x
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"unknown reset option(s) {sorted(options)}; the only option is 'reset_mask'")
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+                raise TypeError(f"seed must be one int (environment i plays stream (seed, first_env_index + i)), "
+                                f"got {type(seed).__name__}")
+            if mask is not None:
+                raise ValueError("reset with a seed restarts every environment: do not pass options['reset_mask']")
+            self.swarm = UAVSwarmEnv(self.config, seed=int(seed), **self._env_kwargs)
+        if mask is not None:
+            if isinstance(mask, np.ndarray):
+                mask = torch.as_tensor(mask, device=self.device)
+            obs = self.swarm.reset(mask)  # checks dtype, shape and device
+        else:
+            obs = self.swarm.reset()
+        return self._out(obs), {}
+
+    def step(self, actions: Any):
+        obs, reward, terminated, truncated, info = self.swarm.step(as_action_tensor(actions, self.device))
+        done = terminated | truncated
+        everywhere = torch.ones_like(done)
+        step_info = {"uav_rewards": reward, "coverage": info["coverage"], "collisions": info["collisions"],
+                     "near_misses": info["near_misses"]}
+        episode = {"r": info["episode_return"], "l": info["episode_length"], "coverage": info["episode_coverage"],
+                   "collisions": info["episode_collisions"], "near_misses": info["episode_near_misses"]}
+        infos: dict[str, Any] = {}
+        for key, value in step_info.items():
+            infos[key], infos[f"_{key}"] = value, everywhere
+        final_info = {**step_info, **{f"episode_{k}": v for k, v in episode.items()}}
+        final_info.update({f"_{k}": done for k in list(final_info)})
+        infos.update(final_obs=info["final_obs"], _final_obs=done, final_info=final_info, _final_info=done,
+                     episode=episode, _episode=done)
+        return (self._out(obs), self._out(reward.mean(1)), self._out(terminated), self._out(truncated),
+                self._out(infos))
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode is None:
+            return None
+        if self.num_envs == 1:
+            return self.swarm.render(0, self.cell_px)
+        return render_tiled(self.swarm, list(range(min(self.num_envs, self.render_envs))), cell_px=self.cell_px)
+
+    def render_env(self, env_index: int = 0, cell_px: int | None = None) -> np.ndarray:
+        """RGB uint8 image of one environment, whatever ``render_mode`` is."""
+        return self.swarm.render(env_index, cell_px or self.cell_px)
