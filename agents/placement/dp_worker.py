@@ -16,7 +16,6 @@ import os
 import pickle
 import queue
 import signal
-import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -61,11 +60,9 @@ def worker_main(
                 return
             continue
         if msg is None:
-            # skip interpreter teardown (a few hundred ms of torch/CUDA finalisers per worker):
-            # nothing is left to flush but the standard streams
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            # a normal exit, not os._exit: multiprocessing's finalisers must unlink the named
+            # semaphores that libraries create in the worker (tqdm's lock, for one)
+            return
         index, payload = msg
         try:
             # results travel as CPU tensors: a CUDA tensor pickled here would be rebuilt on the

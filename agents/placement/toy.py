@@ -49,13 +49,15 @@ def tiny_ddpm(seed: int = 0, *, sample_size: int = 32) -> Any:
     return pipe
 
 
-def tiny_policy_lm(seed: int = 0) -> Any:
-    """A random-weight transformers ``GPT2LMHeadModel`` (vocab 1000, 2 layers), in eval mode."""
+def tiny_policy_lm(seed: int = 0, *, hidden: int = 64, layers: int = 2) -> Any:
+    """A random-weight transformers ``GPT2LMHeadModel`` (vocab 1000), in eval mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        config = GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=1)
+        config = GPT2Config(
+            vocab_size=VOCAB, n_embd=hidden, n_layer=layers, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=1
+        )
         return GPT2LMHeadModel(config).eval()
 
 
@@ -121,6 +123,23 @@ def make_clip_scorer(device: torch.device, *, image_size: int = 32, hidden: int 
 def make_ddpm_generator(device: torch.device) -> ImageGenerator:
     """dp_map worker: an :class:`ImageGenerator` on ``device`` (seed 0, 4 denoising steps)."""
     return ImageGenerator(tiny_ddpm(0), device, steps=4)
+
+
+class GenerateAndScore:
+    """Generator then reward in one worker: prompt ids ``(B, L)`` -> ``{"images", "scores"}`` (seeds 002/003)."""
+
+    def __init__(self, device: str | torch.device, steps: int = 4):
+        self.generate = ImageGenerator(tiny_ddpm(0), device, steps=steps)
+        self.reward = ClipReward(tiny_clip(0), device)
+
+    def __call__(self, prompt_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch = self.generate({"prompt_ids": prompt_ids, "enhanced_ids": prompt_ids})
+        return {"images": batch["images"], "scores": self.reward(batch)}
+
+
+def make_generate_and_score(device: torch.device, *, steps: int = 4) -> GenerateAndScore:
+    """dp_map worker: a :class:`GenerateAndScore` on ``device`` (``steps`` denoising steps)."""
+    return GenerateAndScore(device, steps=steps)
 
 
 def random_prompts(n: int, batch: int, seed: int = 0) -> list[torch.Tensor]:
