@@ -1,0 +1,120 @@
+"""Episode recording, GIF / MP4 files read back, TensorBoard video, and `python -m uavsim.play`."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+import torch
+
+from uavsim import UAVSwarmEnv
+from uavsim.adapters._frames import render_reference
+from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+from uavsim.reference import ReferenceEnv
+from uavsim.video import (frames_to_video_tensor, gif_bytes, log_video, record_episode, record_tiled,
+                          write_video)
+
+from tests.adapters.helpers import EASY, SMALL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def recording():
+    env = UAVSwarmEnv(EASY, num_envs=3, seed=1)
+    return record_episode(env, RandomPolicy(env, seed=0), env_index=2, cell_px=3)
+
+
+def test_record_episode_draws_every_step_including_the_last(recording):
+    rec = recording
+    assert rec.ended and len(rec.frames) == rec.steps + 1
+    assert all(f.shape == (36, 36, 3) and f.dtype == np.uint8 for f in rec.frames)
+    # The first frame is episode 0 of environment 2 before any step.
+    assert np.array_equal(rec.frames[0], render_reference(_reset_ref(EASY, 1, 2), 3))
+    assert rec.terminated == (rec.coverage >= EASY.target_coverage)
+
+
+def _reset_ref(cfg, seed, env_index):
+    ref = ReferenceEnv(cfg, seed=seed, env_index=env_index)
+    ref.reset()
+    return ref
+
+
+def test_record_episode_starts_a_fresh_episode_mid_run():
+    env = UAVSwarmEnv(SMALL, num_envs=2, seed=4)
+    env.reset()
+    for _ in range(5):
+        env.step(torch.ones(2, SMALL.num_uavs, dtype=torch.int64))
+    rec = record_episode(env, GreedyFrontierPolicy(env), env_index=0, max_steps=4, trail=0)
+    ref = ReferenceEnv(SMALL, seed=4)
+    ref.reset()
+    ref.reset()  # the recording is environment 0's second episode
+    assert np.array_equal(rec.frames[0], render_reference(ref))
+    assert rec.steps == 4 and not rec.ended and len(rec.frames) == 5
+
+
+def test_gif_and_mp4_are_written_and_decodable(recording, tmp_path):
+    frames = recording.frames
+    gif = write_video(frames, tmp_path / "episode.gif", fps=10)
+    back = imageio.mimread(gif)
+    # Pillow merges a frame identical to the previous one into it (adding up their durations).
+    changes = 1 + sum(not np.array_equal(a, b) for a, b in zip(frames, frames[1:]))
+    assert len(back) == changes and back[0].shape[:2] == frames[0].shape[:2]
+    assert np.array_equal(np.asarray(back[-1])[..., :3], frames[-1])  # GIF palette keeps our few colours exact
+    pytest.importorskip("imageio_ffmpeg")
+    mp4 = write_video(frames, tmp_path / "episode.mp4", fps=10)
+    back = imageio.mimread(mp4)
+    assert len(back) == len(frames) and back[0].shape == (36, 36, 3)
+
+
+def test_write_video_rejects_bad_input(tmp_path):
+    frame = np.zeros((8, 8, 3), dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"\.gif or \.mp4"):
+        write_video([frame], tmp_path / "x.avi")
+    with pytest.raises(ValueError, match="empty"):
+        write_video([], tmp_path / "x.gif")
+    with pytest.raises(ValueError, match="uint8"):
+        write_video([frame.astype(np.float32)], tmp_path / "x.gif")
+
+
+def test_tensorboard_video(recording, tmp_path):
+    video = frames_to_video_tensor(recording.frames)
+    assert video.dtype == torch.uint8 and video.shape == (1, len(recording.frames), 3, 36, 36)
+    assert gif_bytes(recording.frames[:3])[:6] == b"GIF89a"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(tmp_path)
+    log_video(writer, "eval/episode", recording.frames, global_step=7)
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    (image,) = events.Images("eval/episode")
+    assert image.step == 7 and image.encoded_image_string[:6] == b"GIF89a"
+
+
+def test_record_tiled():
+    env = UAVSwarmEnv(SMALL, num_envs=5, seed=0)
+    frames = record_tiled(env, RandomPolicy(env), num_steps=3, env_indices=[0, 3], cell_px=2)
+    assert len(frames) == 4 and frames[0].shape == (24, 2 * 24 + 2, 3)
+
+
+def test_play_command_writes_a_gif(tmp_path):
+    out = tmp_path / "episode.gif"
+    cmd = [sys.executable, "-m", "uavsim.play", "--policy", "greedy", "--seed", "0", "--out", str(out),
+           "--config", "grid_height=10", "grid_width=10", "num_uavs=3", "num_obstacles=4", "launch_size=2",
+           "max_steps=15", "--cell-px", "4"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert line.startswith("greedy seed=0: coverage") and "collisions" in line and str(out) in line
+    frames = imageio.mimread(out)
+    assert frames[0].shape[:2] == (40, 40)
+
+
+def test_play_command_rejects_unknown_config_key(tmp_path):
+    cmd = [sys.executable, "-m", "uavsim.play", "--out", str(tmp_path / "x.gif"), "--config", "num_drones=3"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2 and "num_drones" in result.stderr

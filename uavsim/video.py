@@ -1,0 +1,179 @@
+"""Episodes to pictures: frames of a policy's episode, GIF / MP4 files, and TensorBoard videos.
+
+The batched env resets an ended episode inside ``step``, so its last state is gone by the time
+``step`` returns. `record_episode` therefore draws from a `ReferenceEnv` driven in lockstep with
+the same actions (the two are step-exact, see tests/uavsim/test_equivalence.py): every frame,
+including the final one, is the real map. The consistency of the two is checked at the end.
+
+MP4 needs the ``imageio-ffmpeg`` package (it ships its own ffmpeg); GIF needs nothing extra.
+TensorBoard: `log_video` writes an animated GIF summary directly, which is what
+``SummaryWriter.add_video`` does, without its moviepy dependency (moviepy 2 no longer has the
+``moviepy.editor`` module that ``add_video`` imports).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from uavsim.adapters._frames import render_reference
+from uavsim.env import UAVSwarmEnv
+from uavsim.reference import ReferenceEnv
+from uavsim.render import render_tiled
+
+Policy = Callable[[UAVSwarmEnv], torch.Tensor]  # env -> actions [B, N] int64 on the env's device
+
+
+@dataclass
+class EpisodeRecording:
+    """Frames ``[H, W, 3]`` uint8 (one before the first step, one after each step) and the totals."""
+
+    frames: list[np.ndarray] = field(repr=False)
+    steps: int
+    ended: bool  # False when ``max_steps`` stopped the recording first
+    terminated: bool
+    coverage: float
+    episode_return: float  # mean over UAVs, as the env's ``episode_return``
+    collisions: int
+    near_misses: int
+
+
+def _start(env: UAVSwarmEnv, env_index: int) -> None:
+    try:
+        env.state
+    except RuntimeError:  # never reset
+        env.reset()
+        return
+    mask = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    mask[env_index] = True
+    env.reset(mask)
+
+
+def record_episode(env: UAVSwarmEnv, policy: Policy, env_index: int = 0, max_steps: int | None = None,
+                   cell_px: int = 8, trail: int = 12) -> EpisodeRecording:
+    """Start a new episode in environment ``env_index`` and play it with ``policy`` until it ends.
+
+    The other environments keep stepping (the policy acts on the whole batch). ``trail`` draws
+    each UAV's last ``trail`` positions as dots (0: none). Returns an `EpisodeRecording`.
+    """
+    if isinstance(env_index, bool) or not isinstance(env_index, int) or not 0 <= env_index < env.num_envs:
+        raise ValueError(f"env_index must be an int in [0, {env.num_envs}), got {env_index!r}")
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 0):
+        raise ValueError(f"max_steps must be None or an int >= 0, got {max_steps!r}")
+    _start(env, env_index)
+    ref = ReferenceEnv(env.config, seed=env.seed, env_index=int(env.env_index[env_index]))
+    ref.episode = int(env.state["episode"][env_index]) - 1  # the next reset plays the batched env's episode
+    ref_obs = ref.reset()
+    _check_same(env.observe(), ref_obs, env_index, "episode start")
+    frames, positions = [render_reference(ref, cell_px)], [ref.pos.copy()]
+    limit = env.config.max_steps if max_steps is None else max_steps
+    terminated = truncated = False
+    info: dict[str, Any] = {"coverage": np.float32(ref.covered.sum()) / np.float32(ref.free_cells)}
+    final = None
+    for _ in range(limit):
+        actions = policy(env)
+        _, _, _, _, batch_info = env.step(actions)
+        ref_obs, _, terminated, truncated, info = ref.step(actions[env_index].cpu().numpy())
+        final = batch_info["final_obs"]
+        trail_pos = np.stack(positions[-trail:]) if trail > 0 else None
+        frames.append(render_reference(ref, cell_px, trail_pos))
+        positions.append(ref.pos.copy())
+        if terminated or truncated:
+            break
+    if final is not None:
+        _check_same(final, ref_obs, env_index, "the last step")
+    return EpisodeRecording(
+        frames=frames, steps=ref.t, ended=terminated or truncated, terminated=terminated,
+        coverage=float(info["coverage"]), episode_return=float(ref.episode_reward.mean(dtype=np.float32)),
+        collisions=ref.episode_collisions, near_misses=ref.episode_near_misses)
+
+
+def _check_same(batched: dict[str, torch.Tensor], ref: dict[str, np.ndarray], i: int, where: str) -> None:
+    for key in ("local", "state"):
+        if not np.array_equal(batched[key][i].cpu().numpy(), ref[key]):
+            raise RuntimeError(f"the batched env and the reference disagree at {where} (obs[{key!r}]): "
+                               "was the env's state changed from outside?")
+
+
+def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: Sequence[int] | None = None,
+                 cell_px: int = 4) -> list[np.ndarray]:
+    """Frames of several environments side by side (`render_tiled`) over ``num_steps`` steps.
+
+    Drawn from the batched env after each step, so an episode that ended in a step shows the next
+    episode's start in that frame. ``env_indices`` defaults to the first (up to) 16 environments.
+    """
+    indices = list(range(min(env.num_envs, 16))) if env_indices is None else list(env_indices)
+    try:
+        env.state
+    except RuntimeError:
+        env.reset()
+    frames = [render_tiled(env, indices, cell_px=cell_px)]
+    for _ in range(num_steps):
+        env.step(policy(env))
+        frames.append(render_tiled(env, indices, cell_px=cell_px))
+    return frames
+
+
+def _check_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
+    if len(frames) == 0:
+        raise ValueError("frames must not be empty")
+    stack = np.stack([np.asarray(f) for f in frames])
+    if stack.dtype != np.uint8 or stack.ndim != 4 or stack.shape[-1] != 3:
+        raise ValueError(f"frames must be [H, W, 3] uint8 images of one size, got {stack.dtype} {stack.shape[1:]}")
+    return stack
+
+
+def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = 8.0) -> Path:
+    """Write frames to ``path``: ``.gif`` (loops forever) or ``.mp4`` (H.264, needs imageio-ffmpeg)."""
+    import imageio.v2 as imageio
+
+    path = Path(path)
+    stack = _check_frames(frames)
+    if not fps > 0:
+        raise ValueError(f"fps must be > 0, got {fps}")
+    suffix = path.suffix.lower()
+    if suffix == ".gif":
+        imageio.mimwrite(path, list(stack), format="GIF", duration=1000.0 / fps, loop=0)
+    elif suffix == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError as e:
+            raise ImportError("writing MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
+                              "or write a .gif") from e
+        h, w = stack.shape[1:3]  # H.264 with yuv420p needs even sides: pad with white
+        stack = np.pad(stack, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), constant_values=255)
+        imageio.mimwrite(path, list(stack), format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1,
+                         quality=8)
+    else:
+        raise ValueError(f"video path must end in .gif or .mp4, got {path.name!r}")
+    return path
+
+
+def frames_to_video_tensor(frames: Sequence[np.ndarray]) -> torch.Tensor:
+    """``[1, T, 3, H, W]`` uint8: the layout ``SummaryWriter.add_video`` takes."""
+    return torch.from_numpy(_check_frames(frames)).permute(0, 3, 1, 2).unsqueeze(0).contiguous()
+
+
+def gif_bytes(frames: Sequence[np.ndarray], fps: float = 8.0) -> bytes:
+    """An animated GIF (looping) in memory."""
+    import imageio.v2 as imageio
+
+    buffer = io.BytesIO()
+    imageio.mimwrite(buffer, list(_check_frames(frames)), format="GIF", duration=1000.0 / fps, loop=0)
+    return buffer.getvalue()
+
+
+def log_video(writer: Any, tag: str, frames: Sequence[np.ndarray], global_step: int | None = None,
+              fps: float = 8.0) -> None:
+    """Log frames to a ``torch.utils.tensorboard.SummaryWriter`` as an animated GIF (Images tab)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    stack = _check_frames(frames)
+    image = Summary.Image(height=stack.shape[1], width=stack.shape[2], colorspace=3,
+                          encoded_image_string=gif_bytes(stack, fps))
+    writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), global_step)
