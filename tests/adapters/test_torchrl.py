@@ -115,6 +115,14 @@ def test_break_on_done_then_full_and_partial_resets_skip_no_episode():
     td = env.reset(td)  # a user's partial reset, mid-episode
     lock.reset(mask.tolist())
     lock.check_root(td, "partial reset")
+    td = env.rand_step(td)
+    lock.step(td, "a step after the partial reset")
+    td = env.step_mdp(td)
+    agents_mask = torch.tensor([False, True, False, False, True])
+    td.set(("agents", "_reset"), agents_mask.view(-1, 1, 1).expand(-1, EASY.num_uavs, 1))
+    td = env.reset(td)  # a reset asked for at the agents' level
+    lock.reset(agents_mask.tolist())
+    lock.check_root(td, "agents-level partial reset")
 
 
 def test_set_seed_restarts_the_streams():
@@ -200,6 +208,11 @@ class TestBadInput:
         td.set("_step", torch.tensor([True, False, True]))
         with pytest.raises(ValueError, match="partial steps"):
             env.step(td)
+
+    def test_moving_devices_is_refused(self, env):
+        assert env.to("cpu") is env
+        with pytest.raises(ValueError, match="build it with device='meta'"):
+            env.to("meta")
 
     def test_bad_constructor_arguments(self):
         with pytest.raises(ValueError, match="num_envs"):

@@ -155,6 +155,12 @@ class UAVTorchRLEnv(EnvBase):
         self._obs = None
         self._pending = torch.zeros_like(self._pending)
 
+    def to(self, device: Any) -> "UAVTorchRLEnv":
+        if torch.device(device).type == self.device.type and torch.device(device).index in (None, self.device.index):
+            return self
+        raise ValueError(f"UAVTorchRLEnv lives on {self.device}; build it with device={str(device)!r} "
+                         "instead of moving it (the core env's state does not move)")
+
     # -- rendering -------------------------------------------------------------------------------------
     def render(self, env_index: int = 0, cell_px: int = 8):
         """RGB uint8 NumPy image of one environment (after any autoreset)."""
