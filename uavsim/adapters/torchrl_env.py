@@ -20,10 +20,12 @@ Resets. `UAVSwarmEnv` resets an ended episode inside ``step`` (SAME_STEP); Torch
 Stepping again without the reset TorchRL would do (``step`` rather than ``step_and_maybe_reset``)
 continues in the next episode from the previous episode's final observation: do not.
 
-Speed: no Python loop over environments or UAVs. ``_reset`` reads one bool from the device when
-it is called (TorchRL's own ``maybe_reset`` reads one too). ``check_action_range=True`` (the
-default, as in the core env) reads one value per step; a policy that samples from the
-Categorical spec never produces a bad action, so trainers pass False.
+Speed: no Python loop over environments or UAVs, and no copy of the observations. ``maybe_reset``
+(the path of ``step_and_maybe_reset``, ``rollout`` and collectors) hands the core env's current
+observation over as is instead of TorchRL's masked merge of every entry, and reads one value from
+the device per step, as TorchRL's own ``maybe_reset`` does. ``check_action_range=True`` (the
+default, as in the core env) reads one more; a policy that samples from the Categorical spec
+never produces a bad action, so trainers pass False.
 """
 
 from __future__ import annotations
