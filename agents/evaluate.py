@@ -137,14 +137,20 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
 
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
-    """In-training evaluation: the argmax policy on `run.eval_envs` fixed maps, an image of the
-    first episode. Returns scalars tagged `eval/...` (the caller logs them)."""
+    """In-training evaluation on `run.eval_envs` fixed maps (not the training maps): the argmax
+    policy (`eval/...`, with an image of its first episode) and the sampling policy
+    (`eval_sampled/...`). Returns the scalars; the caller logs them."""
     cfg = learner.cfg
     seed = (cfg.seed + EVAL_SEED_OFFSET) % 2**31
-    env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
-    res, frames = run_episodes(env, actor_policy(learner.actor, env, True, seed, learner.autocast), record=0)
-    logger.image("eval/episode", frames[-1], learner.env_steps)
-    return {f"eval/{k}": v for k, v in summarize(res).items() if k != "episodes"}
+    out = {}
+    for prefix, deterministic in (("eval", True), ("eval_sampled", False)):
+        env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
+        act = actor_policy(learner.actor, env, deterministic, seed, learner.autocast)
+        res, frames = run_episodes(env, act, record=0 if deterministic else None)
+        if frames:
+            logger.image(f"{prefix}/episode", frames[-1], learner.env_steps)
+        out.update({f"{prefix}/{k}": v for k, v in summarize(res).items() if k != "episodes"})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

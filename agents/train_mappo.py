@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from agents.config import Amp, Config, load_config, to_dict, to_yaml
 from agents.gae import compute_gae
 from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
 from agents.networks import Actor, Critic
+from agents.placement.dist import pick_device as placement_pick_device
+from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, make_optimizer, update
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
@@ -39,12 +42,13 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 
 # -- setup ---------------------------------------------------------------------------------------
 def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    """`auto`, `cuda`, `cpu` through the placement helpers (cuda:LOCAL_RANK under torchrun), or an
+    explicit `cuda:N`."""
+    if name in ("auto", "cuda", "cpu"):
+        return placement_pick_device(read_dist_env(), prefer=name)
+    if not torch.cuda.is_available():
         raise ValueError(f"run.device={name!r} but CUDA is not available")
-    return device
+    return torch.device(name)
 
 
 def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
@@ -58,6 +62,8 @@ def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.Abs
 def seed_everything(cfg: Config) -> None:
     """The entry point's explicit seeding. Library code draws from `torch.Generator`s instead."""
     torch.manual_seed(cfg.seed)
+    if cfg.run.deterministic:  # cuBLAS needs this before its first use to be deterministic
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if cfg.run.torch_threads > 0:
         torch.set_num_threads(cfg.run.torch_threads)
     torch.use_deterministic_algorithms(cfg.run.deterministic)
@@ -266,6 +272,7 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
     bar = tqdm(total=total, initial=learner.env_steps, unit="step", unit_scale=True, dynamic_ncols=True,
                disable=not cfg.run.progress, desc="mappo")
     last_good = source
+    shown: dict[str, str] = {}  # episode-end coverage of the latest iteration that ended episodes
     try:
         while learner.iteration < cfg.num_iterations:
             before = learner.env_steps
@@ -273,7 +280,9 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
             m, ep, t = read_metrics(metrics), learner.stats.read(), timer.seconds()
             logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
             bar.update(learner.env_steps - before)
-            bar.set_postfix(cov=f"{ep['last_coverage']:.3f}", ep_cov=f"{ep['coverage']:.3f}",
+            if ep["episodes"] > 0:
+                shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
+            bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
                             sps=f"{cfg.env_steps_per_iteration / (t['env'] + t['learn']):.0f}")
             if m["skipped_updates"] > 0:
                 learner.bad_iterations += 1
