@@ -87,7 +87,9 @@ def bench_pools(devices: list[str], cfg: dict) -> dict:
 
     n = len(devices)
     cores = os.cpu_count() or 1
-    clip_items = [("clip", b) for b in toy.random_clip_items(cfg["clip_items"], cfg["clip_batch"], cfg["clip_image_size"])]
+    clip_items = [
+        ("clip", b) for b in toy.random_clip_items(cfg["clip_items"], cfg["clip_batch"], cfg["clip_image_size"])
+    ]
     gen_items = [("gen", p) for p in toy.random_prompts(cfg["gen_items"], batch=1, seed=3)]
     echo_items = [("echo", i) for i in range(cfg["echo_items"])]
     configs = [("1 worker, 1 thread", [devices[0]], 1)]
@@ -151,7 +153,9 @@ def bench_stage_pipeline(device: str, cfg: dict) -> dict:
     policy = toy.PromptPolicy(toy.tiny_policy_lm(hidden=384, layers=6), device)
     generator = toy.ImageGenerator(toy.tiny_ddpm(), device, steps=1)
     reward = toy.ClipReward(toy.tiny_clip(image_size=32, hidden=384, layers=6), device)
-    pipe = StagePipeline([Stage(policy, device, "policy"), Stage(generator, device, "generator"), Stage(reward, device, "reward")])
+    pipe = StagePipeline(
+        [Stage(policy, device, "policy"), Stage(generator, device, "generator"), Stage(reward, device, "reward")]
+    )
     out: dict[str, Any] = {"items": len(prompts), "device": device}
     saved = torch.get_num_threads()
     try:
@@ -218,48 +222,73 @@ def versions() -> dict:
     return {"diffusers": diffusers.__version__, "transformers": transformers.__version__}
 
 
+def _cell(rec: dict, key: str, digits: int = 3) -> str:
+    return f"{rec[key]:.{digits}f}" if key in rec else "–"
+
+
 def markdown(report: dict) -> str:
+    """The report as a Markdown page: the dp_map table, the headline ratios, the stage pipeline."""
     s = report["results"]["dp_map"]["summary"]
     runs = report["results"]["dp_map"]["runs"]
-    n = len(report["machine"]["devices_used"])
+    m = report["machine"]
+    n = len(m["devices_used"])
+    load = report["load_average"]
     lines = [
-        f"# agents.placement benchmark — {report['machine']['tag']}, {report['date']}" + (" (quick)" if report["quick"] else ""),
+        f"# agents.placement benchmark — {m['tag']}, {report['date']}" + (" (quick)" if report["quick"] else ""),
         "",
-        f"torch {report['machine']['torch']}, {report['machine']['cpu_count']} CPU cores, GPUs: {report['machine']['gpus'] or 'none'}; "
-        f"load average {report['load_average']['start']} at start, {report['load_average']['end']} at end "
-        "(other processes on the machine compete for the cores).",
+        f"torch {m['torch']}, {m['cpu_count']} CPU cores, GPUs: {m['gpus'] or 'none'}; workers on {m['devices_used']}.",
+        f"Load average {load['start']} at start, {load['end']} at end: other processes on this machine compete "
+        "for the cores, so the ratios below are what was left to this run.",
         "",
         "## dp_map",
+        "",
+        f"Median of {s['reps']} timed run(s) per configuration, pools timed in turns on warm workers.",
         "",
         "| configuration | start-up s | CLIP scoring s | DDPM+CLIP s | no-op overhead µs/item |",
         "|---|---|---|---|---|",
     ]
     for label, r in runs.items():
-        fmt = lambda key, scale=1.0, nd=3: f"{r[key] * scale:.{nd}f}" if key in r else "–"  # noqa: E731
-        lines.append(f"| {label} | {fmt('startup_s')} | {fmt('clip_s')} | {fmt('gen_s')} | {fmt('echo_us_per_item', 1.0, 0)} |")
+        lines.append(
+            f"| {label} | {_cell(r, 'startup_s')} | {_cell(r, 'clip_s')} | {_cell(r, 'gen_s')} "
+            f"| {_cell(r, 'echo_us_per_item', 0)} |"
+        )
+    all_threads = s.get("clip_speedup_vs_1_worker_all_threads")
     lines += [
         "",
-        f"- CLIP scoring ({s['clip_items']} items, {s['clip_per_item_ms_1_worker']:.1f} ms/item on one 1-thread worker): "
-        f"**{s['clip_speedup_steady']:.2f}x** with {n} workers vs 1 worker with 1 thread (steady state, same run); "
+        f"- CLIP scoring ({s['clip_items']} items, {s['clip_per_item_ms_1_worker']:.1f} ms/item on one 1-thread "
+        f"worker): **{s['clip_speedup_steady']:.2f}x** with {n} workers vs 1 worker with 1 thread; "
         f"{s['clip_speedup_end_to_end']:.2f}x end to end including worker start-up"
-        + (f"; {s['clip_speedup_vs_1_worker_all_threads']:.2f}x vs 1 worker using all threads" if "clip_speedup_vs_1_worker_all_threads" in s else "")
+        + (f"; {all_threads:.2f}x vs 1 worker using all threads" if all_threads is not None else "")
         + ".",
-        f"- DDPM generation + CLIP scoring ({s['gen_items']} prompts): **{s['gen_speedup_steady']:.2f}x** with {n} workers.",
-        f"- Overhead per no-op item ({s['echo_items']} items, warm pool): {s['overhead_us_per_item_1_worker']:.0f} µs with 1 worker, "
+        f"- DDPM generation + CLIP scoring ({s['gen_items']} prompts, {s['gen_per_item_ms_1_worker']:.0f} ms/prompt "
+        f"on one worker): **{s['gen_speedup_steady']:.2f}x** with {n} workers.",
+        f"- Overhead per no-op item ({s['echo_items']} items, warm pool): "
+        f"{s['overhead_us_per_item_1_worker']:.0f} µs with 1 worker, "
         f"{s[f'overhead_us_per_item_{n}_workers']:.0f} µs with {n} workers.",
         "",
-        "## Stage pipeline (policy → generator → reward, one process)",
+        "## Stage pipeline (policy → generator → reward, threads in one process)",
         "",
-        "| torch threads | item by item s | pipelined s | speedup | policy / generator / reward s | ideal (sum/max stage) |",
+        "| torch threads | item by item s | pipelined s | speedup | policy / generator / reward s | ideal |",
         "|---|---|---|---|---|---|",
     ]
     for key, r in report["results"]["stage_pipeline"].items():
         if key.startswith("threads_"):
-            st = " / ".join(f"{v:.3f}" for v in r["stage_s"].values())
+            stages = " / ".join(f"{v:.3f}" for v in r["stage_s"].values())
             lines.append(
-                f"| {key.split('_')[1]} | {r['sequential_s']:.3f} | {r['pipeline_s']:.3f} | {r['speedup']:.2f}x | {st} | {r['ideal_speedup']:.2f}x |"
+                f"| {key.split('_')[1]} | {r['sequential_s']:.3f} | {r['pipeline_s']:.3f} | {r['speedup']:.2f}x "
+                f"| {stages} | {r['ideal_speedup']:.2f}x |"
             )
-    lines += ["", "Inventory at start:", "", "```", report["inventory"], "```", ""]
+    lines += [
+        "",
+        "Ideal = sum of the stage times / the slowest stage: the most that overlap can give.",
+        "",
+        "Inventory at start:",
+        "",
+        "```",
+        report["inventory"],
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -267,7 +296,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI): checks the outputs, not the speed")
     parser.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
-    parser.add_argument("--devices", default=None, help="comma-separated worker devices (default: every GPU, else cpu,cpu)")
+    parser.add_argument(
+        "--devices", default=None, help="comma-separated worker devices (default: every GPU, else cpu,cpu)"
+    )
     args = parser.parse_args(argv)
 
     if args.devices:
@@ -277,15 +308,31 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         devices = ["cpu", "cpu"]
     if args.quick:
-        cfg = dict(reps=1, clip_items=12, clip_batch=8, gen_items=4, gen_steps=2, echo_items=300, pipe_items=4, pipe_threads=[1])
+        cfg = dict(
+            reps=1,
+            clip_items=12,
+            clip_batch=8,
+            gen_items=4,
+            gen_steps=2,
+            echo_items=300,
+            pipe_items=4,
+            pipe_threads=[1],
+        )
     else:
         cfg = dict(
-            reps=3, clip_items=64, clip_batch=16, gen_items=16, gen_steps=4, echo_items=3000, pipe_items=12,
+            reps=3,
+            clip_items=64,
+            clip_batch=16,
+            gen_items=16,
+            gen_steps=4,
+            echo_items=3000,
+            pipe_items=12,
             pipe_threads=sorted({1, os.cpu_count() or 1}),
         )
     cfg["clip_image_size"] = 64
     load_start = os.getloadavg()
-    print(inventory_report(), flush=True)
+    inventory_at_start = inventory_report()
+    print(inventory_at_start, flush=True)
     print(f"dp_map on {devices} ({'quick' if args.quick else 'full'}):", flush=True)
     results = {"dp_map": bench_pools(devices, cfg), "stage_pipeline": bench_stage_pipeline(devices[0], cfg)}
     s = results["dp_map"]["summary"]
@@ -298,13 +345,14 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": machine_info(devices),
         "versions": versions(),
         "load_average": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in os.getloadavg()]},
-        "inventory": inventory_report(),
+        "inventory": inventory_at_start,
         "results": results,
         "targets": {
             "clip_speedup_2_cpu_workers_min": 1.7,
             "clip_speedup_met": s["clip_speedup_steady"] >= 1.7,
             "overhead_us_per_item_max": 1000.0,
-            "overhead_met": max(s["overhead_us_per_item_1_worker"], s[f"overhead_us_per_item_{len(devices)}_workers"]) < 1000.0,
+            "overhead_met": max(s["overhead_us_per_item_1_worker"], s[f"overhead_us_per_item_{len(devices)}_workers"])
+            < 1000.0,
         },
         "notes": "The 1-worker baseline uses 1 torch thread, like each of the N workers; the 1-worker "
         "all-threads figure is given too. Steady state = warm pool (models built, first batch done); "

@@ -2,17 +2,61 @@
 
 Device inventory, model sizes, whole-model placement, a data-parallel map over worker processes,
 streaming training with out-of-memory back-off, stage pipelines across devices and torchrun
-helpers. Importing this package does not import diffusers or transformers (``.toy`` does, lazily).
+helpers (guide: docs/placement.md). Importing this package does not import diffusers or
+transformers; ``agents.placement.toy`` (tiny models for tests and benchmarks) does, when used.
 """
 
 from .devices import format_bytes
+from .dist import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
 from .dp import WorkerPool, dp_map
 from .dp_types import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from .meminfo import DeviceMemory, Inventory, inventory, inventory_report, memory_in_use
 from .oom import free_memory, is_oom_error, oom_backoff
 from .placement import PlacementError, place_models, remaining_memory, to_max_memory
 from .sizing import model_bytes
+from .stages import Stage, StageError, StagePipeline
 from .streaming import StreamStats, stream_train
 from .tensors import split_batch, to_cpu, to_device
-from .dist import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
-from .stages import Stage, StageError, StagePipeline
+
+__all__ = [
+    # inventory
+    "DeviceMemory",
+    "Inventory",
+    "inventory",
+    "inventory_report",
+    "memory_in_use",
+    "format_bytes",
+    # sizes and whole-model placement
+    "model_bytes",
+    "place_models",
+    "PlacementError",
+    "remaining_memory",
+    "to_max_memory",
+    # data-parallel map
+    "dp_map",
+    "WorkerPool",
+    "DPMapError",
+    "ItemFailure",
+    "WorkerDiedWarning",
+    "WorkerInitError",
+    # streaming and out-of-memory back-off
+    "stream_train",
+    "StreamStats",
+    "oom_backoff",
+    "is_oom_error",
+    "free_memory",
+    # stage pipeline
+    "Stage",
+    "StagePipeline",
+    "StageError",
+    # torchrun
+    "DistEnv",
+    "read_dist_env",
+    "pick_device",
+    "pick_backend",
+    "init_distributed",
+    # nested batches
+    "to_device",
+    "to_cpu",
+    "split_batch",
+]

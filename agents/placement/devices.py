@@ -62,9 +62,7 @@ def visible_device_token(index: int, environ: dict[str, str] | None = None) -> s
         return str(index)
     tokens = [t.strip() for t in visible.split(",") if t.strip()]
     if index >= len(tokens):
-        raise ValueError(
-            f"cuda:{index} is not visible: CUDA_VISIBLE_DEVICES={visible!r} lists {len(tokens)} device(s)"
-        )
+        raise ValueError(f"cuda:{index} is not visible: CUDA_VISIBLE_DEVICES={visible!r} lists {len(tokens)} device(s)")
     return tokens[index]
 
 

@@ -76,9 +76,7 @@ def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     if world_size < 1:
         raise ValueError(f"WORLD_SIZE={env['WORLD_SIZE']!r} must be >= 1")
     if rank >= world_size or local_rank >= world_size:
-        raise ValueError(
-            f"RANK={rank} and LOCAL_RANK={local_rank} must both be < WORLD_SIZE={world_size}"
-        )
+        raise ValueError(f"RANK={rank} and LOCAL_RANK={local_rank} must both be < WORLD_SIZE={world_size}")
     return DistEnv(rank=rank, local_rank=local_rank, world_size=world_size, is_distributed=True)
 
 

@@ -69,13 +69,17 @@ class WorkerPool:
                 f"or a functools.partial of one, not a lambda or closure); pickling failed: {exc}"
             ) from exc
         if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
-            raise ValueError(f"devices must be a non-empty list such as ['cuda:0', 'cuda:1'] or ['cpu', 'cpu'], got {devices!r}")
+            raise ValueError(
+                f"devices must be a non-empty list such as ['cuda:0', 'cuda:1'] or ['cpu', 'cpu'], got {devices!r}"
+            )
         keys = [device_key(d) for d in devices]
         cuda = sorted({int(k.split(":")[1]) for k in keys if k != "cpu"})
         if cuda and not torch.cuda.is_available():
             raise ValueError(f"devices {keys} ask for CUDA, but torch.cuda.is_available() is False here")
         if cuda and cuda[-1] >= torch.cuda.device_count():
-            raise ValueError(f"cuda:{cuda[-1]} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
+            raise ValueError(
+                f"cuda:{cuda[-1]} requested but only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
         for value, what, low in ((prefetch, "prefetch", 1), (restarts, "restarts", 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
@@ -203,7 +207,9 @@ def dp_map(
     items = list(items)
     if not items:
         return []
-    with WorkerPool(make_worker, devices, threads_per_worker=threads_per_worker, prefetch=prefetch, restarts=restarts) as pool:
-        return pool.map(items, retries=retries, on_error=on_error, item_timeout=item_timeout, progress=progress, desc=desc)
-
-
+    with WorkerPool(
+        make_worker, devices, threads_per_worker=threads_per_worker, prefetch=prefetch, restarts=restarts
+    ) as pool:
+        return pool.map(
+            items, retries=retries, on_error=on_error, item_timeout=item_timeout, progress=progress, desc=desc
+        )

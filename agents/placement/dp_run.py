@@ -30,7 +30,9 @@ _WAIT_S = 0.5  # longest sleep between liveness checks when no message arrives
 class MapRun:
     """State of one map over ``items`` on ``pool``'s workers (see :meth:`WorkerPool.map`)."""
 
-    def __init__(self, pool: WorkerPool, items: list, retries: int, item_timeout: float | None, progress: bool, desc: str):
+    def __init__(
+        self, pool: WorkerPool, items: list, retries: int, item_timeout: float | None, progress: bool, desc: str
+    ):
         self.pool, self.items, self.retries, self.item_timeout = pool, items, retries, item_timeout
         n = len(items)
         self.results: list[Any] = [_MISSING] * n
@@ -116,7 +118,9 @@ class MapRun:
                 value = pickle.loads(payload)
             except Exception as exc:
                 self.attempts[index] = self.retries  # the parent cannot read it however often it runs
-                self._fail(index, slot, f"result cannot be unpickled here: {type(exc).__name__}: {exc}", traceback.format_exc())
+                self._fail(
+                    index, slot, f"result cannot be unpickled here: {type(exc).__name__}: {exc}", traceback.format_exc()
+                )
                 return
             self._finish(index, value, slot)
         elif kind == "error":
@@ -152,7 +156,8 @@ class MapRun:
             slot.state = "dead"
             warnings.warn(
                 WorkerDiedWarning(
-                    f"worker {slot.index} on {slot.device} (pid {pid}) failed in make_worker: {last_line(slot.init_error)}"
+                    f"worker {slot.index} on {slot.device} (pid {pid}) failed in make_worker: "
+                    f"{last_line(slot.init_error)}"
                 ),
                 stacklevel=4,
             )
@@ -223,7 +228,8 @@ class MapRun:
         slots = self.pool._slots
         if all(s.init_error is not None for s in slots):
             raise WorkerInitError(
-                f"every worker failed in make_worker ({len(slots)} of {len(slots)}); first traceback:\n{slots[0].init_error}"
+                f"every worker failed in make_worker ({len(slots)} of {len(slots)}); "
+                f"first traceback:\n{slots[0].init_error}"
             )
         for index in list(self.retry) + list(self.pending):
             summary = "no live worker left to run this item (all died and used up their restarts)"

@@ -21,12 +21,23 @@ def tiny_clip(seed: int = 0, *, image_size: int = 32, hidden: int = 64, layers: 
     from transformers import CLIPConfig, CLIPModel
 
     text = dict(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=4,
-        num_hidden_layers=layers, max_position_embeddings=PROMPT_LEN * 2, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_attention_heads=4,
+        num_hidden_layers=layers,
+        max_position_embeddings=PROMPT_LEN * 2,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
     )
     vision = dict(
-        hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=4,
-        num_hidden_layers=layers, image_size=image_size, patch_size=4,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_attention_heads=4,
+        num_hidden_layers=layers,
+        image_size=image_size,
+        patch_size=4,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -40,9 +51,14 @@ def tiny_ddpm(seed: int = 0, *, sample_size: int = 32) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         unet = UNet2DModel(
-            sample_size=sample_size, in_channels=3, out_channels=3, layers_per_block=1,
-            block_out_channels=(32, 64), down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-            up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=8,
+            sample_size=sample_size,
+            in_channels=3,
+            out_channels=3,
+            layers_per_block=1,
+            block_out_channels=(32, 64),
+            down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+            up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+            norm_num_groups=8,
         ).eval()
     pipe = DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=1000))
     pipe.set_progress_bar_config(disable=True)
@@ -97,7 +113,7 @@ class ImageGenerator:
 
 
 class ClipReward:
-    """Reward stage: ``{"images": (B, 3, H, W), "prompt_ids": (B, L)}`` -> CLIP cosine similarity per pair, shape (B,)."""
+    """Reward stage: ``{"images": (B, 3, H, W), "prompt_ids": (B, L)}`` -> CLIP cosine similarity, shape (B,)."""
 
     def __init__(self, model: Any, device: str | torch.device):
         self.device = torch.device(device)

@@ -21,7 +21,11 @@ def test_quick_benchmark_writes_its_results(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.placement", "--quick", "--out-dir", str(tmp_path)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=160,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=160,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jsons, mds = list(tmp_path.glob("placement-*.json")), list(tmp_path.glob("placement-*.md"))
@@ -31,8 +35,13 @@ def test_quick_benchmark_writes_its_results(tmp_path):
     assert report["machine"]["devices_used"] == ["cpu", "cpu"] and report["machine"]["tag"] in jsons[0].name
     summary = report["results"]["dp_map"]["summary"]
     for key in (
-        "clip_speedup_steady", "clip_speedup_end_to_end", "clip_speedup_vs_1_worker_all_threads", "gen_speedup_steady",
-        "overhead_us_per_item_1_worker", "overhead_us_per_item_2_workers", "clip_per_item_ms_1_worker",
+        "clip_speedup_steady",
+        "clip_speedup_end_to_end",
+        "clip_speedup_vs_1_worker_all_threads",
+        "gen_speedup_steady",
+        "overhead_us_per_item_1_worker",
+        "overhead_us_per_item_2_workers",
+        "clip_per_item_ms_1_worker",
     ):
         assert isinstance(summary[key], float) and summary[key] > 0, key
     runs = report["results"]["dp_map"]["runs"]
@@ -40,7 +49,11 @@ def test_quick_benchmark_writes_its_results(tmp_path):
         os.cpu_count() == 1 and set(runs) == {"1 worker, 1 thread", "2 workers, 1 thread each"}
     )
     stage = report["results"]["stage_pipeline"]["threads_1"]
-    assert stage["sequential_s"] > 0 and stage["pipeline_s"] > 0 and set(stage["stage_s"]) == {"policy", "generator", "reward"}
+    assert (
+        stage["sequential_s"] > 0
+        and stage["pipeline_s"] > 0
+        and set(stage["stage_s"]) == {"policy", "generator", "reward"}
+    )
     assert isinstance(report["targets"]["clip_speedup_met"], bool)
     md = mds[0].read_text()
     assert "| 2 workers, 1 thread each |" in md and "Stage pipeline" in md

@@ -136,7 +136,7 @@ def test_pool_keeps_its_workers_across_maps_and_refuses_after_close():
 
 def test_bad_arguments_are_rejected_before_any_worker_starts():
     with pytest.raises(TypeError, match="picklable"):
-        WorkerPool(lambda device: (lambda x: x), CPU2)
+        WorkerPool(lambda device: lambda x: x, CPU2)
     with pytest.raises(TypeError, match="callable"):
         WorkerPool("not callable", CPU2)
     with pytest.raises(ValueError, match="non-empty list"):

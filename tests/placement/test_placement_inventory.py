@@ -7,8 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agents.placement import inventory, inventory_report, memory_in_use, place_models
-from agents.placement import meminfo
+from agents.placement import inventory, inventory_report, meminfo, memory_in_use, place_models
 from agents.placement.devices import as_device, device_key, format_bytes
 
 GiB = 2**30
@@ -32,7 +31,9 @@ def three_fake_gpus(monkeypatch):
     cuda = torch.cuda
     monkeypatch.setattr(cuda, "is_available", lambda: True)
     monkeypatch.setattr(cuda, "device_count", lambda: 3)
-    monkeypatch.setattr(cuda, "get_device_properties", lambda i: SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * GiB))
+    monkeypatch.setattr(
+        cuda, "get_device_properties", lambda i: SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=80 * GiB)
+    )
     monkeypatch.setattr(cuda, "memory_allocated", lambda i: 3 * GiB if i == 0 else 0)
     monkeypatch.setattr(cuda, "memory_reserved", lambda i: 4 * GiB if i == 0 else 0)
     monkeypatch.setattr(cuda, "mem_get_info", lambda i: (free[i], 80 * GiB))

@@ -10,8 +10,14 @@ import torch
 pytest.importorskip("diffusers", reason="needs the [pipelines] extra (diffusers)")
 pytest.importorskip("transformers", reason="needs the [pipelines] extra (transformers)")
 
-from agents.placement import Stage, StagePipeline, dp_map, model_bytes, place_models  # noqa: E402
-from agents.placement import toy  # noqa: E402
+from agents.placement import (  # noqa: E402
+    Stage,
+    StagePipeline,
+    dp_map,
+    model_bytes,
+    place_models,
+    toy,  # noqa: E402
+)
 
 
 @pytest.mark.time_limit(120)
@@ -33,7 +39,9 @@ def test_policy_generator_reward_pipeline_matches_sequential():
     reward = toy.ClipReward(toy.tiny_clip(), "cpu")
     prompts = toy.random_prompts(3, batch=1)
     sequential = [reward(generator(policy(p))) for p in prompts]
-    pipe = StagePipeline([Stage(policy, "cpu", "policy"), Stage(generator, "cpu", "generator"), Stage(reward, "cpu", "reward")])
+    pipe = StagePipeline(
+        [Stage(policy, "cpu", "policy"), Stage(generator, "cpu", "generator"), Stage(reward, "cpu", "reward")]
+    )
     for got, want in zip(pipe.run(prompts), sequential):
         assert torch.allclose(got, want)
 

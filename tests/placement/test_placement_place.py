@@ -55,7 +55,11 @@ def test_spread_puts_seed000_trio_on_three_gpus_and_pack_on_one():
 
 def test_pack_moves_on_when_the_first_gpu_is_full():
     free = {"cuda:0": 20 * GiB, "cuda:1": 20 * GiB}
-    assert place_models(SEED000, free, strategy="pack", headroom=0) == {"vlm": "cuda:0", "sd3": "cuda:1", "clip": "cuda:0"}
+    assert place_models(SEED000, free, strategy="pack", headroom=0) == {
+        "vlm": "cuda:0",
+        "sd3": "cuda:1",
+        "clip": "cuda:0",
+    }
 
 
 def test_spread_with_more_models_than_gpus_balances_counts():

@@ -41,7 +41,9 @@ def test_an_error_names_stage_and_item_and_nothing_hangs():
             raise ValueError("NaN latents")
         return x
 
-    pipe = StagePipeline([Stage(lambda x: x, name="policy"), Stage(generator, name="generator"), Stage(lambda x: x, name="reward")])
+    pipe = StagePipeline(
+        [Stage(lambda x: x, name="policy"), Stage(generator, name="generator"), Stage(lambda x: x, name="reward")]
+    )
     with pytest.raises(StageError, match=r"stage 'generator' failed on item 7: ValueError: NaN latents") as info:
         pipe.run(range(1000))
     assert info.value.stage == "generator" and info.value.index == 7
