@@ -1,0 +1,66 @@
+"""Networks: orthogonal init from an explicit generator, agent ids, the IPPO flag, sampling."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from agents.config import CriticKind, ModelConfig
+from agents.networks import Actor, Critic, categorical, sample
+
+
+def test_init_is_orthogonal_and_drawn_from_the_generator_only():
+    cfg = ModelConfig(hidden_size=32, num_layers=2)
+    a = Actor(20, 3, 5, cfg, torch.Generator().manual_seed(7))
+    torch.manual_seed(123)  # the global RNG must not matter
+    b = Actor(20, 3, 5, cfg, torch.Generator().manual_seed(7))
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+    w = a.net[2].weight  # hidden 32x32, gain sqrt(2): W W^T = 2 I
+    torch.testing.assert_close(w @ w.T, 2 * torch.eye(32), atol=1e-5, rtol=0)
+    last = a.net[-1].weight  # policy head: gain 0.01, near-uniform initial policy
+    torch.testing.assert_close(last @ last.T, 1e-4 * torch.eye(5), atol=1e-8, rtol=0)
+    assert all(torch.all(m.bias == 0) for m in a.net if isinstance(m, torch.nn.Linear))
+
+
+def test_agent_id_changes_the_output_and_can_be_turned_off():
+    local = torch.randn(4, 20)
+    with_id = Actor(20, 3, 5, ModelConfig(hidden_size=16), torch.Generator().manual_seed(0))
+    out0 = with_id(local, torch.zeros(4, dtype=torch.long))
+    out1 = with_id(local, torch.ones(4, dtype=torch.long))
+    assert out0.shape == (4, 5) and not torch.equal(out0, out1)
+    no_id = Actor(20, 3, 5, ModelConfig(hidden_size=16, agent_id=False), torch.Generator().manual_seed(0))
+    assert torch.equal(no_id(local, torch.zeros(4, dtype=torch.long)), no_id(local, torch.ones(4, dtype=torch.long)))
+
+
+def test_ippo_critic_ignores_the_global_state_and_mappo_uses_it():
+    local, agent = torch.randn(6, 20), torch.arange(6) % 3
+    ippo = Critic(11, 20, 3, ModelConfig(hidden_size=16, critic=CriticKind.ippo))
+    assert ippo.net[0].in_features == 20 + 3
+    assert torch.equal(ippo(None, local, agent), ippo(torch.randn(6, 11), local, agent))
+    mappo = Critic(11, 20, 3, ModelConfig(hidden_size=16))
+    assert mappo.net[0].in_features == 11 + 20 + 3
+    v = mappo(torch.randn(6, 11), local, agent)
+    assert v.shape == (6,) and v.dtype == torch.float32
+    assert not torch.equal(v, mappo(torch.randn(6, 11), local, agent))
+
+
+def test_gumbel_max_sampling_follows_the_softmax():
+    logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]]).expand(40000, 4)
+    actions = sample(logits, torch.Generator().manual_seed(0))
+    freq = torch.bincount(actions, minlength=4).double() / actions.numel()
+    probs = torch.softmax(logits[0].double(), 0)
+    # standard error of a frequency near 0.6 with 40k draws is ~0.0025; allow 4 sigma
+    torch.testing.assert_close(freq, probs, atol=0.01, rtol=0)
+    again = sample(logits, torch.Generator().manual_seed(0))
+    assert torch.equal(actions, again)  # reproducible from the generator alone
+
+
+def test_categorical_log_prob_and_entropy():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [math.log(3.0), 0.0, -1e9, -1e9]])
+    logp, ent = categorical(logits.to(torch.bfloat16), torch.tensor([2, 0]))
+    assert logp.dtype == torch.float32 and ent.dtype == torch.float32
+    torch.testing.assert_close(logp, torch.tensor([math.log(0.25), math.log(0.75)]), atol=2e-2, rtol=0)
+    # entropy of uniform(4) = log 4; of (3/4, 1/4) = -(.75 log .75 + .25 log .25) = 0.5623
+    torch.testing.assert_close(ent, torch.tensor([math.log(4.0), 0.5623]), atol=2e-2, rtol=0)
