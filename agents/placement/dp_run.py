@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from .dp_slot import Slot, release
-from .dp_types import ItemFailure, WorkerDiedWarning, WorkerInitError, describe_exit, last_line
+from .dp_types import (
+    ItemFailure,
+    WorkerDiedWarning,
+    WorkerInitError,
+    describe_exit,
+    last_line,
+)
+from .tensors import to_cpu
 
 if TYPE_CHECKING:
     from .dp import WorkerPool
@@ -87,7 +94,8 @@ class MapRun:
             if index is None:
                 return
             try:
-                payload = pickle.dumps(self.items[index], protocol=pickle.HIGHEST_PROTOCOL)
+                # CPU copies: a CUDA tensor would be rebuilt on the child's cuda:<same index>
+                payload = pickle.dumps(to_cpu(self.items[index]), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:
                 self.attempts[index] = self.retries  # pickling fails the same way every time
                 self._fail(index, slot, f"item is not picklable: {type(exc).__name__}: {exc}", traceback.format_exc())

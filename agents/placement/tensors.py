@@ -41,9 +41,22 @@ def to_device(obj: Any, device: str | torch.device, *, non_blocking: bool = Fals
     return _map_tensors(obj, lambda t: t.to(dev, non_blocking=non_blocking))
 
 
+def _compact_cpu(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu()
+    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        # pickling a view sends its whole storage (a row of a big batch would carry the batch)
+        t = t.clone()
+    return t
+
+
 def to_cpu(obj: Any) -> Any:
-    """``to_device(obj, "cpu")``, detaching tensors first so no autograd graph travels with them."""
-    return _map_tensors(obj, lambda t: t.detach().cpu())
+    """Every tensor in ``obj`` as a detached CPU tensor that owns just its own elements.
+
+    Detached, so no autograd graph travels with it; views into a larger storage are copied, since
+    pickling a view sends the whole storage. This is the form in which ``dp_map`` ships items
+    and results between processes.
+    """
+    return _map_tensors(obj, _compact_cpu)
 
 
 def batch_len(batch: Any) -> int:

@@ -210,3 +210,18 @@ def test_split_and_move_nested_batches():
         batch_len({"a": torch.zeros(3), "b": torch.zeros(4)})
     with pytest.raises(TypeError, match="without tensors"):
         batch_len({"a": 1})
+
+
+def test_to_cpu_ships_only_a_views_own_elements():
+    import pickle
+
+    from agents.placement import to_cpu
+
+    big = torch.zeros(1000, 256)
+    row = big[3]
+    assert len(pickle.dumps(row)) > 1000 * 256 * 4  # plain pickling carries the whole batch
+    small = to_cpu({"row": row, "tag": 1})
+    assert len(pickle.dumps(small)) < 4 * 256 * 4 and small["tag"] == 1
+    assert torch.equal(small["row"], row)
+    whole = torch.ones(4, requires_grad=True) * 2
+    assert to_cpu(whole).requires_grad is False
