@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -94,11 +95,12 @@ def run_reference_loop(cfg, num_envs, args):
 def run_reference_async(cfg, num_envs, args):
     import gymnasium as gym
 
-    from uavsim.adapters.gymnasium_single import make_reference_env
+    from uavsim.adapters.gymnasium_single import CoverageReferenceEnv
 
-    envs = gym.vector.AsyncVectorEnv([lambda i=i: make_reference_env(cfg, seed=0, env_index=i) for i in range(num_envs)])
+    envs = gym.vector.AsyncVectorEnv([partial(CoverageReferenceEnv, config=cfg, seed=0, env_index=i)
+                                      for i in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     try:
-        envs.reset(seed=0)
+        envs.reset()
         rng = np.random.default_rng(0)
         return time_steps(lambda: envs.step(rng.integers(0, cfg.num_actions, (num_envs, cfg.num_uavs))), num_envs, args)
     finally:
