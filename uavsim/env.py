@@ -226,7 +226,9 @@ class UAVSwarmEnv:
             ``obs`` (after any autoreset), ``reward [B, N] float32``, ``terminated [B] bool``,
             ``truncated [B] bool``, ``info``: ``coverage [B]`` (after the step, before reset),
             ``collisions``/``near_misses [B, N] bool``, ``final_obs`` (the observation before
-            reset, equal to ``obs`` where the episode goes on) and, valid where the episode ended,
+            reset, equal to ``obs`` where the episode goes on; when no episode ended it may be the
+            very same tensors as ``obs``, so copy before writing into either) and, valid where the
+            episode ended,
             ``episode_return [B]`` (mean over UAVs), ``episode_length``, ``episode_coverage``,
             ``episode_collisions``, ``episode_near_misses``.
         """
@@ -276,6 +278,8 @@ class UAVSwarmEnv:
             new_obs = self._observe(fresh)
             return {k: torch.where(mask.view(-1, *([1] * (v.dim() - 1))), new_obs[k], v) for k, v in obs.items()}
         ids = mask.nonzero().squeeze(1)  # host sync on a GPU: that is why CUDA defaults to "dense"
+        if ids.numel() == 0:  # the shape is known on the host already: skip all the copies
+            return obs
         fresh = self._fresh(self.env_index[ids], s["episode"][ids] + 1)
         for k, v in s.items():
             v.index_copy_(0, ids, fresh[k])

@@ -28,17 +28,24 @@ class GreedyFrontierPolicy:
     """Each UAV steps towards its nearest uncovered free cell, by path length around obstacles.
 
     A distance field to the uncovered free cells is relaxed through free cells (the env's move set,
-    unit cost per move) until it stops changing; each UAV then takes the move whose target has the
-    smallest distance (ties: the lowest action index; hover when nothing is reachable). UAVs do not
-    coordinate, which is the weakness a learned team should beat.
+    unit cost per move); each UAV then takes a move that shortens its path to the nearest
+    uncovered cell (hover when nothing is reachable). Among equally short moves it prefers a cell
+    no other UAV occupies now, then breaks ties at random: otherwise UAVs that once share a cell
+    would move as one forever, which would make this baseline a strawman. There is no other
+    coordination, which is the weakness a learned team should beat.
     """
 
-    def __init__(self, env: UAVSwarmEnv, check_every: int = 8):
+    CROWD_COST = 0.5  # < 1: never trades a longer path for a free cell, only breaks ties
+    NOISE = 0.25  # < CROWD_COST: random tie-breaks among equally good moves
+
+    def __init__(self, env: UAVSwarmEnv, seed: int = 0, check_every: int = 8):
         cfg = env.config
         self.check_every = check_every
         self.hp, self.wp = cfg.grid_height + 2 * cfg.pad, cfg.grid_width + 2 * cfg.pad
         self.moves = env._moves  # [A, 2]
         self.move_offsets = self.moves[:, 0] * self.wp + self.moves[:, 1]  # [A] in padded flat cells
+        self.generator = torch.Generator(device=env.device)
+        self.generator.manual_seed(seed)
 
     def distance_field(self, cells: torch.Tensor, probes: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, Hp * Wp]`` float32 moves to the nearest uncovered free cell (inf: unreachable).
@@ -69,8 +76,12 @@ class GreedyFrontierPolicy:
 
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
         state = env.state
-        targets = env._flat(state["pos"])[:, :, None] + self.move_offsets  # [B, N, A]
+        here = env._flat(state["pos"])  # [B, N]
+        targets = here[:, :, None] + self.move_offsets  # [B, N, A]
+        b, n, a = targets.shape
         dist = self.distance_field(state["cells"], targets)
-        b = targets.shape[0]
         cost = dist.gather(1, targets.view(b, -1)).view_as(targets)  # blocked targets stay inf
-        return cost.argmin(dim=2)  # all inf -> 0, hover
+        # Other UAVs on each target cell (a UAV's own cell counts only the others there).
+        occupied = (targets[:, :, :, None] == here[:, None, None, :]).sum(3) - (self.move_offsets == 0).long()
+        noise = torch.rand(cost.shape, generator=self.generator, device=cost.device) * self.NOISE
+        return (cost + self.CROWD_COST * (occupied > 0) + noise).argmin(dim=2)  # all inf -> 0, hover
