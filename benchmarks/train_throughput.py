@@ -1,0 +1,223 @@
+"""Training throughput: our MAPPO iteration against the same algorithm from TorchRL's stock parts.
+
+    python -m benchmarks.train_throughput            # writes benchmarks/results/
+    python -m benchmarks.train_throughput --quick
+
+Both pipelines run one PPO iteration at a time on the same environment (``UAVSwarmEnv``; TorchRL
+through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``num_steps`` x
+``num_envs`` x UAVs), the same epochs and minibatches, and MLPs of the same width and depth:
+
+    ours     agents.train_mappo's iteration: device-resident storage, our GAE and PPO update.
+    torchrl  ``torchrl.collectors.Collector`` over the TorchRL adapter, a ``MultiAgentMLP`` actor
+             (decentralized, shared parameters) in a ``ProbabilisticActor``, a centralized
+             ``MultiAgentMLP`` critic (TorchRL's MAPPO recipe: the critic sees every UAV's local
+             observation), ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam with
+             gradient clipping.
+
+The figure is agent-steps per second of whole iterations (collection + update), warm-up excluded,
+median of the timed iterations; AMP modes run under ``torch.autocast`` (bf16 everywhere, fp16
+on CUDA only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, sync, write_results
+
+
+def ours_iteration_runner(args, amp: str, device: str):
+    from agents.config import load_config
+    from agents.train_mappo import DEFAULT_CONFIG, build_learner, read_metrics, train_iteration
+
+    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
+                                       f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
+                                       f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
+                                       "train.total_env_steps=100000000"])
+    learner = build_learner(cfg, torch.device(device))
+
+    def iteration():
+        read_metrics(train_iteration(learner))  # the trainer reads its metrics once per iteration too
+
+    return iteration
+
+
+def torchrl_iteration_runner(args, amp: str, device: str):
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+    from torchrl.collectors import Collector
+    from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+    from torchrl.objectives import ClipPPOLoss, ValueEstimators
+
+    from agents.config import load_config
+    from agents.train_mappo import DEFAULT_CONFIG
+    from uavsim.adapters.torchrl_env import UAVTorchRLEnv
+
+    cfg = load_config(DEFAULT_CONFIG, [])
+    env_cfg = cfg.env_config()
+    env = UAVTorchRLEnv(args.num_envs, env_cfg, seed=cfg.seed, device=device, check_action_range=False)
+    n, obs_dim, num_actions = env_cfg.num_uavs, env_cfg.local_obs_dim, env_cfg.num_actions
+    mlp = dict(n_agents=n, share_params=True, depth=cfg.model.num_layers, num_cells=args.hidden,
+               activation_class=nn.Tanh, device=device)
+    actor = ProbabilisticActor(
+        TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=num_actions, centralized=False, **mlp),
+                         in_keys=[("agents", "observation")], out_keys=[("agents", "logits")]),
+        spec=env.full_action_spec[env.action_key], in_keys=[("agents", "logits")], out_keys=[env.action_key],
+        distribution_class=torch.distributions.Categorical, return_log_prob=True)
+    critic = TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, centralized=True, **mlp),
+                              in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
+    tc = cfg.train
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=tc.clip_coef, entropy_coeff=tc.ent_coef, critic_coeff=tc.vf_coef,
+                       normalize_advantage=tc.norm_adv, loss_critic_type="l2")
+    loss.set_keys(reward=env.reward_key, action=env.action_key, value=("agents", "state_value"),
+                  done=("agents", "done"), terminated=("agents", "terminated"))
+    loss.make_value_estimator(ValueEstimators.GAE, gamma=tc.gamma, lmbda=tc.gae_lambda)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=tc.actor_lr, eps=tc.adam_eps)
+    frames = args.num_steps * args.num_envs
+    collector = Collector(env, actor, frames_per_batch=frames, total_frames=-1, device=device,
+                          auto_register_policy_transforms=False)
+    batches = iter(collector)
+    autocast = amp_context(amp, device)
+    minibatch = frames // args.minibatches
+
+    def iteration():
+        with autocast():
+            data = next(batches)
+            with torch.no_grad():
+                loss.value_estimator(data, params=loss.critic_network_params,
+                                     target_params=loss.target_critic_network_params)
+        flat = data.reshape(-1)
+        for _ in range(args.epochs):
+            perm = torch.randperm(frames, device=device)
+            for start in range(0, frames, minibatch):
+                with autocast():
+                    out = loss(flat[perm[start : start + minibatch]])
+                    total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+                optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                torch.nn.utils.clip_grad_norm_(loss.parameters(), tc.max_grad_norm)
+                optimizer.step()
+        total.item()  # the iteration's host read, as the trainer's logging would do
+
+    iteration.close = collector.shutdown  # type: ignore[attr-defined]
+    return iteration
+
+
+def amp_context(amp: str, device: str):
+    if amp == "off":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    return lambda: torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+PIPELINES = {"ours": ours_iteration_runner, "torchrl": torchrl_iteration_runner}
+
+
+def measure(args) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    rows = []
+    for device in devices:
+        amps = ["off", "bf16"] + (["fp16"] if device == "cuda" else [])
+        for amp in amps:
+            for name in args.pipelines:
+                torch.manual_seed(0)
+                iteration = PIPELINES[name](args, amp, device)
+                try:
+                    for _ in range(args.warmup):
+                        iteration()
+                    times = []
+                    for _ in range(args.iterations):
+                        sync(device)
+                        start = time.perf_counter()
+                        iteration()
+                        sync(device)
+                        times.append(time.perf_counter() - start)
+                finally:
+                    getattr(iteration, "close", lambda: None)()
+                agent_steps = args.num_steps * args.num_envs * 10
+                rate = agent_steps / statistics.median(times)
+                rows.append({"pipeline": name, "device": device, "amp": amp, "agent_steps_per_s": rate,
+                             "env_steps_per_s": rate / 10, "iteration_seconds": times})
+                print(f"{name:8s} {device:5s} amp={amp:4s} {fmt_rate(rate):>8s} agent-steps/s")
+    for r in rows:
+        base = next((b for b in rows if b["pipeline"] == "torchrl" and b["device"] == r["device"]
+                     and b["amp"] == r["amp"]), None)
+        r["speedup_vs_torchrl"] = r["agent_steps_per_s"] / base["agent_steps_per_s"] if base else None
+    settings = {k: getattr(args, k) for k in ("num_envs", "num_steps", "epochs", "minibatches", "hidden", "threads",
+                                              "iterations", "warmup")}
+    return {"benchmark": "train_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
+            "quick": args.quick, "settings": settings, "num_uavs": 10, "results": rows}
+
+
+def table(payload: dict[str, Any]) -> str:
+    m, s = payload["machine"], payload["settings"]
+    lines = [f"# Training throughput ({'quick' if payload['quick'] else 'full'})", "",
+             f"CPU: {m['cpu']} ({m['cpu_count']} cores, torch threads {s['threads']})"
+             + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}",
+             f"Batch: {s['num_steps']} steps x {s['num_envs']} envs x 10 UAVs; {s['epochs']} epochs x "
+             f"{s['minibatches']} minibatches; hidden {s['hidden']}; median of {s['iterations']} iterations", "",
+             "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL stock |", "|---|---|---|---:|---:|---:|"]
+    for r in payload["results"]:
+        x = "-" if r["speedup_vs_torchrl"] is None else f"{r['speedup_vs_torchrl']:.2f}"
+        lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {fmt_rate(r['agent_steps_per_s'])} "
+                     f"| {fmt_rate(r['env_steps_per_s'])} | {x} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(payload: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = payload["results"]
+    labels = [f"{r['device']}\n{r['amp']}" for r in rows if r["pipeline"] == "ours"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    width = 0.38
+    for k, name in enumerate(("ours", "torchrl")):
+        ys = [r["agent_steps_per_s"] for r in rows if r["pipeline"] == name]
+        ax.bar([i + (k - 0.5) * width for i in range(len(ys))], ys, width, label=name)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set(ylabel="agent-steps / s (collection + update)", yscale="log",
+           title=f"MAPPO iteration throughput — {payload['machine'].get('gpu', payload['machine']['cpu'])}"[:90])
+    ax.legend()
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Path]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a tiny batch, two timed iterations (CI smoke)")
+    parser.add_argument("--num-envs", type=int, default=None)
+    parser.add_argument("--num-steps", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    args.num_envs = args.num_envs or (8 if args.quick else 64)
+    args.num_steps = args.num_steps or (8 if args.quick else 64)
+    args.iterations = args.iterations or (2 if args.quick else 5)
+    payload = measure(args)
+    paths = write_results("train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
+    print(table(payload))
+    print("wrote", ", ".join(str(p) for p in paths.values()))
+    return paths
+
+
+if __name__ == "__main__":
+    main()
