@@ -15,9 +15,12 @@ Writes benchmarks/results/placement-<machine>-<date>.json and a Markdown table n
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import datetime as dt
 import functools
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -65,6 +68,31 @@ def make_bench_worker(device: torch.device, *, clip_image_size: int = 64, gen_st
 
 
 # ------------------------------------------------------------------ measurements
+def spin(iters: int) -> float:
+    """Pure single-threaded compute (small matmuls) for ``iters`` rounds; returns its own seconds."""
+    torch.set_num_threads(1)
+    a = torch.randn(128, 128) / 12
+    start = time.perf_counter()
+    for _ in range(iters):
+        a = torch.tanh(a @ a)
+    return time.perf_counter() - start
+
+
+def cpu_ceiling(executor: concurrent.futures.Executor, n: int, iters: int) -> float:
+    """How much faster ``n`` plain processes run ``n`` compute tasks than one process runs one.
+
+    Independent of dp_map: on an idle machine with ``n`` free cores it is ``n``; on a shared one it
+    is what the other load leaves, the ceiling for any n-process speedup measured next to it.
+    """
+    start = time.perf_counter()
+    executor.submit(spin, iters).result()
+    one = time.perf_counter() - start
+    start = time.perf_counter()
+    for f in [executor.submit(spin, iters) for _ in range(n)]:
+        f.result()
+    return n * one / (time.perf_counter() - start)
+
+
 def timed_map(pool: WorkerPool, items: list) -> float:
     start = time.perf_counter()
     pool.map(items, progress=False)
@@ -100,22 +128,29 @@ def bench_pools(devices: list[str], cfg: dict) -> dict:
 
     pools: dict[str, WorkerPool] = {}
     out: dict[str, dict[str, Any]] = {}
-    try:
+    with contextlib.ExitStack() as stack:
         for label, devs, threads in configs:
             pools[label], startup = start_pool(devs, threads, cfg)
+            stack.callback(pools[label].close)
             out[label] = {"workers": len(devs), "threads_per_worker": threads, "startup_s": startup}
             timed_map(pools[label], clip_items[: len(devs) * 2])  # warm-up: first calls allocate
             timed_map(pools[label], gen_items[: len(devs)])
         times: dict[tuple[str, str], list[float]] = {}
+        ceilings: list[float] = []
+        if devices[0] == "cpu":
+            calib = concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+            stack.callback(calib.shutdown)
+            # start all n calibration processes now (the executor spawns them on demand)
+            per_iter = min(f.result() for f in [calib.submit(spin, 200) for _ in range(n)]) / 200
+            iters = max(1, int(cfg["spin_s"] / max(per_iter, 1e-6)))
         for _ in range(cfg["reps"]):
+            if devices[0] == "cpu":
+                ceilings.append(cpu_ceiling(calib, n, iters))
             for label in pools:
                 for kind, items in (("clip", clip_items), ("echo", echo_items), ("gen", gen_items)):
                     if label == all_label and kind != "clip":
                         continue  # the all-threads worker is only a reference for CLIP scoring
                     times.setdefault((label, kind), []).append(timed_map(pools[label], items))
-    finally:
-        for pool in pools.values():
-            pool.close()
     for (label, kind), ts in times.items():
         out[label][f"{kind}_s"] = statistics.median(ts)
         out[label][f"{kind}_s_all"] = ts
@@ -141,6 +176,9 @@ def bench_pools(devices: list[str], cfg: dict) -> dict:
     }
     if all_label in out:
         summary["clip_speedup_vs_1_worker_all_threads"] = out[all_label]["clip_s"] / many["clip_s"]
+    if ceilings:
+        summary["cpu_parallel_ceiling"] = statistics.median(ceilings)
+        summary["cpu_parallel_ceiling_all"] = ceilings
     return {"runs": out, "summary": summary}
 
 
@@ -159,7 +197,8 @@ def bench_stage_pipeline(device: str, cfg: dict) -> dict:
     out: dict[str, Any] = {"items": len(prompts), "device": device}
     saved = torch.get_num_threads()
     try:
-        for threads in cfg["pipe_threads"]:
+        # one torch thread: with several, the stage threads' OpenMP teams fight over the cores
+        for threads in (1,):
             torch.set_num_threads(threads)
             [reward(generator(policy(p))) for p in prompts[:1]]  # warm-up
             stage_s = [0.0, 0.0, 0.0]
@@ -260,6 +299,14 @@ def markdown(report: dict) -> str:
         f"{s['clip_speedup_end_to_end']:.2f}x end to end including worker start-up"
         + (f"; {all_threads:.2f}x vs 1 worker using all threads" if all_threads is not None else "")
         + ".",
+        *(
+            [
+                f"- Machine ceiling: {n} plain processes of pure compute ran {s['cpu_parallel_ceiling']:.2f}x faster "
+                f"than one (median of {s['reps']}, measured between the timings above; {n}.00x on {n} idle cores)."
+            ]
+            if "cpu_parallel_ceiling" in s
+            else []
+        ),
         f"- DDPM generation + CLIP scoring ({s['gen_items']} prompts, {s['gen_per_item_ms_1_worker']:.0f} ms/prompt "
         f"on one worker): **{s['gen_speedup_steady']:.2f}x** with {n} workers.",
         f"- Overhead per no-op item ({s['echo_items']} items, warm pool): "
@@ -316,7 +363,7 @@ def main(argv: list[str] | None = None) -> dict:
             gen_steps=2,
             echo_items=300,
             pipe_items=4,
-            pipe_threads=[1],
+            spin_s=0.3,
         )
     else:
         cfg = dict(
@@ -327,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
             gen_steps=4,
             echo_items=3000,
             pipe_items=12,
-            pipe_threads=sorted({1, os.cpu_count() or 1}),
+            spin_s=1.0,
         )
     cfg["clip_image_size"] = 64
     load_start = os.getloadavg()

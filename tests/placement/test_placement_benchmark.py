@@ -44,6 +44,7 @@ def test_quick_benchmark_writes_its_results(tmp_path):
         "clip_per_item_ms_1_worker",
     ):
         assert isinstance(summary[key], float) and summary[key] > 0, key
+    assert 0 < summary["cpu_parallel_ceiling"] <= 2.5  # workers on the CPU: the machine's ceiling is measured
     runs = report["results"]["dp_map"]["runs"]
     assert set(runs) == {"1 worker, 1 thread", f"1 worker, {os.cpu_count()} threads", "2 workers, 1 thread each"} or (
         os.cpu_count() == 1 and set(runs) == {"1 worker, 1 thread", "2 workers, 1 thread each"}
