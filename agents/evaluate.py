@@ -33,6 +33,7 @@ from agents.rollout import agent_ids, policy_step
 from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
+from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
 from uavsim.render import env_codes, render_grid
 
 EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
@@ -57,7 +58,7 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
     for _ in range(cfg.max_steps):
         recording = record is not None and not bool(ended[record])
         if recording:
-            codes, pos = env_codes(env, record)
+            codes, pos = (a.copy() for a in env_codes(env, record))  # on the CPU these alias the live state
             frames.append(render_grid(cfg, codes, pos, cell_px, np.stack(trail) if trail else None))
             trail.append(pos)
         obs, _reward, terminated, truncated, info = env.step(act(obs))
@@ -118,8 +119,6 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
                  record: bool = True) -> tuple[dict, list[np.ndarray]]:
     """Trained policy (argmax and sampled), random and greedy-frontier on the same episodes."""
-    from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
-
     make = lambda: UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # noqa: E731
     results, frames = {}, []
     env = make()
@@ -138,8 +137,9 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
     """In-training evaluation on `run.eval_envs` fixed maps (not the training maps): the argmax
-    policy (`eval/...`, with an image of its first episode) and the sampling policy
-    (`eval_sampled/...`). Returns the scalars; the caller logs them."""
+    policy (`eval/...`, with an image of its first episode), the sampling policy
+    (`eval_sampled/...`) and the greedy-frontier baseline (`eval_greedy/...`) for reference.
+    Returns the scalars; the caller logs them."""
     cfg = learner.cfg
     seed = (cfg.seed + EVAL_SEED_OFFSET) % 2**31
     out = {}
@@ -150,6 +150,10 @@ def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
         if frames:
             logger.image(f"{prefix}/episode", frames[-1], learner.env_steps)
         out.update({f"{prefix}/{k}": v for k, v in summarize(res).items() if k != "episodes"})
+    env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
+    greedy = GreedyFrontierPolicy(env)  # the reference line, on the same maps
+    res, _ = run_episodes(env, lambda obs: greedy(env))
+    out.update({f"eval_greedy/{k}": v for k, v in summarize(res).items() if k != "episodes"})
     return out
 
 
