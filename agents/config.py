@@ -43,6 +43,11 @@ class CriticKind(str, enum.Enum):
     ippo = "ippo"
 
 
+class Activation(str, enum.Enum):
+    tanh = "tanh"
+    relu = "relu"
+
+
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
 
@@ -62,6 +67,7 @@ EnvSection = _env_section()
 class ModelConfig:
     hidden_size: int = 128
     num_layers: int = 2  # hidden layers of each MLP
+    activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
 

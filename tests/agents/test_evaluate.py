@@ -1,0 +1,57 @@
+"""Evaluation helpers: every policy plays the same episodes, per-episode results come from the
+episode's own end, and the terminal frame is reconstructed faithfully."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from agents.evaluate import cover, final_positions, run_episodes, summarize
+from uavsim import EnvConfig, rules
+from uavsim.env import UAVSwarmEnv
+from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+from uavsim.render import env_codes
+
+CFG = EnvConfig(grid_height=10, grid_width=10, num_uavs=3, num_obstacles=5, max_steps=30, launch_size=2,
+                state_pool=5)
+
+
+def test_results_are_first_episode_statistics_and_frames_follow_the_recorded_episode():
+    env = UAVSwarmEnv(CFG, num_envs=6, seed=4)
+    greedy = GreedyFrontierPolicy(env)
+    res, frames = run_episodes(env, lambda obs: greedy(env), record=2)
+    assert set(res) >= {"coverage", "steps_to_target", "reached", "collisions", "return", "length"}
+    reached = res["reached"].astype(bool)
+    assert np.all(res["steps_to_target"][reached] == res["length"][reached])
+    assert np.all(res["steps_to_target"][~reached] == CFG.max_steps)
+    assert np.all(res["coverage"][reached] >= CFG.target_coverage)
+    assert len(frames) == res["length"][2] + 1  # one per step taken, plus the terminal map
+    assert frames[0].shape == (10 * 8, 10 * 8, 3)
+    s = summarize(res)
+    assert s["episodes"] == 6 and s["mean_steps_to_target"] == float(res["steps_to_target"].mean())
+
+
+def test_same_seed_same_maps_for_every_policy():
+    a = UAVSwarmEnv(CFG, num_envs=4, seed=9)
+    b = UAVSwarmEnv(CFG, num_envs=4, seed=9)
+    rand = RandomPolicy(b, seed=1)
+    run_episodes(a, lambda obs: torch.zeros(4, 3, dtype=torch.long))  # a hovering policy
+    run_episodes(b, lambda obs: rand(b))
+    # both played episode 0 of each environment: their next episodes start identically
+    assert torch.equal(a.reset()["state"], b.reset()["state"])
+
+
+def test_terminal_map_reconstruction_matches_the_environment():
+    env = UAVSwarmEnv(CFG, num_envs=3, seed=2)
+    greedy = GreedyFrontierPolicy(env)
+    env.reset()
+    for _ in range(CFG.max_steps):
+        codes = env_codes(env, 0)[0].copy()
+        _, _, terminated, truncated, info = env.step(greedy(env))
+        if bool(terminated[0] | truncated[0]):
+            break
+    pos = final_positions(CFG, info["final_obs"]["state"][0])
+    final = cover(CFG, codes, pos)
+    free, covered = np.float32((final != rules.BLOCKED).sum()), np.float32((final == rules.COVERED).sum())
+    assert covered / free == info["episode_coverage"][0].numpy()  # float32 arithmetic, as the env
+    assert np.all(pos >= 0) and np.all(pos < [CFG.grid_height, CFG.grid_width])
