@@ -28,7 +28,7 @@ import torch
 
 from agents import checkpoint as ckpt
 from agents.config import load_config
-from agents.networks import Actor
+from agents.networks import Actor, make_actor
 from agents.rollout import agent_ids, policy_step
 from uavsim import rules
 from uavsim.config import EnvConfig
@@ -113,7 +113,7 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     gen = torch.Generator(env.device).manual_seed(seed)
-    return lambda obs: policy_step(actor, obs["local"], agent, gen, autocast, deterministic)[0]
+    return lambda obs: policy_step(actor, obs, agent, gen, autocast, deterministic)[0]
 
 
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     env_cfg = cfg.env_config()
-    actor = Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg.model)
+    actor = make_actor(env_cfg, cfg.model)
     actor.load_state_dict(payload["actor"])
     actor.to(device).eval()
     results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device)

@@ -21,6 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.config import Activation, CriticKind, ModelConfig
+from uavsim.config import EnvConfig
 
 
 def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0,
@@ -81,15 +82,31 @@ class _MLP(nn.Module):
 
 
 class Actor(nn.Module):
-    """`forward(local [M, L] f32, agent [M] int64) -> logits [M, A]` (autocast dtype under AMP)."""
+    """`forward(local [M, L] f32, agent [M] int64, shared_map [M, 2 P^2] | None) -> logits [M, A]`
+    (autocast dtype under AMP).
+
+    `map_dim > 0` (`model.actor_shared_map`) adds the pooled obstacle and coverage map of the
+    global state to the actor's input: UAVs that share one coverage map by communication. It is
+    off by default; then the actor sees its local observation (and id) only.
+    """
 
     def __init__(self, local_dim: int, num_agents: int, num_actions: int, cfg: ModelConfig,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, map_dim: int = 0):
         super().__init__()
-        self.net = _MLP([local_dim], num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
+        self.map_dim = map_dim
+        dims = [local_dim, map_dim] if map_dim else [local_dim]
+        self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
 
-    def forward(self, local: torch.Tensor, agent: torch.Tensor) -> torch.Tensor:
+    def forward(self, local: torch.Tensor, agent: torch.Tensor, shared_map: torch.Tensor | None = None) -> torch.Tensor:
+        if self.map_dim:
+            return self.net([local, shared_map], agent, [1, 1])
         return self.net([local], agent, [1])
+
+
+def make_actor(env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None) -> Actor:
+    """The actor for a task: local observation, plus the pooled map when `actor_shared_map`."""
+    map_dim = 2 * env_cfg.state_pool**2 if cfg.actor_shared_map else 0
+    return Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg, generator, map_dim)
 
 
 class Critic(nn.Module):

@@ -9,8 +9,9 @@ training slots in there). Nothing here reads a tensor on the host.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -91,7 +92,8 @@ def make_optimizer(actor: Actor, critic: Critic, cfg: TrainConfig) -> torch.opti
 
 
 def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, actor: nn.Module,
-                   critic: nn.Module, loss: torch.Tensor, max_grad_norm: float):
+                   critic: nn.Module, loss: torch.Tensor, max_grad_norm: float,
+                   sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None):
     """Unscale (fp16), clip each network's gradient norm, and step unless anything is non-finite.
 
     Returns `(actor_grad_norm, critic_grad_norm, skipped)` as 0-dim device tensors, the norms taken
@@ -99,6 +101,8 @@ def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, ac
     Data-parallel training (torchrun) all-reduces the gradients right after `unscale_`.
     """
     scaler.unscale_(optimizer)  # no-op unless fp16
+    if sync_gradients is not None:  # data-parallel: average across ranks before clipping
+        sync_gradients(itertools.chain(actor.parameters(), critic.parameters()))
     actor_norm = nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm, foreach=True)
     critic_norm = nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm, foreach=True)
     ok = torch.isfinite(loss.detach()) & torch.isfinite(actor_norm) & torch.isfinite(critic_norm)
@@ -128,9 +132,10 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, rows: torch.Ten
     """Forward the minibatch `rows` through both networks: (new_logprob, entropy, new_value)."""
     agent = rows % batch.num_agents
     local = batch.local[rows]
-    state = batch.state[rows // batch.num_agents] if critic.centralized else None
+    state = batch.state[rows // batch.num_agents] if critic.centralized or actor.map_dim else None
+    shared_map = state[:, :actor.map_dim] if actor.map_dim else None
     with autocast():
-        logits = actor(local, agent)
+        logits = actor(local, agent, shared_map)
         new_value = critic(state, local, agent)
     new_logprob, entropy = categorical(logits, batch.actions[rows])
     return new_logprob, entropy, new_value
@@ -138,7 +143,8 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, rows: torch.Ten
 
 def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler,
            batch: Batch, cfg: TrainConfig, generator: torch.Generator,
-           autocast: Callable[[], contextlib.AbstractContextManager]) -> dict[str, torch.Tensor]:
+           autocast: Callable[[], contextlib.AbstractContextManager],
+           sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None) -> dict[str, torch.Tensor]:
     """`update_epochs` passes over `batch` in `num_minibatches` random minibatches.
 
     Returns mean statistics over all minibatches as 0-dim device tensors (and `skipped_updates`,
@@ -164,7 +170,7 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             actor_norm, critic_norm, skipped = optimizer_step(
-                optimizer, scaler, actor, critic, loss, cfg.max_grad_norm)
+                optimizer, scaler, actor, critic, loss, cfg.max_grad_norm, sync_gradients)
             for name, value in vars(stats).items():
                 # a skipped (non-finite) minibatch must not poison the iteration's means
                 add(name, torch.where(skipped > 0, torch.zeros_like(value), value))

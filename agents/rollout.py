@@ -100,12 +100,14 @@ def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Ten
     return torch.arange(num_agents, device=device).repeat(num_envs)
 
 
-def policy_step(actor: Actor, local: torch.Tensor, agent: torch.Tensor, generator: torch.Generator | None,
+def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor, generator: torch.Generator | None,
                 autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False):
-    """Actions `[B, N]` int64 and their log-probabilities `[B, N]` float32 for `local [B, N, L]`."""
+    """Actions `[B, N]` int64 and their log-probabilities `[B, N]` float32 for `obs`."""
+    local = obs["local"]
     b, n, _ = local.shape
+    shared_map = obs["state"][:, :actor.map_dim].repeat_interleave(n, dim=0) if actor.map_dim else None
     with autocast():
-        logits = actor(local.reshape(b * n, -1), agent)
+        logits = actor(local.reshape(b * n, -1), agent, shared_map)
     actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
     logprob, _ = categorical(logits, actions)
     return actions.view(b, n), logprob.view(b, n)
@@ -133,7 +135,7 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     value = value_of(critic, value_norm, obs, agent, autocast)
     for t in range(storage.actions.shape[0]):
-        actions, logprob = policy_step(actor, obs["local"], agent, generator, autocast)
+        actions, logprob = policy_step(actor, obs, agent, generator, autocast)
         storage.local[t] = obs["local"]
         storage.state[t] = obs["state"]
         storage.actions[t] = actions

@@ -27,9 +27,10 @@ from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents.config import Amp, Config, load_config, to_dict, to_yaml
+from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
 from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
-from agents.networks import Actor, Critic
+from agents.networks import Actor, Critic, make_actor
 from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, make_optimizer, update
@@ -86,46 +87,84 @@ class Learner:
     stats: EpisodeStats
     obs: dict[str, torch.Tensor]
     autocast: Callable[[], contextlib.AbstractContextManager]
+    replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
     iteration: int = 0
-    env_steps: int = 0
+    env_steps: int = 0  # counted over all ranks
     bad_iterations: int = 0  # consecutive iterations with a skipped (non-finite) update
 
 
-def build_learner(cfg: Config, device: torch.device) -> Learner:
+def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
+    replicas = replicas or Replicas(device=device)
+    # Rank r plays environments [r * B, (r + 1) * B) of the seed: disjoint episode streams.
     env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
-                      check_action_range=False)
+                      first_env_index=replicas.rank * cfg.env.num_envs, check_action_range=False)
     init_gen = torch.Generator().manual_seed(cfg.seed)
-    actor = Actor(env.local_obs_dim, env.num_uavs, env.num_actions, cfg.model, init_gen).to(device)
+    actor = make_actor(env.config, cfg.model, init_gen).to(device)
     critic = Critic(env.state_dim, env.local_obs_dim, env.num_uavs, cfg.model, init_gen).to(device)
     value_norm = ValueNorm(cfg.train.value_norm_beta, enabled=cfg.train.value_norm, device=device)
     return Learner(
         cfg=cfg, env=env, actor=actor, critic=critic, value_norm=value_norm,
         optimizer=make_optimizer(actor, critic, cfg.train),
         scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
-        action_gen=torch.Generator(device).manual_seed(cfg.seed + 1),
-        minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2),
+        action_gen=torch.Generator(device).manual_seed(cfg.seed + 1 + 1000 * replicas.rank),
+        minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2 + 1000 * replicas.rank),
         storage=Storage.allocate(cfg.train.num_steps, env),
         stats=EpisodeStats(device, env.config.max_steps),
         obs=env.reset(),
         autocast=make_autocast(cfg.train.amp, device),
+        replicas=replicas,
     )
 
 
+def steps_per_iteration(learner: Learner) -> int:
+    """Environment steps one iteration adds over all ranks."""
+    return learner.cfg.env_steps_per_iteration * learner.replicas.world_size
+
+
+def num_iterations(learner: Learner) -> int:
+    return max(1, learner.cfg.train.total_env_steps // steps_per_iteration(learner))
+
+
 # -- checkpoint state ------------------------------------------------------------------------------
+def _rank_state(learner: Learner) -> dict:
+    """What differs between ranks: the environments and the random streams."""
+    env = learner.env.state_dict()
+    env["state"] = {k: v.cpu() for k, v in env["state"].items()}
+    return {"env": env, "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
+                                "torch": torch.get_rng_state()}}
+
+
+def parameter_checksum(learner: Learner) -> float:
+    """Sum of all actor and critic parameters (float64): equal on every rank while replicas agree."""
+    params = list(learner.actor.parameters()) + list(learner.critic.parameters())
+    return float(torch.stack([p.detach().double().sum() for p in params]).sum())
+
+
 def learner_state(learner: Learner) -> dict:
+    """The checkpoint payload. With several ranks this is a collective: call it on every rank."""
+    ranks = learner.replicas.gather_objects(_rank_state(learner))
+    checksums = learner.replicas.gather_objects(parameter_checksum(learner))
+    if len(set(checksums)) != 1:
+        raise RuntimeError(f"data-parallel replicas diverged: parameter checksums {checksums}")
     return {
         "format_version": ckpt.FORMAT_VERSION, "config": to_dict(learner.cfg),
         "env_steps": learner.env_steps, "iteration": learner.iteration, "bad_iterations": learner.bad_iterations,
         "actor": learner.actor.state_dict(), "critic": learner.critic.state_dict(),
         "value_norm": learner.value_norm.state_dict(), "optimizer": learner.optimizer.state_dict(),
-        "scaler": learner.scaler.state_dict(), "env": learner.env.state_dict(),
-        "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
-                "torch": torch.get_rng_state()},
+        "scaler": learner.scaler.state_dict(), "world_size": learner.replicas.world_size,
+        "replica_checksums": checksums, **ranks[0], "ranks": ranks,
     }
 
 
 def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
     """Restore a checkpoint into a freshly built learner; a mismatch is a `CheckpointError`."""
+    saved_world = int(payload.get("world_size", 1))
+    if saved_world != learner.replicas.world_size:
+        raise ckpt.CheckpointError(
+            f"checkpoint {source} was written by {saved_world} rank(s) but this run has "
+            f"{learner.replicas.world_size}: resume with torchrun --nproc_per_node={saved_world} (or nnodes x "
+            f"nproc_per_node = {saved_world}), since every rank's environments are part of the state")
+    own = payload["ranks"][learner.replicas.rank] if "ranks" in payload else payload
     try:
         learner.actor.load_state_dict(payload["actor"])
         learner.critic.load_state_dict(payload["critic"])
@@ -133,10 +172,10 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
         learner.optimizer.load_state_dict(payload["optimizer"])
         if payload["scaler"]:
             learner.scaler.load_state_dict(payload["scaler"])
-        learner.env.load_state_dict(payload["env"])
-        learner.action_gen.set_state(payload["rng"]["action"])
-        learner.minibatch_gen.set_state(payload["rng"]["minibatch"])
-        torch.set_rng_state(payload["rng"]["torch"])
+        learner.env.load_state_dict(own["env"])
+        learner.action_gen.set_state(own["rng"]["action"])
+        learner.minibatch_gen.set_state(own["rng"]["minibatch"])
+        torch.set_rng_state(own["rng"]["torch"])
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         raise ckpt.CheckpointError(f"checkpoint {source} does not match this learner: {err}") from None
     learner.env_steps, learner.iteration = int(payload["env_steps"]), int(payload["iteration"])
@@ -151,7 +190,7 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
     s, tc = learner.storage, learner.cfg.train
     advantages, returns = compute_gae(s.rewards, s.values, s.next_values, s.terminated, s.truncated,
                                       tc.gamma, tc.gae_lambda)
-    learner.value_norm.update(returns)
+    learner.value_norm.update(returns, reduce=learner.replicas.mean if learner.replicas.active else None)
     b_advantages = advantages.reshape(-1)
     if tc.norm_adv:
         b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
@@ -172,7 +211,7 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     """
     cfg, tc = learner.cfg, learner.cfg.train
     if tc.anneal_lr:
-        frac = 1.0 - learner.iteration / cfg.num_iterations
+        frac = 1.0 - learner.iteration / num_iterations(learner)
         for group in learner.optimizer.param_groups:
             group["lr"] = frac * (tc.actor_lr if group["name"] == "actor" else tc.critic_lr)
 
@@ -184,7 +223,8 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
 
     batch, returns = prepare_batch(learner)
     metrics = update(learner.actor, learner.critic, learner.optimizer, learner.scaler, batch, tc,
-                     learner.minibatch_gen, learner.autocast)
+                     learner.minibatch_gen, learner.autocast,
+                     learner.replicas.average_gradients if learner.replicas.active else None)
     timer and timer.mark("end")
 
     var_y = returns.var()
@@ -194,21 +234,32 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     metrics["value_norm_std"] = value_norm_var.sqrt()
     metrics["return_mean"] = returns.mean()
     learner.iteration += 1
-    learner.env_steps += cfg.env_steps_per_iteration
+    learner.env_steps += steps_per_iteration(learner)
     return metrics
 
 
-def read_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The iteration's one host read: all device scalars in a single transfer."""
+def read_metrics(metrics: dict[str, torch.Tensor], replicas: Replicas | None = None) -> dict[str, float]:
+    """The iteration's one host read: all device scalars in a single transfer (means over ranks)."""
     names = list(metrics)
-    values = torch.stack([metrics[k].detach().float().reshape(()) for k in names]).tolist()
-    return dict(zip(names, values))
+    values = torch.stack([metrics[k].detach().float().reshape(()) for k in names])
+    if replicas is not None and replicas.active:
+        values = replicas.mean(values)
+    return dict(zip(names, values.tolist()))
+
+
+def read_episode_stats(learner: Learner) -> dict[str, float]:
+    """The iteration's episode statistics, summed over ranks (`last_coverage` averaged)."""
+    if learner.replicas.active:
+        summed = learner.replicas.sum(learner.stats.sums)
+        summed[EpisodeStats.KEYS.index("last_coverage")] /= learner.replicas.world_size
+        learner.stats.sums.copy_(summed)
+    return learner.stats.read()
 
 
 # -- the loop ------------------------------------------------------------------------------------
 def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: dict[str, float]) -> dict:
     it_time = t["env"] + t["learn"]
-    steps = learner.cfg.env_steps_per_iteration
+    steps = steps_per_iteration(learner)
     agent_steps = steps * learner.env.num_uavs
     out = {
         "charts/episodic_return": ep["return"], "charts/episodic_length": ep["length"],
@@ -245,63 +296,85 @@ def default_run_dir(cfg: Config) -> Path:
 
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:
     """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint (`resume`)."""
-    from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
 
     seed_everything(cfg)
-    device = pick_device(cfg.run.device)
-    payload, source = None, None
-    if resume is not None:
-        source, payload = ckpt.load_latest(resume)  # to the CPU; load_state_dict copies to the device
-        run_dir = source.parent.parent
-    else:
-        run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
-        if ckpt.list_checkpoints(run_dir):
-            raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
-                             f"to continue it, or choose another run.dir")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    replicas = setup_replicas(cfg.run.device)  # torchrun: join the group; else a single process
+    replicas.device = device = replicas.device if replicas.active else pick_device(cfg.run.device)
+    try:
+        return _train(cfg, resume, replicas, device)
+    finally:
+        replicas.close()
 
-    learner = build_learner(cfg, device)
+
+def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: torch.device) -> Learner:
+    from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
+
+    # Rank 0 reads the file system and tells the others (ranks on other hosts may not see it).
+    payload, source, run_dir, problem = None, None, None, None
+    if replicas.is_main:
+        try:
+            if resume is not None:
+                source, payload = ckpt.load_latest(resume)  # to the CPU; load_state_dict copies to the device
+                run_dir = source.parent.parent
+            else:
+                run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
+                if ckpt.list_checkpoints(run_dir):
+                    raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
+                                     f"to continue it, or choose another run.dir")
+        except (ValueError, ckpt.CheckpointError) as err:
+            problem = err
+    payload, source, run_dir, problem = replicas.broadcast_object((payload, source, run_dir, problem))
+    if problem is not None:
+        raise problem
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
+    if replicas.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+
+    learner = build_learner(cfg, device, replicas)
     if payload is not None:
         load_learner_state(learner, payload, str(source))
-    logger = Logger(run_dir, purge_step=learner.env_steps if payload is not None else None)
+    logger = Logger(run_dir, purge_step=learner.env_steps if payload is not None else None, enabled=replicas.is_main)
     logger.hyperparameters(flatten(to_dict(cfg)))
     timer = PhaseTimer(device)
-    total = cfg.num_iterations * cfg.env_steps_per_iteration
+    iterations = num_iterations(learner)
+    total = iterations * steps_per_iteration(learner)
     bar = tqdm(total=total, initial=learner.env_steps, unit="step", unit_scale=True, dynamic_ncols=True,
-               disable=not cfg.run.progress, desc="mappo")
+               disable=not (cfg.run.progress and replicas.is_main), desc="mappo")
     last_good = source
     shown: dict[str, str] = {}  # episode-end coverage of the latest iteration that ended episodes
     try:
-        while learner.iteration < cfg.num_iterations:
+        while learner.iteration < iterations:
             before = learner.env_steps
             metrics = train_iteration(learner, timer)
-            m, ep, t = read_metrics(metrics), learner.stats.read(), timer.seconds()
+            m, ep, t = read_metrics(metrics, replicas), read_episode_stats(learner), timer.seconds()
             logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
             bar.update(learner.env_steps - before)
             if ep["episodes"] > 0:
                 shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
             bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
-                            sps=f"{cfg.env_steps_per_iteration / (t['env'] + t['learn']):.0f}")
+                            sps=f"{steps_per_iteration(learner) / (t['env'] + t['learn']):.0f}")
             if m["skipped_updates"] > 0:
                 learner.bad_iterations += 1
                 msg = (f"iteration {learner.iteration}: {int(m['skipped_updates'])} update(s) skipped "
                        f"(non-finite loss or gradient)")
                 logger.text("warnings", msg, learner.env_steps)
-                tqdm.write(msg, file=sys.stderr)
+                if replicas.is_main:
+                    tqdm.write(msg, file=sys.stderr)
                 if learner.bad_iterations >= cfg.train.max_bad_iterations:
                     raise TrainingStopped(
                         f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
                         f"iterations; the last good checkpoint is {last_good}")
                 continue  # never checkpoint an iteration that went wrong
             learner.bad_iterations = 0
-            if _crossed(cfg.run.eval_interval, before, learner.env_steps):
+            if replicas.is_main and _crossed(cfg.run.eval_interval, before, learner.env_steps):
                 for tag, value in evaluate_for_tensorboard(learner, logger).items():
                     logger.scalars({tag: value}, learner.env_steps)
-            last = learner.iteration == cfg.num_iterations
+            last = learner.iteration == iterations
             if _crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
-                last_good = ckpt.save_checkpoint(run_dir, learner_state(learner), cfg.run.keep_checkpoints)
+                state = learner_state(learner)  # a collective: every rank takes part
+                if replicas.is_main:
+                    last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints)
     finally:
         bar.close()
         logger.close()

@@ -12,8 +12,9 @@ from agents.train_mappo import build_learner, prepare_batch
 
 
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-def test_ratio_is_exactly_one_before_the_first_update(make_config, amp):
-    cfg = make_config(f"train.amp={amp}", "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4")
+@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true", "model.critic=ippo", "model.activation=relu"]])
+def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
+    cfg = make_config(f"train.amp={amp}", "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4", *extra)
     torch.manual_seed(0)
     learner = build_learner(cfg, torch.device("cpu"))
     collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
