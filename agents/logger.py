@@ -18,26 +18,39 @@ from torch.utils.tensorboard import SummaryWriter
 
 
 class Logger:
-    def __init__(self, run_dir: str | Path, purge_step: int | None = None):
-        self.writer = SummaryWriter(str(run_dir), purge_step=purge_step)
+    """TensorBoard writer; with ``enabled=False`` (ranks other than 0) every call does nothing."""
+
+    def __init__(self, run_dir: str | Path, purge_step: int | None = None, enabled: bool = True):
+        self.enabled = enabled
+        self.writer = SummaryWriter(str(run_dir), purge_step=purge_step) if enabled else None
 
     def scalars(self, values: dict[str, float], step: int) -> None:
+        if self.writer is None:
+            return
         for tag, value in values.items():
             if value is not None and math.isfinite(value):
                 self.writer.add_scalar(tag, value, step)
 
     def hyperparameters(self, flat: dict[str, object]) -> None:
         """A Markdown table of every config value (CleanRL's `hyperparameters` text)."""
+        if self.writer is None:
+            return
         rows = "\n".join(f"|{k}|{v}|" for k, v in flat.items())
         self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
 
     def image(self, tag: str, rgb: np.ndarray, step: int) -> None:
+        if self.writer is None:
+            return
         self.writer.add_image(tag, rgb, step, dataformats="HWC")
 
     def text(self, tag: str, text: str, step: int) -> None:
+        if self.writer is None:
+            return
         self.writer.add_text(tag, text, step)
 
     def close(self) -> None:
+        if self.writer is None:
+            return
         self.writer.flush()
         self.writer.close()
 

@@ -421,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TrainingStopped, ckpt.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"done: {learner.env_steps} env steps, run directory {learner.cfg.run.dir}")
+    if learner.replicas.is_main:
+        print(f"done: {learner.env_steps} env steps, run directory {learner.cfg.run.dir}")
     return 0
 
 

@@ -12,6 +12,8 @@ Everything stays a device tensor (no host sync); the statistics are buffers, so 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -34,14 +36,21 @@ class ValueNorm(nn.Module):
         return mean, var
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        """Fold a batch of returns (any shape, float32) into the running statistics."""
+    def update(self, x: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        """Fold a batch of returns (any shape, float32) into the running statistics.
+
+        ``reduce`` (data-parallel runs) maps this rank's ``[mean, mean of squares]`` to the mean over
+        ranks, so every replica keeps the same statistics.
+        """
         if not self.enabled:
             return
         x = x.detach().float()
+        moments = torch.stack([x.mean(), (x * x).mean()])
+        if reduce is not None:
+            moments = reduce(moments)
         b = self.beta
-        self.running_mean.mul_(b).add_((1 - b) * x.mean())
-        self.running_mean_sq.mul_(b).add_((1 - b) * (x * x).mean())
+        self.running_mean.mul_(b).add_((1 - b) * moments[0])
+        self.running_mean_sq.mul_(b).add_((1 - b) * moments[1])
         self.debiasing_term.mul_(b).add_(1 - b)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
