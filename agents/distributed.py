@@ -8,8 +8,8 @@ What each rank does differently from a single process, and nothing more:
     * it owns ``cuda:{local_rank}`` (or the CPU) and environments ``rank * num_envs ...
       (rank + 1) * num_envs - 1`` of the run's seed, so ranks play disjoint episode streams;
     * after every backward pass the gradients are averaged across ranks with **one flat
-      all-reduce** (our networks are small: a single bucket beats DDP's hooks and per-bucket
-      launches; ``benchmarks/distributed`` has the measurement);
+      all-reduce** right after AMP's unscale and before clipping, inside the trainer's own
+      optimizer step (``python -m benchmarks.distributed`` times it against DDP's bucketed hooks);
     * the value normalizer folds in the mean return statistics of all ranks, so every replica
       normalizes the same way and the parameters stay identical;
     * logged metrics are reduced across ranks (means of means, sums of episode counts) and only

@@ -1,0 +1,188 @@
+"""Data-parallel scaling under torchrun: 1 vs K ranks, each rank one thread (CPU) or one GPU.
+
+    python -m benchmarks.distributed                 # ranks 1 and 2 on the CPU (gloo)
+    python -m benchmarks.distributed --ranks 1 2 4 8 --device cuda
+
+For each rank count it launches ``torchrun --standalone --nproc_per_node=K`` on this module's
+worker, which measures, with every rank busy at once:
+    env     env-steps/s of the batched env alone (random actions), summed over ranks;
+    train   agent-steps/s of whole MAPPO iterations (collection + update + gradient all-reduce);
+    sync    seconds per PPO minibatch update with our one flat gradient all-reduce vs PyTorch
+            DDP (bucketed hooks) on the same networks and minibatch.
+Scaling efficiency = rate(K) / (K x rate(1)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, sync, write_results
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _timed(replicas, device: str, fn, seconds: float) -> tuple[int, float]:
+    """Call ``fn`` until ``seconds`` pass (all ranks start together); return (calls, elapsed)."""
+    replicas.barrier()
+    sync(device)
+    start, calls = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        fn()
+        calls += 1
+    sync(device)
+    return calls, time.perf_counter() - start
+
+
+def worker(args) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from agents.config import load_config
+    from agents.distributed import setup
+    from agents.train_mappo import DEFAULT_CONFIG, build_learner, prepare_batch, read_metrics, train_iteration
+    from uavsim import EnvConfig, UAVSwarmEnv
+
+    torch.set_num_threads(1)
+    replicas = setup(args.device)
+    device = str(replicas.device)
+    rank, world = replicas.rank, replicas.world_size
+    result: dict[str, Any] = {"world_size": world, "device": device}
+
+    env = UAVSwarmEnv(EnvConfig(), num_envs=args.num_envs, device=device, seed=0,
+                      first_env_index=rank * args.num_envs, check_action_range=False)
+    env.reset()
+    gen = torch.Generator(device=device).manual_seed(rank)
+    shape = (args.num_envs, env.num_uavs)
+    step = lambda: env.step(torch.randint(0, env.num_actions, shape, generator=gen, device=device))  # noqa: E731
+    step()
+    calls, elapsed = _timed(replicas, device, step, args.seconds)
+    result["env_steps_per_s"] = float(replicas.sum(torch.tensor(calls * args.num_envs / elapsed, dtype=torch.float64)))
+
+    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
+                                       "run.torch_threads=1", "train.total_env_steps=1000000000"])
+    learner = build_learner(cfg, replicas.device, replicas)
+    read_metrics(train_iteration(learner), replicas)  # warm-up
+    calls, elapsed = _timed(replicas, device, lambda: read_metrics(train_iteration(learner), replicas), args.seconds)
+    agent_steps = calls * cfg.env_steps_per_iteration * env.num_uavs * world
+    result["agent_steps_per_s"] = agent_steps / float(replicas.mean(torch.tensor(elapsed, dtype=torch.float64)))
+
+    if replicas.active:  # gradient synchronisation: one flat all-reduce vs DDP's bucketed hooks
+        batch, _ = prepare_batch(learner)
+        module = PPOLossModule(learner.actor, learner.critic, batch, cfg.train)
+        rows = torch.randperm(batch.actions.shape[0], generator=gen, device=device)[: args.minibatch]
+
+        def flat():
+            module.zero_grad(set_to_none=True)
+            module(rows).backward()
+            replicas.average_gradients(module.parameters())
+
+        ddp = DDP(module, device_ids=None if replicas.device.type == "cpu" else [replicas.device])
+
+        def bucketed():  # DDP syncs the gradients of a forward that went through the wrapper
+            ddp.zero_grad(set_to_none=True)
+            ddp(rows).backward()
+
+        for fn, key in ((flat, "flat_allreduce_s"), (bucketed, "ddp_s")):
+            fn()
+            calls, elapsed = _timed(replicas, device, fn, min(args.seconds, 3.0))
+            result[key] = elapsed / calls
+    if rank == 0:
+        Path(args.out).write_text(json.dumps(result))
+    replicas.close()
+
+
+class PPOLossModule(torch.nn.Module):
+    """The trainer's PPO minibatch loss as a module (DDP wraps modules, not functions)."""
+
+    def __init__(self, actor, critic, batch, train_cfg):
+        super().__init__()
+        self.actor, self.critic, self.batch, self.cfg = actor, critic, batch, train_cfg
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        from agents.ppo import evaluate_actions, ppo_loss
+
+        b, c = self.batch, self.cfg
+        new_logprob, entropy, new_value = evaluate_actions(self.actor, self.critic, b, rows, contextlib.nullcontext)
+        loss, _ = ppo_loss(new_logprob, b.logprobs[rows], b.advantages[rows], entropy, new_value, b.values[rows],
+                           b.returns[rows], c.clip_coef, c.clip_vloss, c.vf_clip_coef, c.ent_coef, c.vf_coef)
+        return loss
+
+
+def run_ranks(args, nproc: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "benchmarks.distributed", "--worker", "--out", str(out), "--device", args.device,
+               "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps), "--seconds", str(args.seconds),
+               "--minibatch", str(args.minibatch)]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"torchrun with {nproc} rank(s) failed:\n{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--device", default="cpu", help="cpu, or auto (cuda:{local_rank} when CUDA is available)")
+    p.add_argument("--num-envs", type=int, default=512, help="environments per rank")
+    p.add_argument("--num-steps", type=int, default=32, help="rollout length per iteration")
+    p.add_argument("--seconds", type=float, default=8.0, help="length of each timed phase")
+    p.add_argument("--minibatch", type=int, default=4096, help="rows of the gradient-sync comparison's minibatch")
+    p.add_argument("--timeout", type=int, default=600)
+    p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    args = p.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    if args.quick:
+        args.num_envs, args.num_steps, args.seconds, args.minibatch = 32, 8, 0.5, 256
+    rows = [run_ranks(args, k) for k in args.ranks]
+    base = rows[0]
+    for r in rows:
+        k = r["world_size"] / base["world_size"]
+        r["env_scaling"] = r["env_steps_per_s"] / base["env_steps_per_s"]
+        r["env_efficiency"] = r["env_scaling"] / k
+        r["train_scaling"] = r["agent_steps_per_s"] / base["agent_steps_per_s"]
+        r["train_efficiency"] = r["train_scaling"] / k
+    payload = {"benchmark": "distributed", "machine": machine_info(), "quick": args.quick,
+               "settings": {"num_envs_per_rank": args.num_envs, "num_steps": args.num_steps,
+                            "seconds": args.seconds, "threads_per_rank": 1, "device": args.device},
+               "results": rows}
+    paths = write_results("distributed", payload, table(payload), None, args.out_dir)
+    print(table(payload))
+    print("wrote", ", ".join(str(p) for p in paths.values()))
+    return paths
+
+
+def table(payload: dict[str, Any]) -> str:
+    m, s = payload["machine"], payload["settings"]
+    lines = [f"# Data-parallel scaling ({'quick' if payload['quick'] else 'full'})", "",
+             f"{m['cpu']} ({m['cpu_count']} cores); device {s['device']}, 1 thread per rank; "
+             f"{s['num_envs_per_rank']} envs per rank, rollout {s['num_steps']}; torch {m['torch']}; {m['date']}", "",
+             "| ranks | env-steps/s | x 1 rank | efficiency | agent-steps/s (train) | x 1 rank | efficiency "
+             "| flat all-reduce update s | DDP update s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in payload["results"]:
+        f = lambda key: f"{r[key] * 1e3:.2f} ms" if key in r else "-"  # noqa: E731
+        lines.append(f"| {r['world_size']} | {fmt_rate(r['env_steps_per_s'])} | {r['env_scaling']:.2f} | "
+                     f"{r['env_efficiency']:.0%} | {fmt_rate(r['agent_steps_per_s'])} | {r['train_scaling']:.2f} | "
+                     f"{r['train_efficiency']:.0%} | {f('flat_allreduce_s')} | {f('ddp_s')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
