@@ -92,7 +92,8 @@ def median_rate(run: Callable[[], None], items_per_run: int, repeats: int, devic
 
 def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Callable[[Path], None] | None,
                   out_dir: Path = RESULTS_DIR) -> dict[str, Path]:
-    """Write ``<name>-<machine>-<date>.json`` / ``.md`` (and ``.png`` if ``plot``); return the paths."""
+    """Write ``<name>-<machine>-<date>.json`` / ``.md`` (and ``.png`` if ``plot``), print the table;
+    return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}"
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
@@ -101,6 +102,8 @@ def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Calla
     if plot is not None:
         paths["png"] = out_dir / f"{stem}.png"
         plot(paths["png"])
+    print(table_md)
+    print("wrote", ", ".join(str(p) for p in paths.values()))
     return paths
 
 

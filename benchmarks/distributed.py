@@ -163,8 +163,6 @@ def main(argv: list[str] | None = None):
                             "seconds": args.seconds, "threads_per_rank": 1, "device": args.device},
                "results": rows}
     paths = write_results("distributed", payload, table(payload), None, args.out_dir)
-    print(table(payload))
-    print("wrote", ", ".join(str(p) for p in paths.values()))
     return paths
 
 

@@ -273,8 +273,6 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     args.warmup = 1 if args.quick else 3
     payload = measure(args)
     paths = write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
-    print(table(payload))
-    print("wrote", ", ".join(str(p) for p in paths.values()))
     return paths
 
 

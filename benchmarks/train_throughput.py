@@ -214,8 +214,6 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     args.iterations = args.iterations or (2 if args.quick else 5)
     payload = measure(args)
     paths = write_results("train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
-    print(table(payload))
-    print("wrote", ", ".join(str(p) for p in paths.values()))
     return paths
 
 
