@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from uavsim import rules
 from uavsim.env import UAVSwarmEnv
 from uavsim.rules import BLOCKED, FREE
 
@@ -44,6 +45,7 @@ class GreedyFrontierPolicy:
         self.hp, self.wp = cfg.grid_height + 2 * cfg.pad, cfg.grid_width + 2 * cfg.pad
         self.moves = env._moves  # [A, 2]
         self.move_offsets = self.moves[:, 0] * self.wp + self.moves[:, 1]  # [A] in padded flat cells
+        self.shifts = rules.move_table(cfg)[1:].tolist()  # host copy for torch.roll: no device read per call
         self.generator = torch.Generator(device=env.device)
         self.generator.manual_seed(seed)
 
@@ -66,7 +68,7 @@ class GreedyFrontierPolicy:
                 if bool(seen.isfinite().any(2).all()):
                     break
             best = dist
-            for dr, dc in self.moves[1:].tolist():  # the border is blocked, so roll never wraps a path
+            for dr, dc in self.shifts:  # the border is blocked, so roll never wraps a path
                 best = torch.minimum(best, torch.roll(dist, shifts=(dr, dc), dims=(1, 2)) + 1)
             best = torch.where(blocked, inf, best)
             if i % self.check_every == 0 and torch.equal(best, dist):
