@@ -71,7 +71,7 @@ def env_codes(env: "UAVSwarmEnv", env_index: int) -> tuple[np.ndarray, np.ndarra
         raise ValueError(f"env_index must be in [0, {env.num_envs}), got {env_index}")
     state = env.state
     grid = state["cells"][env_index].view(cfg.grid_height + 2 * p, -1)[p : p + cfg.grid_height, p : p + cfg.grid_width]
-    return grid.cpu().numpy(), state["pos"][env_index].cpu().numpy()
+    return grid.cpu().numpy().copy(), state["pos"][env_index].cpu().numpy().copy()  # CPU arrays would alias the state
 
 
 def render_env(env: "UAVSwarmEnv", env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:
