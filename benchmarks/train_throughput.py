@@ -8,11 +8,13 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
 ``num_envs`` x UAVs), the same epochs and minibatches, and MLPs of the same width and depth:
 
     ours     agents.train_mappo's iteration: device-resident storage, our GAE and PPO update.
-    torchrl  ``torchrl.collectors.Collector`` over the TorchRL adapter, a ``MultiAgentMLP`` actor
-             (decentralized, shared parameters) in a ``ProbabilisticActor``, a centralized
-             ``MultiAgentMLP`` critic (TorchRL's MAPPO recipe: the critic sees every UAV's local
-             observation), ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam with
-             gradient clipping.
+    torchrl  ``torchrl.collectors.Collector`` over the TorchRL adapter, our actor and critic
+             modules (the very same arithmetic as ``ours``) in a ``ProbabilisticActor`` and a
+             ``TensorDictModule``, ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam
+             with gradient clipping: the pipelines differ, the networks do not.
+    torchrl-multiagentmlp  the same with TorchRL's MAPPO recipe networks: a ``MultiAgentMLP``
+             actor and a centralized ``MultiAgentMLP`` critic over all UAVs' local observations,
+             run once per environment step rather than once per UAV (less arithmetic than ours).
 
 The figure is agent-steps per second of whole iterations (collection + update), warm-up excluded,
 median of the timed iterations; AMP modes run under ``torch.autocast`` (bf16 everywhere, fp16
@@ -49,7 +51,47 @@ def ours_iteration_runner(args, amp: str, device: str):
     return iteration
 
 
-def torchrl_iteration_runner(args, amp: str, device: str):
+class _AgentsActor(torch.nn.Module):
+    """Our `Actor` on TorchRL's layout: ``[..., N, L]`` observations -> ``[..., N, A]`` logits."""
+
+    def __init__(self, actor):
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        n = obs.shape[-2]
+        flat = obs.reshape(-1, obs.shape[-1])
+        agent = torch.arange(n, device=obs.device).repeat(flat.shape[0] // n)
+        return self.actor(flat, agent).float().view(*obs.shape[:-1], -1)
+
+
+class _AgentsCritic(torch.nn.Module):
+    """Our `Critic` on TorchRL's layout: ``state [..., S]`` and ``[..., N, L]`` -> ``[..., N, 1]``."""
+
+    def __init__(self, critic):
+        super().__init__()
+        self.critic = critic
+
+    def forward(self, state: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        n = obs.shape[-2]
+        flat = obs.reshape(-1, obs.shape[-1])
+        agent = torch.arange(n, device=obs.device).repeat(flat.shape[0] // n)
+        value = self.critic(state.reshape(-1, state.shape[-1]), flat, agent, state_repeat=n)
+        return value.view(*obs.shape[:-1], 1)
+
+
+def torchrl_runner(networks: str):
+    """TorchRL's collector, GAE and ClipPPOLoss around ``networks``: ``"ours"`` (the trainer's own
+    actor and critic, so both pipelines do the same arithmetic) or ``"multiagentmlp"`` (TorchRL's
+    MAPPO recipe: MultiAgentMLP actor, centralized MultiAgentMLP critic over all local observations)."""
+
+    def run(args, amp, device):
+        return torchrl_iteration_runner(args, amp, device, networks)
+
+    return run
+
+
+def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"):
     from tensordict.nn import TensorDictModule
     from torch import nn
     from torchrl.collectors import Collector
@@ -57,22 +99,30 @@ def torchrl_iteration_runner(args, amp: str, device: str):
     from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
     from agents.config import load_config
+    from agents.networks import Critic, make_actor
     from agents.train_mappo import DEFAULT_CONFIG
     from uavsim.adapters.torchrl_env import UAVTorchRLEnv
 
-    cfg = load_config(DEFAULT_CONFIG, [])
+    cfg = load_config(DEFAULT_CONFIG, [f"model.hidden_size={args.hidden}"])
     env_cfg = cfg.env_config()
     env = UAVTorchRLEnv(args.num_envs, env_cfg, seed=cfg.seed, device=device, check_action_range=False)
     n, obs_dim, num_actions = env_cfg.num_uavs, env_cfg.local_obs_dim, env_cfg.num_actions
-    mlp = dict(n_agents=n, share_params=True, depth=cfg.model.num_layers, num_cells=args.hidden,
-               activation_class=nn.Tanh, device=device)
+    if networks == "ours":
+        gen = torch.Generator().manual_seed(cfg.seed)
+        actor_net = _AgentsActor(make_actor(env_cfg, cfg.model, gen)).to(device)
+        critic = TensorDictModule(
+            _AgentsCritic(Critic(env_cfg.state_dim, obs_dim, n, cfg.model, gen)).to(device),
+            in_keys=["state", ("agents", "observation")], out_keys=[("agents", "state_value")])
+    else:
+        mlp = dict(n_agents=n, share_params=True, depth=cfg.model.num_layers, num_cells=args.hidden,
+                   activation_class=nn.Tanh, device=device)
+        actor_net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=num_actions, centralized=False, **mlp)
+        critic = TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, centralized=True, **mlp),
+                                  in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
     actor = ProbabilisticActor(
-        TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=num_actions, centralized=False, **mlp),
-                         in_keys=[("agents", "observation")], out_keys=[("agents", "logits")]),
+        TensorDictModule(actor_net, in_keys=[("agents", "observation")], out_keys=[("agents", "logits")]),
         spec=env.full_action_spec[env.action_key], in_keys=[("agents", "logits")], out_keys=[env.action_key],
         distribution_class=torch.distributions.Categorical, return_log_prob=True)
-    critic = TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, centralized=True, **mlp),
-                              in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
     tc = cfg.train
     loss = ClipPPOLoss(actor, critic, clip_epsilon=tc.clip_coef, entropy_coeff=tc.ent_coef, critic_coeff=tc.vf_coef,
                        normalize_advantage=tc.norm_adv, loss_critic_type="l2")
@@ -117,7 +167,8 @@ def amp_context(amp: str, device: str):
     return lambda: torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
-PIPELINES = {"ours": ours_iteration_runner, "torchrl": torchrl_iteration_runner}
+PIPELINES = {"ours": ours_iteration_runner, "torchrl": torchrl_runner("ours"),
+             "torchrl-multiagentmlp": torchrl_runner("multiagentmlp")}
 
 
 def measure(args) -> dict[str, Any]:
@@ -164,7 +215,7 @@ def table(payload: dict[str, Any]) -> str:
              + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}",
              f"Batch: {s['num_steps']} steps x {s['num_envs']} envs x 10 UAVs; {s['epochs']} epochs x "
              f"{s['minibatches']} minibatches; hidden {s['hidden']}; median of {s['iterations']} iterations", "",
-             "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL stock |", "|---|---|---|---:|---:|---:|"]
+             "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL (same networks) |", "|---|---|---|---:|---:|---:|"]
     for r in payload["results"]:
         x = "-" if r["speedup_vs_torchrl"] is None else f"{r['speedup_vs_torchrl']:.2f}"
         lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {fmt_rate(r['agent_steps_per_s'])} "
@@ -181,10 +232,11 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     rows = payload["results"]
     labels = [f"{r['device']}\n{r['amp']}" for r in rows if r["pipeline"] == "ours"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    width = 0.38
-    for k, name in enumerate(("ours", "torchrl")):
+    names = list(dict.fromkeys(r["pipeline"] for r in rows))
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
         ys = [r["agent_steps_per_s"] for r in rows if r["pipeline"] == name]
-        ax.bar([i + (k - 0.5) * width for i in range(len(ys))], ys, width, label=name)
+        ax.bar([i + (k - (len(names) - 1) / 2) * width for i in range(len(ys))], ys, width, label=name)
     ax.set_xticks(range(len(labels)), labels)
     ax.set(ylabel="agent-steps / s (collection + update)", yscale="log",
            title=f"MAPPO iteration throughput — {payload['machine'].get('gpu', payload['machine']['cpu'])}"[:90])
