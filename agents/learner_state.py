@@ -1,0 +1,75 @@
+"""The checkpoint payload of a training run: what `Learner` holds, and every rank's part of it.
+
+`learner_state` gathers it (a collective under torchrun: every rank calls it; rank 0 saves) and
+checks that the data-parallel replicas still hold identical parameters; `load_learner_state`
+restores it into a freshly built learner and says clearly when the checkpoint does not fit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from agents import checkpoint as ckpt
+from agents.config import to_dict
+
+if TYPE_CHECKING:
+    from agents.train_mappo import Learner
+
+
+def _rank_state(learner: Learner) -> dict:
+    """What differs between ranks: the environments and the random streams."""
+    env = learner.env.state_dict()
+    env["state"] = {k: v.cpu() for k, v in env["state"].items()}
+    return {"env": env, "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
+                                "torch": torch.get_rng_state()}}
+
+
+def parameter_checksum(learner: Learner) -> float:
+    """Sum of all actor and critic parameters (float64): equal on every rank while replicas agree."""
+    params = list(learner.actor.parameters()) + list(learner.critic.parameters())
+    return float(torch.stack([p.detach().double().sum() for p in params]).sum())
+
+
+def learner_state(learner: Learner) -> dict:
+    """The checkpoint payload. With several ranks this is a collective: call it on every rank."""
+    ranks = learner.replicas.gather_objects(_rank_state(learner))
+    checksums = learner.replicas.gather_objects(parameter_checksum(learner))
+    if len(set(checksums)) != 1:
+        raise RuntimeError(f"data-parallel replicas diverged: parameter checksums {checksums}")
+    return {
+        "format_version": ckpt.FORMAT_VERSION, "config": to_dict(learner.cfg),
+        "env_steps": learner.env_steps, "iteration": learner.iteration, "bad_iterations": learner.bad_iterations,
+        "actor": learner.actor.state_dict(), "critic": learner.critic.state_dict(),
+        "value_norm": learner.value_norm.state_dict(), "optimizer": learner.optimizer.state_dict(),
+        "scaler": learner.scaler.state_dict(), "world_size": learner.replicas.world_size,
+        "replica_checksums": checksums, **ranks[0], "ranks": ranks,
+    }
+
+
+def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
+    """Restore a checkpoint into a freshly built learner; a mismatch is a `CheckpointError`."""
+    saved_world = int(payload.get("world_size", 1))
+    if saved_world != learner.replicas.world_size:
+        raise ckpt.CheckpointError(
+            f"checkpoint {source} was written by {saved_world} rank(s) but this run has "
+            f"{learner.replicas.world_size}: resume with torchrun --nproc_per_node={saved_world} (or nnodes x "
+            f"nproc_per_node = {saved_world}), since every rank's environments are part of the state")
+    own = payload["ranks"][learner.replicas.rank] if "ranks" in payload else payload
+    try:
+        learner.actor.load_state_dict(payload["actor"])
+        learner.critic.load_state_dict(payload["critic"])
+        learner.value_norm.load_state_dict(payload["value_norm"])
+        learner.optimizer.load_state_dict(payload["optimizer"])
+        if payload["scaler"]:
+            learner.scaler.load_state_dict(payload["scaler"])
+        learner.env.load_state_dict(own["env"])
+        learner.action_gen.set_state(own["rng"]["action"])
+        learner.minibatch_gen.set_state(own["rng"]["minibatch"])
+        torch.set_rng_state(own["rng"]["torch"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        raise ckpt.CheckpointError(f"checkpoint {source} does not match this learner: {err}") from None
+    learner.env_steps, learner.iteration = int(payload["env_steps"]), int(payload["iteration"])
+    learner.bad_iterations = int(payload.get("bad_iterations", 0))
+    learner.obs = learner.env.observe()  # the observation is a function of the environment state
