@@ -33,13 +33,20 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _timed(replicas, device: str, fn, seconds: float) -> tuple[int, float]:
-    """Call ``fn`` until ``seconds`` pass (all ranks start together); return (calls, elapsed)."""
+    """Call ``fn`` about ``seconds`` long on every rank; return (calls, elapsed).
+
+    ``fn`` may run collectives, so every rank must make the same number of calls: rank 0 sizes
+    the loop from one timed call and tells the others.
+    """
     replicas.barrier()
+    start = time.perf_counter()
+    fn()
     sync(device)
-    start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
+    calls = replicas.broadcast_object(int(min(10_000, max(2, seconds / max(time.perf_counter() - start, 1e-6)))))
+    replicas.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
         fn()
-        calls += 1
     sync(device)
     return calls, time.perf_counter() - start
 
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None):
         return worker(args)
     if args.quick:
         args.num_envs, args.num_steps, args.seconds, args.minibatch = 32, 8, 0.5, 256
+        args.timeout = min(args.timeout, 180)
     rows = [run_ranks(args, k) for k in args.ranks]
     base = rows[0]
     for r in rows:
