@@ -25,7 +25,7 @@ test: setup  ## the whole test suite (what CI runs)
 	$(BIN)/python -m pytest -q $(ARGS)
 
 demo: setup  ## environment demo: throughput of the batched env vs the NumPy reference
-	$(BIN)/python -m benchmarks.env_throughput --quick --backends reference-loop batched-cpu
+	$(BIN)/python -m benchmarks.env_throughput --quick --backends reference-loop batched-cpu --out-dir runs/demo
 
 bench: setup  ## full benchmarks, results into benchmarks/results/
 	$(BIN)/python -m benchmarks.env_throughput
