@@ -101,18 +101,16 @@ class Replicas:
 
 
 def setup(device_name: str = "auto", timeout_s: float = 600.0) -> Replicas:
-    """Join the torchrun process group if launched by torchrun; pick this rank's device.
+    """Join the torchrun process group when launched by torchrun; otherwise a single process.
 
-    ``device_name`` is the config's ``run.device``: ``auto`` gives ``cuda:{local_rank}`` when CUDA is
-    available, else the CPU; an explicit ``cpu`` keeps every rank on the CPU (gloo).
+    Under torchrun ``device_name`` (the config's ``run.device``) ``cpu`` keeps every rank on the CPU
+    (gloo); anything else gives ``cuda:{local_rank}`` when CUDA is available, else the CPU. A single
+    process gets ``Replicas()`` and its caller picks (and checks) the device as usual.
     """
     from agents.placement.dist import read_dist_env
 
     env: DistEnv = read_dist_env()
-    device = None
-    if device_name == "cpu":
-        device = torch.device("cpu")
-    elif device_name != "auto" and not env.is_distributed:
-        device = torch.device(device_name)
-    env, dev = init_distributed(env, device, timeout_s=timeout_s)
+    if not env.is_distributed:
+        return Replicas()
+    env, dev = init_distributed(env, torch.device("cpu") if device_name == "cpu" else None, timeout_s=timeout_s)
     return Replicas(rank=env.rank, world_size=env.world_size, device=dev)
