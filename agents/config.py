@@ -250,5 +250,6 @@ def check_config(cfg: Config) -> None:
         cfg.env_config()  # EnvConfig's own range checks
     except (TypeError, ValueError) as err:
         raise type(err)(f"config section 'env': {err}") from None
-    need(cfg.batch_size % t.num_minibatches == 0, "train.num_minibatches",
-         f"a divisor of the batch size num_steps*num_envs*num_uavs = {cfg.batch_size}")
+    need(cfg.env_steps_per_iteration % t.num_minibatches == 0, "train.num_minibatches",
+         "a divisor of num_steps*num_envs (minibatches take whole environment steps) = "
+         f"{cfg.env_steps_per_iteration}")

@@ -1,8 +1,9 @@
 """MAPPO networks: a decentralized actor shared by all UAVs and a centralized (or local) critic.
 
 Both take flat samples, one row per (environment, UAV): the rollout flattens `[B, N, ...]` to
-`[B * N, ...]`, the update gathers minibatch rows from `[T * B * N, ...]`, and both call the same
-`forward`, so a log-probability is computed the same way in both places.
+`[B * N, ...]`, the update gathers whole environment steps (all N agents of each) from
+`[T * B, N, ...]`, and both call the same `forward`, so a log-probability is computed the same way
+in both places, and the global state's share of a first layer is computed once per environment step.
 
     Actor  : [local obs (L), one-hot agent id (N)]                      -> logits [A]
     Critic : [global state (S), local obs (L), one-hot agent id (N)]    -> value  (mappo)
@@ -51,16 +52,24 @@ class SplitInputLinear(nn.Module):
         self.linear = layer_init(nn.Linear(sum(dims) + num_agents, out_dim), generator=generator)
 
     def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
-        w, col = self.linear.weight, 0
-        out = None
+        w, bias = self.linear.weight, self.linear.bias
+        out, shared, col = None, [], 0
         for x, d, r in zip(parts, self.dims, repeats):
-            y = F.linear(x, w[:, col:col + d])
-            y = y.repeat_interleave(r, dim=0) if r > 1 else y
-            out = y if out is None else out + y
-            col += d
+            w_part, col = w[:, col:col + d], col + d
+            if r > 1:
+                shared.append((x, w_part, r))
+            else:  # per-row parts accumulate in the GEMM itself (addmm), no separate add pass
+                out = F.linear(x, w_part, bias) if out is None else torch.addmm(out, x, w_part.t())
         if self.num_agents:
-            out = out + w[:, col:].t()[agent].to(out.dtype)
-        return out + self.linear.bias.to(out.dtype)
+            # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
+            # backward is a serial index_put on the CPU, measured at a quarter of the update.
+            one_hot = F.one_hot(agent, self.num_agents).to(w.dtype)
+            out = F.linear(one_hot, w[:, col:], bias) if out is None else torch.addmm(out, one_hot, w[:, col:].t())
+        for x, w_part, r in shared:  # one product per run of `r` rows, broadcast over the run
+            y = F.linear(x, w_part).unsqueeze(1)
+            out = (y.expand(-1, r, -1) + bias.to(y.dtype) if out is None
+                   else out.view(-1, r, out.shape[-1]) + y).reshape(-1, y.shape[-1])
+        return out
 
 
 class _MLP(nn.Module):
@@ -82,8 +91,9 @@ class _MLP(nn.Module):
 
 
 class Actor(nn.Module):
-    """`forward(local [M, L] f32, agent [M] int64, shared_map [M, 2 P^2] | None) -> logits [M, A]`
-    (autocast dtype under AMP).
+    """`forward(local [M, L] f32, agent [M] int64, shared_map | None, map_repeat=1) -> logits [M, A]`
+    (autocast dtype under AMP). `shared_map` is `[M, 2 P^2]`, or `[M / map_repeat, 2 P^2]` shared by
+    runs of `map_repeat` consecutive rows (one environment's agents).
 
     `map_dim > 0` (`model.actor_shared_map`) adds the pooled obstacle and coverage map of the
     global state to the actor's input: UAVs that share one coverage map by communication. It is
@@ -97,9 +107,10 @@ class Actor(nn.Module):
         dims = [local_dim, map_dim] if map_dim else [local_dim]
         self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
 
-    def forward(self, local: torch.Tensor, agent: torch.Tensor, shared_map: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, local: torch.Tensor, agent: torch.Tensor, shared_map: torch.Tensor | None = None,
+                map_repeat: int = 1) -> torch.Tensor:
         if self.map_dim:
-            return self.net([local, shared_map], agent, [1, 1])
+            return self.net([local, shared_map], agent, [1, map_repeat])
         return self.net([local], agent, [1])
 
 

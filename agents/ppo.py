@@ -117,8 +117,8 @@ def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, ac
 class Batch:
     """A flattened rollout. Rows index (t, b, n) in that order; `state` rows index (t, b)."""
 
-    local: torch.Tensor  # [T*B*N, L] float32
-    state: torch.Tensor  # [T*B, S] float32
+    local: torch.Tensor  # [T*B*N, L] float32, or the AMP dtype
+    state: torch.Tensor  # [T*B, S] float32, or the AMP dtype
     actions: torch.Tensor  # [T*B*N] uint8
     logprobs: torch.Tensor  # [T*B*N] float32
     values: torch.Tensor  # [T*B*N] float32, normalized scale
@@ -127,30 +127,44 @@ class Batch:
     num_agents: int
 
 
-def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, rows: torch.Tensor,
+def frame_rows(frames: torch.Tensor, num_agents: int) -> torch.Tensor:
+    """`[F * N]` flat row indices of every agent of the environment steps `frames [F]`, agent-minor."""
+    return (frames.unsqueeze(1) * num_agents + torch.arange(num_agents, device=frames.device)).reshape(-1)
+
+
+def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.Tensor,
                      autocast: Callable[[], contextlib.AbstractContextManager]):
-    """Forward the minibatch `rows` through both networks: (new_logprob, entropy, new_value)."""
-    agent = rows % batch.num_agents
-    local = batch.local[rows]
-    state = batch.state[rows // batch.num_agents] if critic.centralized or actor.map_dim else None
+    """Forward the minibatch of environment steps `frames` (indices into `T * B`; every agent of
+    each) through both networks: `(rows, new_logprob, entropy, new_value)`, `rows` being the flat
+    agent-step indices, in the order of the other outputs.
+
+    Whole environment steps, as in the rollout: the global state's share of the critic's first
+    layer (and the shared map's of the actor's) is computed once per step, not once per agent.
+    """
+    n = batch.num_agents
+    rows = frame_rows(frames, n)
+    agent = rows % n
+    local = batch.local.view(-1, n, batch.local.shape[-1])[frames].reshape(rows.shape[0], -1)
+    state = batch.state[frames] if critic.centralized or actor.map_dim else None
     shared_map = state[:, :actor.map_dim] if actor.map_dim else None
     with autocast():
-        logits = actor(local, agent, shared_map)
-        new_value = critic(state, local, agent)
+        logits = actor(local, agent, shared_map, map_repeat=n)
+        new_value = critic(state, local, agent, state_repeat=n)
     new_logprob, entropy = categorical(logits, batch.actions[rows])
-    return new_logprob, entropy, new_value
+    return rows, new_logprob, entropy, new_value
 
 
 def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler,
            batch: Batch, cfg: TrainConfig, generator: torch.Generator,
            autocast: Callable[[], contextlib.AbstractContextManager],
            sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None) -> dict[str, torch.Tensor]:
-    """`update_epochs` passes over `batch` in `num_minibatches` random minibatches.
+    """`update_epochs` passes over `batch` in `num_minibatches` random minibatches of whole
+    environment steps (`T * B / num_minibatches` steps, all their agents).
 
     Returns mean statistics over all minibatches as 0-dim device tensors (and `skipped_updates`,
     a count). The random permutations draw from `generator`.
     """
-    n = batch.actions.shape[0]
+    n = batch.state.shape[0]  # environment steps; each minibatch takes all agents of its steps
     mb_size = n // cfg.num_minibatches
     device = batch.actions.device
     sums: dict[str, torch.Tensor] = {}
@@ -161,8 +175,8 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
     for _epoch in range(cfg.update_epochs):
         perm = torch.randperm(n, generator=generator, device=device)
         for start in range(0, n, mb_size):
-            mb_inds = perm[start:start + mb_size]
-            new_logprob, entropy, new_value = evaluate_actions(actor, critic, batch, mb_inds, autocast)
+            mb_inds, new_logprob, entropy, new_value = evaluate_actions(
+                actor, critic, batch, perm[start:start + mb_size], autocast)
             loss, stats = ppo_loss(
                 new_logprob, batch.logprobs[mb_inds], batch.advantages[mb_inds], entropy,
                 new_value, batch.values[mb_inds], batch.returns[mb_inds],

@@ -1,7 +1,8 @@
 """Device-resident rollout storage and the collection loop (environment + policy, no host reads).
 
 `Storage` is preallocated once on the environment's device, `[T, B, N, ...]` per agent and
-`[T, B, ...]` per environment, in the most compact exact dtype (actions `uint8`, flags `bool`).
+`[T, B, ...]` per environment, in the most compact exact dtype (actions `uint8`, flags `bool`;
+observations in the AMP dtype under AMP, the dtype the networks' autocast would cast them to).
 `collect` fills it for T steps; episode statistics accumulate in `EpisodeStats`, on the device too,
 and the trainer reads them once per iteration.
 """
@@ -21,8 +22,10 @@ from uavsim.env import UAVSwarmEnv
 
 @dataclass
 class Storage:
-    local: torch.Tensor  # [T, B, N, L] float32  local observations
-    state: torch.Tensor  # [T, B, S] float32     global state
+    local: torch.Tensor  # [T, B, N, L] obs dtype  local observations
+    state: torch.Tensor  # [T, B, S] obs dtype     global state
+    final_local: torch.Tensor  # [T, B, N, L] obs dtype  observation after step t, before any reset
+    final_state: torch.Tensor  # [T, B, S] obs dtype
     actions: torch.Tensor  # [T, B, N] uint8
     logprobs: torch.Tensor  # [T, B, N] float32
     values: torch.Tensor  # [T, B, N] float32     V(obs_t), denormalized
@@ -32,13 +35,20 @@ class Storage:
     truncated: torch.Tensor  # [T, B] bool
 
     @classmethod
-    def allocate(cls, num_steps: int, env: UAVSwarmEnv) -> "Storage":
+    def allocate(cls, num_steps: int, env: UAVSwarmEnv, obs_dtype: torch.dtype = torch.float32) -> "Storage":
+        """`obs_dtype`: float32, or the AMP dtype, which the networks' autocast casts observations
+        to anyway (the same rounding), so storing them cast loses nothing the networks would see
+        and halves the update's gathers."""
         if env.num_actions > 256:
             raise ValueError(f"uint8 action storage needs num_actions <= 256, got {env.num_actions}")
+        if obs_dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise TypeError(f"obs_dtype must be float32, bfloat16 or float16, got {obs_dtype}")
         t, b, n, dev = num_steps, env.num_envs, env.num_uavs, env.device
         f32 = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=dev)  # noqa: E731
+        obs = lambda *shape: torch.zeros(*shape, dtype=obs_dtype, device=dev)  # noqa: E731
         return cls(
-            local=f32(t, b, n, env.local_obs_dim), state=f32(t, b, env.state_dim),
+            local=obs(t, b, n, env.local_obs_dim), state=obs(t, b, env.state_dim),
+            final_local=obs(t, b, n, env.local_obs_dim), final_state=obs(t, b, env.state_dim),
             actions=torch.zeros(t, b, n, dtype=torch.uint8, device=dev),
             logprobs=f32(t, b, n), values=f32(t, b, n), next_values=f32(t, b, n), rewards=f32(t, b, n),
             terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
@@ -105,9 +115,9 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
     """Actions `[B, N]` int64 and their log-probabilities `[B, N]` float32 for `obs`."""
     local = obs["local"]
     b, n, _ = local.shape
-    shared_map = obs["state"][:, :actor.map_dim].repeat_interleave(n, dim=0) if actor.map_dim else None
+    shared_map = obs["state"][:, :actor.map_dim] if actor.map_dim else None
     with autocast():
-        logits = actor(local.reshape(b * n, -1), agent, shared_map)
+        logits = actor(local.reshape(b * n, -1), agent, shared_map, map_repeat=n)
     actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
     logprob, _ = categorical(logits, actions)
     return actions.view(b, n), logprob.view(b, n)
@@ -123,29 +133,50 @@ def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor]
     return value_norm.denormalize(v).view(b, n)
 
 
+# Rows per critic call when the rollout's values are computed after it: big enough for efficient
+# matmuls, small enough to bound the activations' memory on large GPU batches.
+VALUE_CHUNK_ROWS = 1 << 16
+
+
+def values_of_steps(critic: Critic, value_norm: ValueNorm, local: torch.Tensor, state: torch.Tensor,
+                    autocast: Callable[[], contextlib.AbstractContextManager], out: torch.Tensor) -> None:
+    """Write the denormalized values of observations `local [T, B, N, L]`, `state [T, B, S]` into
+    `out [T, B, N]`, a few time steps per critic call."""
+    t, b, n, _ = local.shape
+    steps = max(1, VALUE_CHUNK_ROWS // (b * n))
+    agent = agent_ids(steps * b, n, local.device)
+    for start in range(0, t, steps):
+        k = min(steps, t - start)
+        obs = {"local": local[start:start + k].reshape(k * b, n, -1),
+               "state": state[start:start + k].reshape(k * b, -1)}
+        out[start:start + k] = value_of(critic, value_norm, obs, agent[:k * b * n], autocast).view(k, b, n)
+
+
 @torch.no_grad()
 def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
             obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,
             generator: torch.Generator, autocast: Callable[[], contextlib.AbstractContextManager]):
     """Fill `storage` with `T` steps starting from `obs`; return the observation after the last.
 
-    For step t: values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap
-    target that GAE uses where the step was truncated or the rollout ends.
+    values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
+    uses where the step was truncated or the rollout ends. The steps run the actor only; the
+    critic then evaluates all stored observations in a few large calls (the same numbers, far
+    fewer and better-shaped matmuls than two small calls per step).
     """
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    value = value_of(critic, value_norm, obs, agent, autocast)
     for t in range(storage.actions.shape[0]):
         actions, logprob = policy_step(actor, obs, agent, generator, autocast)
         storage.local[t] = obs["local"]
         storage.state[t] = obs["state"]
         storage.actions[t] = actions
         storage.logprobs[t] = logprob
-        storage.values[t] = value
         obs, reward, terminated, truncated, info = env.step(actions)
+        storage.final_local[t] = info["final_obs"]["local"]
+        storage.final_state[t] = info["final_obs"]["state"]
         storage.rewards[t] = reward
         storage.terminated[t] = terminated
         storage.truncated[t] = truncated
-        storage.next_values[t] = value_of(critic, value_norm, info["final_obs"], agent, autocast)
-        value = value_of(critic, value_norm, obs, agent, autocast)
         stats.add(terminated, truncated, info)
+    values_of_steps(critic, value_norm, storage.local, storage.state, autocast, storage.values)
+    values_of_steps(critic, value_norm, storage.final_local, storage.final_state, autocast, storage.next_values)
     return obs

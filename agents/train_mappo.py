@@ -53,12 +53,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def amp_dtype(amp: Amp) -> torch.dtype:
+    """The dtype the networks compute in: float32, or autocast's bfloat16/float16."""
+    return {Amp.off: torch.float32, Amp.bf16: torch.bfloat16, Amp.fp16: torch.float16}[amp]
+
+
 def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
     """A factory of autocast contexts for forward passes (`nullcontext` when AMP is off)."""
     if amp == Amp.off:
         return contextlib.nullcontext
-    dtype = torch.bfloat16 if amp == Amp.bf16 else torch.float16
-    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+    return lambda: torch.autocast(device_type=device.type, dtype=amp_dtype(amp))
 
 
 def seed_everything(cfg: Config) -> None:
@@ -109,7 +113,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
         action_gen=torch.Generator(device).manual_seed(cfg.seed + 1 + 1000 * replicas.rank),
         minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2 + 1000 * replicas.rank),
-        storage=Storage.allocate(cfg.train.num_steps, env),
+        storage=Storage.allocate(cfg.train.num_steps, env, amp_dtype(cfg.train.amp)),
         stats=EpisodeStats(device, env.config.max_steps),
         obs=env.reset(),
         autocast=make_autocast(cfg.train.amp, device),

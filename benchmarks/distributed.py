@@ -15,7 +15,6 @@ Scaling efficiency = rate(K) / (K x rate(1)).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -85,19 +84,19 @@ def worker(args) -> None:
 
     if replicas.active:  # gradient synchronisation: one flat all-reduce vs DDP's bucketed hooks
         batch, _ = prepare_batch(learner)
-        module = PPOLossModule(learner.actor, learner.critic, batch, cfg.train)
-        rows = torch.randperm(batch.actions.shape[0], generator=gen, device=device)[: args.minibatch]
+        module = PPOLossModule(learner.actor, learner.critic, batch, cfg.train, learner.autocast)
+        frames = torch.randperm(batch.state.shape[0], generator=gen, device=device)[: args.minibatch // batch.num_agents]
 
         def flat():
             module.zero_grad(set_to_none=True)
-            module(rows).backward()
+            module(frames).backward()
             replicas.average_gradients(module.parameters())
 
         ddp = DDP(module, device_ids=None if replicas.device.type == "cpu" else [replicas.device])
 
         def bucketed():  # DDP syncs the gradients of a forward that went through the wrapper
             ddp.zero_grad(set_to_none=True)
-            ddp(rows).backward()
+            ddp(frames).backward()
 
         for fn, key in ((flat, "flat_allreduce_s"), (bucketed, "ddp_s")):
             fn()
@@ -113,15 +112,15 @@ def worker(args) -> None:
 class PPOLossModule(torch.nn.Module):
     """The trainer's PPO minibatch loss as a module (DDP wraps modules, not functions)."""
 
-    def __init__(self, actor, critic, batch, train_cfg):
+    def __init__(self, actor, critic, batch, train_cfg, autocast):
         super().__init__()
-        self.actor, self.critic, self.batch, self.cfg = actor, critic, batch, train_cfg
+        self.actor, self.critic, self.batch, self.cfg, self.autocast = actor, critic, batch, train_cfg, autocast
 
-    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
         from agents.ppo import evaluate_actions, ppo_loss
 
         b, c = self.batch, self.cfg
-        new_logprob, entropy, new_value = evaluate_actions(self.actor, self.critic, b, rows, contextlib.nullcontext)
+        rows, new_logprob, entropy, new_value = evaluate_actions(self.actor, self.critic, b, frames, self.autocast)
         loss, _ = ppo_loss(new_logprob, b.logprobs[rows], b.advantages[rows], entropy, new_value, b.values[rows],
                            b.returns[rows], c.clip_coef, c.clip_vloss, c.vf_clip_coef, c.ent_coef, c.vf_coef)
         return loss
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None):
     p.add_argument("--num-envs", type=int, default=512, help="environments per rank")
     p.add_argument("--num-steps", type=int, default=32, help="rollout length per iteration")
     p.add_argument("--seconds", type=float, default=8.0, help="length of each timed phase")
-    p.add_argument("--minibatch", type=int, default=4096, help="rows of the gradient-sync comparison's minibatch")
+    p.add_argument("--minibatch", type=int, default=4096, help="agent-steps of the gradient-sync comparison's minibatch (whole environment steps)")
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)

@@ -36,6 +36,22 @@ def test_split_input_layer_equals_a_linear_layer_on_the_concatenation():
     naive = layer.linear(torch.cat([rows, local, torch.eye(4)[agent]], dim=1))
     torch.testing.assert_close(layer([state, local], agent, [4, 1]), naive, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(layer([rows, local], agent, [1, 1]), naive, atol=1e-5, rtol=1e-5)
+    # the weight and bias gradients of the split products equal those of the one big product
+    grad_out = torch.randn(12, 16, generator=gen)
+    (g_naive_w, g_naive_b) = torch.autograd.grad((naive * grad_out).sum(), [layer.linear.weight, layer.linear.bias])
+    (g_w, g_b) = torch.autograd.grad((layer([state, local], agent, [4, 1]) * grad_out).sum(),
+                                     [layer.linear.weight, layer.linear.bias])
+    torch.testing.assert_close(g_w, g_naive_w, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(g_b, g_naive_b, atol=1e-5, rtol=1e-5)
+
+
+def test_split_input_layer_with_only_a_shared_part():
+    gen = torch.Generator().manual_seed(4)
+    layer = SplitInputLinear([5], 0, 8, gen)
+    torch.nn.init.normal_(layer.linear.bias, generator=gen)
+    state = torch.randn(3, 5, generator=gen)
+    naive = layer.linear(state.repeat_interleave(4, dim=0))
+    torch.testing.assert_close(layer([state], torch.zeros(12, dtype=torch.long), [4]), naive, atol=1e-5, rtol=1e-5)
 
 
 def test_agent_id_changes_the_output_and_can_be_turned_off():

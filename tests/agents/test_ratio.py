@@ -21,11 +21,11 @@ def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
             learner.stats, learner.action_gen, learner.autocast)
     batch, _ = prepare_batch(learner)
     assert batch.logprobs.dtype == torch.float32
-    n = batch.actions.shape[0]
+    n = batch.state.shape[0]  # environment steps
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(1))
-    for mb_inds in perm.split(n // cfg.train.num_minibatches):  # minibatches as the update draws them
-        new_logprob, entropy, new_value = evaluate_actions(learner.actor, learner.critic, batch, mb_inds,
-                                                           learner.autocast)
+    for frames in perm.split(n // cfg.train.num_minibatches):  # minibatches as the update draws them
+        mb_inds, new_logprob, entropy, new_value = evaluate_actions(learner.actor, learner.critic, batch, frames,
+                                                                    learner.autocast)
         assert new_logprob.dtype == torch.float32 and new_value.dtype == torch.float32
         ratio = (new_logprob - batch.logprobs[mb_inds]).exp()
         assert torch.equal(ratio, torch.ones_like(ratio)), f"max |ratio - 1| = {(ratio - 1).abs().max()}"

@@ -1,0 +1,44 @@
+"""Rollout storage and collection: observations stored in the networks' dtype, values computed after
+the steps equal the per-step values, and the update's minibatches take whole environment steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.ppo import frame_rows
+from agents.rollout import Storage, agent_ids, collect, value_of
+from agents.train_mappo import build_learner
+from uavsim.env import UAVSwarmEnv
+
+
+@pytest.mark.parametrize("amp, dtype", [("off", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype):
+    learner = build_learner(make_config(f"train.amp={amp}", "env.max_steps=5"), torch.device("cpu"))
+    env, s = learner.env, learner.storage
+    assert s.local.dtype == dtype and s.final_state.dtype == dtype and s.rewards.dtype == torch.float32
+    # a replay of the same steps in a twin env, calling the critic after every step as a naive loop would
+    twin = UAVSwarmEnv(env.config, num_envs=env.num_envs, seed=learner.cfg.seed, device="cpu")
+    obs = twin.reset()
+    learner.obs = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s, learner.stats,
+                          learner.action_gen, learner.autocast)
+    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    assert (s.terminated | s.truncated).any(), "the test needs episode ends inside the rollout"
+    for t in range(s.actions.shape[0]):
+        assert torch.equal(s.local[t], obs["local"].to(dtype))
+        v = value_of(learner.critic, learner.value_norm, obs, agent, learner.autocast)
+        torch.testing.assert_close(s.values[t], v, atol=1e-6, rtol=1e-5)
+        obs, _, _, _, info = twin.step(s.actions[t].long())
+        v_final = value_of(learner.critic, learner.value_norm, info["final_obs"], agent, learner.autocast)
+        torch.testing.assert_close(s.next_values[t], v_final, atol=1e-6, rtol=1e-5)
+
+
+def test_storage_rejects_a_non_float_observation_dtype(make_config):
+    learner = build_learner(make_config(), torch.device("cpu"))
+    with pytest.raises(TypeError, match="obs_dtype"):
+        Storage.allocate(4, learner.env, torch.int8)
+
+
+def test_frame_rows_take_every_agent_of_each_step():
+    rows = frame_rows(torch.tensor([2, 0]), 3)
+    assert rows.tolist() == [6, 7, 8, 0, 1, 2]
