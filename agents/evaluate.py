@@ -5,12 +5,15 @@
 Every policy plays episode 0 of environments 0 .. episodes-1 of a fresh `UAVSwarmEnv` with the
 given seed, so all of them see exactly the same maps. Written JSON:
 
-    {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...}, "meta": {...}}
+    {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...},
+     "paired_vs_greedy": {"policy": {...}, "policy_sampled": {...}}, "meta": {...}}
 
 each entry with `mean_coverage` (at episode end), `mean_steps_to_target` (`max_steps` where the
 target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`, `mean_return`,
 `mean_length`. `policy` takes the most likely action, `policy_sampled` samples. A GIF and a PNG
-of the first episode of the trained policy are written next to the JSON.
+of the first episode of the trained policy are written next to the JSON. `paired_vs_greedy` compares
+steps to target map by map: the mean difference (negative: faster than greedy), its standard
+error, and the counts of maps where the policy was faster, equal or slower.
 """
 
 from __future__ import annotations
@@ -122,17 +125,29 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
     make = lambda: UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # noqa: E731
     results, frames = {}, []
     env = make()
-    res, frames = run_episodes(env, actor_policy(actor, env, True, seed), record=0 if record else None)
-    results["policy"] = summarize(res)
+    raw = {}
+    raw["policy"], frames = run_episodes(env, actor_policy(actor, env, True, seed), record=0 if record else None)
     env = make()
-    results["policy_sampled"] = summarize(run_episodes(env, actor_policy(actor, env, False, seed))[0])
+    raw["policy_sampled"] = run_episodes(env, actor_policy(actor, env, False, seed))[0]
     env = make()
     rand = RandomPolicy(env, seed)
-    results["random"] = summarize(run_episodes(env, lambda obs: rand(env))[0])
+    raw["random"] = run_episodes(env, lambda obs: rand(env))[0]
     env = make()
     greedy = GreedyFrontierPolicy(env)
-    results["greedy"] = summarize(run_episodes(env, lambda obs: greedy(env))[0])
+    raw["greedy"] = run_episodes(env, lambda obs: greedy(env))[0]
+    results = {name: summarize(res) for name, res in raw.items()}
+    results["paired_vs_greedy"] = {name: paired_difference(raw[name], raw["greedy"])
+                                   for name in ("policy", "policy_sampled")}
     return results, frames
+
+
+def paired_difference(res: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict[str, float]:
+    """Steps to target of `res` minus `base` on the same maps (negative: `res` is faster): the
+    mean, its standard error, and how many episodes were faster, equal or slower."""
+    d = res["steps_to_target"] - base["steps_to_target"]
+    stderr = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return {"mean_steps_diff": float(d.mean()), "stderr": stderr, "faster": int((d < 0).sum()),
+            "equal": int((d == 0).sum()), "slower": int((d > 0).sum())}
 
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
@@ -193,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         r = results[name]
         print(f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
               f"reached {r['target_reached']:.2f}  collisions {r['mean_collisions']:.1f}  return {r['mean_return']:.3f}")
+    for name, d in results["paired_vs_greedy"].items():
+        print(f"{name:15s} vs greedy on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
+              f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})")
     print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}")
     return 0
 

@@ -12,6 +12,10 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
              modules (the very same arithmetic as ``ours``) in a ``ProbabilisticActor`` and a
              ``TensorDictModule``, ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam
              with gradient clipping: the pipelines differ, the networks do not.
+    torchrl-mlp  the same pipeline with the same architecture built from TorchRL's stock ``MLP``:
+             the actor on ``[obs, one-hot id]`` and the critic on ``[state, obs, one-hot id]``,
+             concatenated per UAV (what a TorchRL user assembles; it lacks our networks' split
+             first layer, which computes the state's product once per environment step).
     torchrl-multiagentmlp  the same with TorchRL's MAPPO recipe networks: a ``MultiAgentMLP``
              actor and a centralized ``MultiAgentMLP`` critic over all UAVs' local observations,
              run once per environment step rather than once per UAV (less arithmetic than ours).
@@ -65,6 +69,21 @@ class _AgentsActor(torch.nn.Module):
         return self.actor(flat, agent).float().view(*obs.shape[:-1], -1)
 
 
+class _CatWithAgentId(torch.nn.Module):
+    """A stock TorchRL ``MLP`` on ``[state (broadcast to the UAVs), obs, one-hot id]`` per UAV."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        obs = inputs[-1]
+        n = obs.shape[-2]
+        parts = [x.unsqueeze(-2).expand(*obs.shape[:-1], x.shape[-1]) for x in inputs[:-1]]
+        eye = torch.eye(n, device=obs.device, dtype=obs.dtype).expand(*obs.shape[:-1], n)
+        return self.mlp(torch.cat([*parts, obs, eye], dim=-1))
+
+
 class _AgentsCritic(torch.nn.Module):
     """Our `Critic` on TorchRL's layout: ``state [..., S]`` and ``[..., N, L]`` -> ``[..., N, 1]``."""
 
@@ -82,7 +101,8 @@ class _AgentsCritic(torch.nn.Module):
 
 def torchrl_runner(networks: str):
     """TorchRL's collector, GAE and ClipPPOLoss around ``networks``: ``"ours"`` (the trainer's own
-    actor and critic, so both pipelines do the same arithmetic) or ``"multiagentmlp"`` (TorchRL's
+    actor and critic, so both pipelines do the same arithmetic), ``"mlp"`` (the same architecture
+    from TorchRL's stock ``MLP`` on concatenated inputs) or ``"multiagentmlp"`` (TorchRL's
     MAPPO recipe: MultiAgentMLP actor, centralized MultiAgentMLP critic over all local observations)."""
 
     def run(args, amp, device):
@@ -95,7 +115,7 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
     from tensordict.nn import TensorDictModule
     from torch import nn
     from torchrl.collectors import Collector
-    from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+    from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor
     from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
     from agents.config import load_config
@@ -107,15 +127,22 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
     env_cfg = cfg.env_config()
     env = UAVTorchRLEnv(args.num_envs, env_cfg, seed=cfg.seed, device=device, check_action_range=False)
     n, obs_dim, num_actions = env_cfg.num_uavs, env_cfg.local_obs_dim, env_cfg.num_actions
+    activation = {"relu": nn.ReLU, "tanh": nn.Tanh}[cfg.model.activation.value]  # the trainer's default
     if networks == "ours":
         gen = torch.Generator().manual_seed(cfg.seed)
         actor_net = _AgentsActor(make_actor(env_cfg, cfg.model, gen)).to(device)
         critic = TensorDictModule(
             _AgentsCritic(Critic(env_cfg.state_dim, obs_dim, n, cfg.model, gen)).to(device),
             in_keys=["state", ("agents", "observation")], out_keys=[("agents", "state_value")])
+    elif networks == "mlp":
+        mlp = dict(depth=cfg.model.num_layers, num_cells=args.hidden, activation_class=activation, device=device)
+        actor_net = _CatWithAgentId(MLP(in_features=obs_dim + n, out_features=num_actions, **mlp))
+        critic = TensorDictModule(
+            _CatWithAgentId(MLP(in_features=env_cfg.state_dim + obs_dim + n, out_features=1, **mlp)),
+            in_keys=["state", ("agents", "observation")], out_keys=[("agents", "state_value")])
     else:
         mlp = dict(n_agents=n, share_params=True, depth=cfg.model.num_layers, num_cells=args.hidden,
-                   activation_class=nn.Tanh, device=device)
+                   activation_class=activation, device=device)
         actor_net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=num_actions, centralized=False, **mlp)
         critic = TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, centralized=True, **mlp),
                                   in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
@@ -167,7 +194,7 @@ def amp_context(amp: str, device: str):
     return lambda: torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
-PIPELINES = {"ours": ours_iteration_runner, "torchrl": torchrl_runner("ours"),
+PIPELINES = {"ours": ours_iteration_runner, "torchrl": torchrl_runner("ours"), "torchrl-mlp": torchrl_runner("mlp"),
              "torchrl-multiagentmlp": torchrl_runner("multiagentmlp")}
 
 
@@ -199,9 +226,10 @@ def measure(args) -> dict[str, Any]:
                              "env_steps_per_s": rate / 10, "iteration_seconds": times})
                 print(f"{name:8s} {device:5s} amp={amp:4s} {fmt_rate(rate):>8s} agent-steps/s")
     for r in rows:
-        base = next((b for b in rows if b["pipeline"] == "torchrl" and b["device"] == r["device"]
-                     and b["amp"] == r["amp"]), None)
-        r["speedup_vs_torchrl"] = r["agent_steps_per_s"] / base["agent_steps_per_s"] if base else None
+        for key, pipeline in (("speedup_vs_torchrl", "torchrl"), ("speedup_vs_torchrl_mlp", "torchrl-mlp")):
+            base = next((b for b in rows if b["pipeline"] == pipeline and b["device"] == r["device"]
+                         and b["amp"] == r["amp"]), None)
+            r[key] = r["agent_steps_per_s"] / base["agent_steps_per_s"] if base else None
     settings = {k: getattr(args, k) for k in ("num_envs", "num_steps", "epochs", "minibatches", "hidden", "threads",
                                               "iterations", "warmup")}
     return {"benchmark": "train_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
@@ -215,11 +243,13 @@ def table(payload: dict[str, Any]) -> str:
              + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}",
              f"Batch: {s['num_steps']} steps x {s['num_envs']} envs x 10 UAVs; {s['epochs']} epochs x "
              f"{s['minibatches']} minibatches; hidden {s['hidden']}; median of {s['iterations']} iterations", "",
-             "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL (same networks) |", "|---|---|---|---:|---:|---:|"]
+             "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL (our network modules) "
+             "| x TorchRL (stock MLP, same architecture) |", "|---|---|---|---:|---:|---:|---:|"]
+    ratio = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     for r in payload["results"]:
-        x = "-" if r["speedup_vs_torchrl"] is None else f"{r['speedup_vs_torchrl']:.2f}"
         lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {fmt_rate(r['agent_steps_per_s'])} "
-                     f"| {fmt_rate(r['env_steps_per_s'])} | {x} |")
+                     f"| {fmt_rate(r['env_steps_per_s'])} | {ratio(r['speedup_vs_torchrl'])} "
+                     f"| {ratio(r.get('speedup_vs_torchrl_mlp'))} |")
     return "\n".join(lines) + "\n"
 
 

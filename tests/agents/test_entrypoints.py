@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import imageio.v2 as imageio
+import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -56,6 +57,11 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
         assert set(result[name]) >= {"mean_coverage", "mean_steps_to_target", "mean_collisions", "mean_return"}
         assert 0.0 <= result[name]["mean_coverage"] <= 1.0
         assert 0 < result[name]["mean_steps_to_target"] <= 50  # smoke preset: max_steps 50
+    for name in ("policy", "policy_sampled"):
+        d = result["paired_vs_greedy"][name]
+        assert d["faster"] + d["equal"] + d["slower"] == 4
+        assert d["mean_steps_diff"] == pytest.approx(result[name]["mean_steps_to_target"]
+                                                     - result["greedy"]["mean_steps_to_target"])
     assert result["meta"]["env_steps"] == 1024
     frames = imageio.mimread(out.with_suffix(".gif"))  # identical frames may be merged by the GIF writer
     assert len(frames) >= 1 and frames[0].shape == (12 * 8, 12 * 8, 3)

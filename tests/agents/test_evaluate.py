@@ -4,9 +4,10 @@ episode's own end, and the terminal frame is reconstructed faithfully."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from agents.evaluate import cover, final_positions, run_episodes, summarize
+from agents.evaluate import cover, final_positions, paired_difference, run_episodes, summarize
 from uavsim import EnvConfig, rules
 from uavsim.env import UAVSwarmEnv
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
@@ -55,3 +56,12 @@ def test_terminal_map_reconstruction_matches_the_environment():
     free, covered = np.float32((final != rules.BLOCKED).sum()), np.float32((final == rules.COVERED).sum())
     assert covered / free == info["episode_coverage"][0].numpy()  # float32 arithmetic, as the env
     assert np.all(pos >= 0) and np.all(pos < [CFG.grid_height, CFG.grid_width])
+
+
+def test_paired_difference_counts_and_standard_error():
+    res = {"steps_to_target": np.array([10.0, 20.0, 30.0, 40.0])}
+    base = {"steps_to_target": np.array([12.0, 20.0, 25.0, 44.0])}
+    d = paired_difference(res, base)  # differences -2, 0, 5, -4
+    assert d["mean_steps_diff"] == pytest.approx(-0.25)
+    assert d["stderr"] == pytest.approx(np.std([-2, 0, 5, -4], ddof=1) / 2)
+    assert (d["faster"], d["equal"], d["slower"]) == (2, 1, 1)
