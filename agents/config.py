@@ -78,7 +78,7 @@ class TrainConfig:
     total_env_steps: int = 2_000_000
     num_steps: int = 64  # rollout length T per iteration; a batch is num_steps x num_envs x num_uavs
     update_epochs: int = 4
-    num_minibatches: int = 4
+    num_minibatches: int = 4  # each takes whole environment steps (all UAVs of a step together)
     actor_lr: float = 5e-4
     critic_lr: float = 5e-4
     anneal_lr: bool = True

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.config import Activation, CriticKind, ModelConfig
+from agents.features import HEADING_DIM, MapHeading
 from uavsim.config import EnvConfig
 
 
@@ -91,33 +92,41 @@ class _MLP(nn.Module):
 
 
 class Actor(nn.Module):
-    """`forward(local [M, L] f32, agent [M] int64, shared_map | None, map_repeat=1) -> logits [M, A]`
-    (autocast dtype under AMP). `shared_map` is `[M, 2 P^2]`, or `[M / map_repeat, 2 P^2]` shared by
-    runs of `map_repeat` consecutive rows (one environment's agents).
+    """`forward(local [M, L] f32, agent [M] int64, state | None, state_repeat=1) -> logits [M, A]`
+    (autocast dtype under AMP).
 
-    `map_dim > 0` (`model.actor_shared_map`) adds the pooled obstacle and coverage map of the
-    global state to the actor's input: UAVs that share one coverage map by communication. It is
-    off by default; then the actor sees its local observation (and id) only.
+    With `model.actor_shared_map` the actor also sees the shared coverage map, from the global
+    `state` (`[M / state_repeat, S]`, shared by runs of `state_repeat` consecutive rows): the
+    pooled obstacle and coverage map (its product computed once per state) and each UAV's heading
+    to the nearest uncovered block (`agents.features`). UAVs that share one coverage map by
+    communication; off, the actor sees its local observation (and id) only.
     """
 
     def __init__(self, local_dim: int, num_agents: int, num_actions: int, cfg: ModelConfig,
-                 generator: torch.Generator | None = None, map_dim: int = 0):
+                 generator: torch.Generator | None = None, env_cfg: EnvConfig | None = None):
         super().__init__()
-        self.map_dim = map_dim
-        dims = [local_dim, map_dim] if map_dim else [local_dim]
+        self.map_dim = 2 * env_cfg.state_pool**2 if env_cfg is not None else 0
+        self.heading = MapHeading(env_cfg) if env_cfg is not None else None
+        dims = [local_dim, HEADING_DIM, self.map_dim] if self.map_dim else [local_dim]
         self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
 
-    def forward(self, local: torch.Tensor, agent: torch.Tensor, shared_map: torch.Tensor | None = None,
-                map_repeat: int = 1) -> torch.Tensor:
-        if self.map_dim:
-            return self.net([local, shared_map], agent, [1, map_repeat])
-        return self.net([local], agent, [1])
+    def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
+                state_repeat: int = 1) -> torch.Tensor:
+        if not self.map_dim:
+            return self.net([local], agent, [1])
+        if torch.is_autocast_enabled(state.device.type):
+            # the heading from the same rounded state whether the caller stored it cast (update)
+            # or not (rollout): the PPO ratio must be exactly 1 before the first update
+            state = state.to(torch.get_autocast_dtype(state.device.type))
+        env_of_row = torch.arange(local.shape[0], device=local.device) // state_repeat
+        heading = self.heading(state)[env_of_row, agent]
+        return self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
 
 
 def make_actor(env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None) -> Actor:
-    """The actor for a task: local observation, plus the pooled map when `actor_shared_map`."""
-    map_dim = 2 * env_cfg.state_pool**2 if cfg.actor_shared_map else 0
-    return Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg, generator, map_dim)
+    """The actor for a task: local observation, plus the shared map when `actor_shared_map`."""
+    return Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg, generator,
+                 env_cfg if cfg.actor_shared_map else None)
 
 
 class Critic(nn.Module):

@@ -139,16 +139,15 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.T
     agent-step indices, in the order of the other outputs.
 
     Whole environment steps, as in the rollout: the global state's share of the critic's first
-    layer (and the shared map's of the actor's) is computed once per step, not once per agent.
+    layer (and the pooled map's of the actor's) is computed once per step, not once per agent.
     """
     n = batch.num_agents
     rows = frame_rows(frames, n)
     agent = rows % n
     local = batch.local.view(-1, n, batch.local.shape[-1])[frames].reshape(rows.shape[0], -1)
     state = batch.state[frames] if critic.centralized or actor.map_dim else None
-    shared_map = state[:, :actor.map_dim] if actor.map_dim else None
     with autocast():
-        logits = actor(local, agent, shared_map, map_repeat=n)
+        logits = actor(local, agent, state, state_repeat=n)
         new_value = critic(state, local, agent, state_repeat=n)
     new_logprob, entropy = categorical(logits, batch.actions[rows])
     return rows, new_logprob, entropy, new_value

@@ -115,9 +115,8 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
     """Actions `[B, N]` int64 and their log-probabilities `[B, N]` float32 for `obs`."""
     local = obs["local"]
     b, n, _ = local.shape
-    shared_map = obs["state"][:, :actor.map_dim] if actor.map_dim else None
     with autocast():
-        logits = actor(local.reshape(b * n, -1), agent, shared_map, map_repeat=n)
+        logits = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n)
     actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
     logprob, _ = categorical(logits, actions)
     return actions.view(b, n), logprob.view(b, n)

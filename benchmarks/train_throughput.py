@@ -39,6 +39,10 @@ import torch
 from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, sync, write_results
 
 
+# Every pipeline's actor sees the local observation only (TorchRL's recipe has no shared-map input).
+SAME_TASK = ["model.actor_shared_map=false"]
+
+
 def ours_iteration_runner(args, amp: str, device: str):
     from agents.config import load_config
     from agents.train_mappo import DEFAULT_CONFIG, build_learner, read_metrics, train_iteration
@@ -46,7 +50,7 @@ def ours_iteration_runner(args, amp: str, device: str):
     cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
                                        f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
-                                       "train.total_env_steps=100000000"])
+                                       "train.total_env_steps=100000000", *SAME_TASK])
     learner = build_learner(cfg, torch.device(device))
 
     def iteration():
@@ -123,7 +127,7 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
     from agents.train_mappo import DEFAULT_CONFIG
     from uavsim.adapters.torchrl_env import UAVTorchRLEnv
 
-    cfg = load_config(DEFAULT_CONFIG, [f"model.hidden_size={args.hidden}"])
+    cfg = load_config(DEFAULT_CONFIG, [f"model.hidden_size={args.hidden}", *SAME_TASK])
     env_cfg = cfg.env_config()
     env = UAVTorchRLEnv(args.num_envs, env_cfg, seed=cfg.seed, device=device, check_action_range=False)
     n, obs_dim, num_actions = env_cfg.num_uavs, env_cfg.local_obs_dim, env_cfg.num_actions
