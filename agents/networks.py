@@ -92,8 +92,8 @@ class _MLP(nn.Module):
 
 
 class Actor(nn.Module):
-    """`forward(local [M, L] f32, agent [M] int64, state | None, state_repeat=1) -> logits [M, A]`
-    (autocast dtype under AMP).
+    """`forward(local [M, L] f32, agent [M] int64, state | None, state_repeat=1, heading | None)
+    -> logits [M, A]` (autocast dtype under AMP).
 
     With `model.actor_shared_map` the actor also sees the shared coverage map, from the global
     `state` (`[M / state_repeat, S]`, shared by runs of `state_repeat` consecutive rows): the
@@ -110,16 +110,18 @@ class Actor(nn.Module):
         dims = [local_dim, HEADING_DIM, self.map_dim] if self.map_dim else [local_dim]
         self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
 
+    def headings(self, state: torch.Tensor) -> torch.Tensor:
+        """`[F, N, 3]` float32 headings of every UAV for states `[F, S]` (shared-map actors only).
+        The rollout computes them once per step and stores them; the update reads them back."""
+        if torch.is_autocast_enabled(state.device.type):
+            state = state.to(torch.get_autocast_dtype(state.device.type))  # what the update will see
+        return self.heading(state)
+
     def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
-                state_repeat: int = 1) -> torch.Tensor:
+                state_repeat: int = 1, heading: torch.Tensor | None = None) -> torch.Tensor:
+        """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors)."""
         if not self.map_dim:
             return self.net([local], agent, [1])
-        if torch.is_autocast_enabled(state.device.type):
-            # the heading from the same rounded state whether the caller stored it cast (update)
-            # or not (rollout): the PPO ratio must be exactly 1 before the first update
-            state = state.to(torch.get_autocast_dtype(state.device.type))
-        env_of_row = torch.arange(local.shape[0], device=local.device) // state_repeat
-        heading = self.heading(state)[env_of_row, agent]
         return self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
 
 

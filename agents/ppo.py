@@ -119,6 +119,7 @@ class Batch:
 
     local: torch.Tensor  # [T*B*N, L] float32, or the AMP dtype
     state: torch.Tensor  # [T*B, S] float32, or the AMP dtype
+    heading: torch.Tensor  # [T*B*N, 3] float32, the shared-map actor's headings from the rollout
     actions: torch.Tensor  # [T*B*N] uint8
     logprobs: torch.Tensor  # [T*B*N] float32
     values: torch.Tensor  # [T*B*N] float32, normalized scale
@@ -146,8 +147,9 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.T
     agent = rows % n
     local = batch.local.view(-1, n, batch.local.shape[-1])[frames].reshape(rows.shape[0], -1)
     state = batch.state[frames] if critic.centralized or actor.map_dim else None
+    heading = batch.heading[rows] if actor.map_dim else None
     with autocast():
-        logits = actor(local, agent, state, state_repeat=n)
+        logits = actor(local, agent, state, state_repeat=n, heading=heading)
         new_value = critic(state, local, agent, state_repeat=n)
     new_logprob, entropy = categorical(logits, batch.actions[rows])
     return rows, new_logprob, entropy, new_value

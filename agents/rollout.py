@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from agents.features import HEADING_DIM
 from agents.networks import Actor, Critic, categorical, sample
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -26,6 +27,7 @@ class Storage:
     state: torch.Tensor  # [T, B, S] obs dtype     global state
     final_local: torch.Tensor  # [T, B, N, L] obs dtype  observation after step t, before any reset
     final_state: torch.Tensor  # [T, B, S] obs dtype
+    heading: torch.Tensor  # [T, B, N, 3] float32  the shared-map actor's headings (zeros otherwise)
     actions: torch.Tensor  # [T, B, N] uint8
     logprobs: torch.Tensor  # [T, B, N] float32
     values: torch.Tensor  # [T, B, N] float32     V(obs_t), denormalized
@@ -49,6 +51,7 @@ class Storage:
         return cls(
             local=obs(t, b, n, env.local_obs_dim), state=obs(t, b, env.state_dim),
             final_local=obs(t, b, n, env.local_obs_dim), final_state=obs(t, b, env.state_dim),
+            heading=f32(t, b, n, HEADING_DIM),
             actions=torch.zeros(t, b, n, dtype=torch.uint8, device=dev),
             logprobs=f32(t, b, n), values=f32(t, b, n), next_values=f32(t, b, n), rewards=f32(t, b, n),
             terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
@@ -112,14 +115,17 @@ def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Ten
 
 def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor, generator: torch.Generator | None,
                 autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False):
-    """Actions `[B, N]` int64 and their log-probabilities `[B, N]` float32 for `obs`."""
+    """Actions `[B, N]` int64, their log-probabilities `[B, N]` float32 and the shared-map actor's
+    headings `[B, N, 3]` (None for a local actor) for `obs`."""
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():
-        logits = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n)
+        heading = actor.headings(obs["state"]) if actor.map_dim else None
+        logits = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n,
+                       heading=heading.view(b * n, -1) if heading is not None else None)
     actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
     logprob, _ = categorical(logits, actions)
-    return actions.view(b, n), logprob.view(b, n)
+    return actions.view(b, n), logprob.view(b, n), heading
 
 
 def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor], agent: torch.Tensor,
@@ -164,7 +170,9 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
     """
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     for t in range(storage.actions.shape[0]):
-        actions, logprob = policy_step(actor, obs, agent, generator, autocast)
+        actions, logprob, heading = policy_step(actor, obs, agent, generator, autocast)
+        if heading is not None:
+            storage.heading[t] = heading
         storage.local[t] = obs["local"]
         storage.state[t] = obs["state"]
         storage.actions[t] = actions

@@ -143,6 +143,7 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
         b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
     batch = Batch(
         local=s.local.reshape(-1, s.local.shape[-1]), state=s.state.reshape(-1, s.state.shape[-1]),
+        heading=s.heading.reshape(-1, s.heading.shape[-1]),
         actions=s.actions.reshape(-1), logprobs=s.logprobs.reshape(-1),
         values=learner.value_norm.normalize(s.values).reshape(-1),
         returns=learner.value_norm.normalize(returns).reshape(-1),

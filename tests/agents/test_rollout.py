@@ -42,3 +42,14 @@ def test_storage_rejects_a_non_float_observation_dtype(make_config):
 def test_frame_rows_take_every_agent_of_each_step():
     rows = frame_rows(torch.tensor([2, 0]), 3)
     assert rows.tolist() == [6, 7, 8, 0, 1, 2]
+
+
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+def test_shared_map_headings_are_stored_for_the_update(make_config, amp):
+    learner = build_learner(make_config(f"train.amp={amp}", "model.actor_shared_map=true"), torch.device("cpu"))
+    s = learner.storage
+    collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, s, learner.stats,
+            learner.action_gen, learner.autocast)
+    t, b, n, _ = s.heading.shape
+    expected = learner.actor.heading(s.state.view(t * b, -1)).view(t, b, n, 3)  # from the stored (cast) state
+    assert torch.equal(s.heading, expected) and s.heading.abs().sum() > 0
