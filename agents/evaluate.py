@@ -165,11 +165,24 @@ def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
         if frames:
             logger.image(f"{prefix}/episode", frames[-1], learner.env_steps)
         out.update({f"{prefix}/{k}": v for k, v in summarize(res).items() if k != "episodes"})
-    env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
-    greedy = GreedyFrontierPolicy(env)  # the reference line, on the same maps
-    res, _ = run_episodes(env, lambda obs: greedy(env))
-    out.update({f"eval_greedy/{k}": v for k, v in summarize(res).items() if k != "episodes"})
+    greedy = greedy_reference(learner.env.config, cfg.run.eval_envs, seed, learner.env.device)
+    out.update({f"eval_greedy/{k}": v for k, v in greedy.items() if k != "episodes"})
     return out
+
+
+_GREEDY_RESULTS: dict[tuple, dict[str, float]] = {}
+
+
+def greedy_reference(env_cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> dict[str, float]:
+    """The greedy-frontier baseline on the evaluation maps, the reference line of every in-training
+    evaluation. Its tie-breaks draw from a seeded generator, so on the same maps it plays the same
+    episodes: computed once per process and reused (its path search costs more than the policy's)."""
+    key = (tuple(sorted(env_cfg.to_dict().items())), num_envs, seed, str(device))
+    if key not in _GREEDY_RESULTS:
+        env = UAVSwarmEnv(env_cfg, num_envs=num_envs, device=device, seed=seed)
+        greedy = GreedyFrontierPolicy(env)
+        _GREEDY_RESULTS[key] = summarize(run_episodes(env, lambda obs: greedy(env))[0])
+    return _GREEDY_RESULTS[key]
 
 
 def main(argv: list[str] | None = None) -> int:

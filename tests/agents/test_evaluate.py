@@ -65,3 +65,16 @@ def test_paired_difference_counts_and_standard_error():
     assert d["mean_steps_diff"] == pytest.approx(-0.25)
     assert d["stderr"] == pytest.approx(np.std([-2, 0, 5, -4], ddof=1) / 2)
     assert (d["faster"], d["equal"], d["slower"]) == (2, 1, 1)
+
+
+def test_greedy_reference_is_deterministic_and_computed_once(monkeypatch):
+    from agents import evaluate
+
+    cfg = EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=3, max_steps=20, launch_size=2,
+                    state_pool=4)
+    env = UAVSwarmEnv(cfg, num_envs=3, device="cpu", seed=5)
+    greedy = GreedyFrontierPolicy(env)
+    direct = summarize(run_episodes(env, lambda obs: greedy(env))[0])
+    assert evaluate.greedy_reference(cfg, 3, 5, torch.device("cpu")) == direct
+    monkeypatch.setattr(evaluate, "run_episodes", lambda *a, **k: pytest.fail("greedy replayed"))
+    assert evaluate.greedy_reference(cfg, 3, 5, torch.device("cpu")) == direct
