@@ -70,7 +70,7 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
-    actor_shared_map: bool = False  # actor also sees the pooled obstacle/coverage map (communication)
+    actor_shared_map: bool = False  # actor also sees the shared coverage map (pooled map + heading); on in default.yaml
 
 
 @dataclass
