@@ -155,7 +155,14 @@ def main(argv: list[str] | None = None):
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     if args.worker:
-        return worker(args)
+        worker(args)
+        # The result is written and the process group destroyed. Skip the interpreter's teardown:
+        # gloo's worker threads can still hold work objects whose destruction during finalization
+        # aborts the process ("terminate called without an active exception"; pytorch#179291),
+        # which seen once in CI turned a finished benchmark into a failed torchrun.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     if args.quick:
         args.num_envs, args.num_steps, args.seconds, args.minibatch = 32, 8, 0.5, 256
         args.timeout = min(args.timeout, 180)
