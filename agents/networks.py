@@ -35,7 +35,7 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0,
     return layer
 
 
-ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: nn.ReLU}
+ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: lambda: nn.ReLU(inplace=True)}
 
 
 class SplitInputLinear(nn.Module):

@@ -155,12 +155,29 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.T
     return rows, new_logprob, entropy, new_value
 
 
+def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, frames: torch.Tensor, cfg: TrainConfig,
+                   autocast: Callable[[], contextlib.AbstractContextManager]) -> tuple[torch.Tensor, LossStats]:
+    """The PPO loss of the minibatch of environment steps `frames`: `evaluate_actions`, then
+    `ppo_loss` on the rows it returns. One function so that `train.compile` can compile the whole
+    forward (networks, log-probabilities, loss) into one graph and its backward into another."""
+    rows, new_logprob, entropy, new_value = evaluate_actions(actor, critic, batch, frames, autocast)
+    return ppo_loss(new_logprob, batch.logprobs[rows], batch.advantages[rows], entropy, new_value,
+                    batch.values[rows], batch.returns[rows], cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef,
+                    cfg.ent_coef, cfg.vf_coef)
+
+
+LossFn = Callable[[Actor, Critic, Batch, torch.Tensor, TrainConfig, Callable[[], contextlib.AbstractContextManager]],
+                  tuple[torch.Tensor, LossStats]]
+
+
 def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler,
            batch: Batch, cfg: TrainConfig, generator: torch.Generator,
            autocast: Callable[[], contextlib.AbstractContextManager],
-           sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None) -> dict[str, torch.Tensor]:
+           sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
+           loss_fn: LossFn = minibatch_loss) -> dict[str, torch.Tensor]:
     """`update_epochs` passes over `batch` in `num_minibatches` random minibatches of whole
-    environment steps (`T * B / num_minibatches` steps, all their agents).
+    environment steps (`T * B / num_minibatches` steps, all their agents), each's loss from
+    `loss_fn` (`minibatch_loss`, or its compiled form under `train.compile`).
 
     Returns mean statistics over all minibatches as 0-dim device tensors (and `skipped_updates`,
     a count). The random permutations draw from `generator`.
@@ -176,12 +193,7 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
     for _epoch in range(cfg.update_epochs):
         perm = torch.randperm(n, generator=generator, device=device)
         for start in range(0, n, mb_size):
-            mb_inds, new_logprob, entropy, new_value = evaluate_actions(
-                actor, critic, batch, perm[start:start + mb_size], autocast)
-            loss, stats = ppo_loss(
-                new_logprob, batch.logprobs[mb_inds], batch.advantages[mb_inds], entropy,
-                new_value, batch.values[mb_inds], batch.returns[mb_inds],
-                cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef, cfg.ent_coef, cfg.vf_coef)
+            loss, stats = loss_fn(actor, critic, batch, perm[start:start + mb_size], cfg, autocast)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             actor_norm, critic_norm, skipped = optimizer_step(

@@ -34,7 +34,7 @@ from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rs
 from agents.networks import Actor, Critic, make_actor
 from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
-from agents.ppo import Batch, make_optimizer, update
+from agents.ppo import Batch, LossFn, make_optimizer, minibatch_loss, update
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -92,10 +92,19 @@ class Learner:
     stats: EpisodeStats
     obs: dict[str, torch.Tensor]
     autocast: Callable[[], contextlib.AbstractContextManager]
+    loss_fn: LossFn  # `minibatch_loss`, compiled under `train.compile`
     replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
     bad_iterations: int = 0  # consecutive iterations with a skipped (non-finite) update
+
+
+def compile_loss() -> LossFn:
+    """`minibatch_loss` through `torch.compile`: the networks' forward, the log-probabilities and
+    the loss fuse into one graph (and the backward into another), which removes most of the
+    elementwise passes over the minibatch's activations. Static shapes: every minibatch has the
+    same size, so it compiles once (a few seconds) and never again."""
+    return torch.compile(minibatch_loss, dynamic=False)
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
@@ -117,6 +126,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         stats=EpisodeStats(device, env.config.max_steps),
         obs=env.reset(),
         autocast=make_autocast(cfg.train.amp, device),
+        loss_fn=compile_loss() if cfg.train.compile else minibatch_loss,
         replicas=replicas,
     )
 
@@ -172,7 +182,7 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     batch, returns = prepare_batch(learner)
     metrics = update(learner.actor, learner.critic, learner.optimizer, learner.scaler, batch, tc,
                      learner.minibatch_gen, learner.autocast,
-                     learner.replicas.average_gradients if learner.replicas.active else None)
+                     learner.replicas.average_gradients if learner.replicas.active else None, learner.loss_fn)
     timer and timer.mark("end")
 
     var_y = returns.var()

@@ -117,13 +117,9 @@ class PPOLossModule(torch.nn.Module):
         self.actor, self.critic, self.batch, self.cfg, self.autocast = actor, critic, batch, train_cfg, autocast
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        from agents.ppo import evaluate_actions, ppo_loss
+        from agents.ppo import minibatch_loss
 
-        b, c = self.batch, self.cfg
-        rows, new_logprob, entropy, new_value = evaluate_actions(self.actor, self.critic, b, frames, self.autocast)
-        loss, _ = ppo_loss(new_logprob, b.logprobs[rows], b.advantages[rows], entropy, new_value, b.values[rows],
-                           b.returns[rows], c.clip_coef, c.clip_vloss, c.vf_clip_coef, c.ent_coef, c.vf_coef)
-        return loss
+        return minibatch_loss(self.actor, self.critic, self.batch, frames, self.cfg, self.autocast)[0]
 
 
 def run_ranks(args, nproc: int) -> dict[str, Any]:

@@ -8,6 +8,8 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
 ``num_envs`` x UAVs), the same epochs and minibatches, and MLPs of the same width and depth:
 
     ours     agents.train_mappo's iteration: device-resident storage, our GAE and PPO update.
+    ours-compiled  the same with ``train.compile=true``: the minibatch loss (networks, log-probs,
+             loss) through ``torch.compile``, forward and backward; rollout and optimizer eager.
     torchrl  ``torchrl.collectors.Collector`` over the TorchRL adapter, our actor and critic
              modules (the very same arithmetic as ``ours``) in a ``ProbabilisticActor`` and a
              ``TensorDictModule``, ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam
@@ -43,14 +45,25 @@ from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, sync, write_r
 SAME_TASK = ["model.actor_shared_map=false"]
 
 
-def ours_iteration_runner(args, amp: str, device: str):
+def ours_runner(compiled: bool):
+    """Our trainer's iteration, eager or with ``train.compile`` (its minibatch loss compiled; the
+    compilation happens in the warm-up iteration, which is not timed)."""
+
+    def run(args, amp, device):
+        return ours_iteration_runner(args, amp, device, compiled)
+
+    return run
+
+
+def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
     from agents.config import load_config
     from agents.train_mappo import DEFAULT_CONFIG, build_learner, read_metrics, train_iteration
 
     cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
                                        f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
-                                       "train.total_env_steps=100000000", *SAME_TASK])
+                                       "train.total_env_steps=100000000", f"train.compile={str(compiled).lower()}",
+                                       *SAME_TASK])
     learner = build_learner(cfg, torch.device(device))
 
     def iteration():
@@ -198,7 +211,7 @@ def amp_context(amp: str, device: str):
     return lambda: torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
-PIPELINES = {"ours": ours_iteration_runner, "torchrl": torchrl_runner("ours"), "torchrl-mlp": torchrl_runner("mlp"),
+PIPELINES = {"ours": ours_runner(False), "ours-compiled": ours_runner(True), "torchrl": torchrl_runner("ours"), "torchrl-mlp": torchrl_runner("mlp"),
              "torchrl-multiagentmlp": torchrl_runner("multiagentmlp")}
 
 

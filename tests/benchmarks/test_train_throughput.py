@@ -11,7 +11,7 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert payload["benchmark"] == "train_throughput"
     rows = payload["results"]
     assert {(r["pipeline"], r["amp"]) for r in rows if r["device"] == "cpu"} == {
-        (p, a) for p in ("ours", "torchrl", "torchrl-mlp", "torchrl-multiagentmlp") for a in ("off", "bf16")}
+        (p, a) for p in ("ours", "ours-compiled", "torchrl", "torchrl-mlp", "torchrl-multiagentmlp") for a in ("off", "bf16")}
     for r in rows:
         assert r["agent_steps_per_s"] > 0 and len(r["iteration_seconds"]) == 1
         assert r["speedup_vs_torchrl"] > 0 and r["speedup_vs_torchrl_mlp"] > 0

@@ -1,0 +1,84 @@
+"""`train.compile`: the compiled minibatch loss computes what the eager one does, compiles once,
+and a compiled training run stays on the eager run's parameters."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from agents.ppo import minibatch_loss
+from agents.rollout import collect
+from agents.train_mappo import build_learner, compile_loss, prepare_batch, read_metrics, train_iteration
+
+pytestmark = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                                reason="torch.compile on the CPU needs a C++ compiler")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()  # no cached graph from another test: each test compiles what it checks
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _filled(make_config, *overrides):
+    torch.manual_seed(0)
+    learner = build_learner(make_config(*overrides), torch.device("cpu"))
+    collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
+            learner.stats, learner.action_gen, learner.autocast)
+    batch, _ = prepare_batch(learner)
+    return learner, batch
+
+
+def _loss_and_grads(loss_fn, learner, batch, frames):
+    params = [*learner.actor.parameters(), *learner.critic.parameters()]
+    for p in params:
+        p.grad = None
+    loss, stats = loss_fn(learner.actor, learner.critic, batch, frames, learner.cfg.train, learner.autocast)
+    loss.backward()
+    return loss.detach(), stats, [p.grad.clone() for p in params]
+
+
+@pytest.mark.parametrize("amp, tol", [("off", 1e-5), ("bf16", 2e-2)])
+@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true"]])
+def test_compiled_loss_and_gradients_match_eager(make_config, amp, tol, extra):
+    learner, batch = _filled(make_config, f"train.amp={amp}", *extra)
+    frames = torch.randperm(batch.state.shape[0], generator=torch.Generator().manual_seed(3))[:batch.state.shape[0] // 2]
+    eager_loss, eager_stats, eager_grads = _loss_and_grads(minibatch_loss, learner, batch, frames)
+    loss, stats, grads = _loss_and_grads(compile_loss(), learner, batch, frames)
+    assert counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
+    torch.testing.assert_close(loss, eager_loss, rtol=tol, atol=tol)
+    for name in vars(stats):
+        torch.testing.assert_close(getattr(stats, name), getattr(eager_stats, name), rtol=tol, atol=tol, msg=name)
+    for g, e in zip(grads, eager_grads):
+        assert torch.linalg.vector_norm(g - e) <= tol * (1 + torch.linalg.vector_norm(e))
+
+
+def test_compiled_ratio_before_the_first_update_is_one(make_config):
+    learner, batch = _filled(make_config, "train.compile=true")
+    loss_fn = learner.loss_fn
+    assert loss_fn is not minibatch_loss
+    frames = torch.arange(batch.state.shape[0])
+    _, stats = loss_fn(learner.actor, learner.critic, batch, frames, learner.cfg.train, learner.autocast)
+    # approx_kl = mean((r - 1) - log r) and clipfrac are 0 exactly when every ratio r is 1
+    assert stats.approx_kl.abs() < 1e-7 and stats.clipfrac == 0
+
+
+def test_compiled_training_compiles_once_and_tracks_the_eager_run(make_config):
+    runs = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        learner = build_learner(make_config(f"train.compile={str(compiled).lower()}"), torch.device("cpu"))
+        metrics = [read_metrics(train_iteration(learner)) for _ in range(3)]
+        runs[compiled] = learner, metrics
+    assert counters["stats"]["unique_graphs"] == 1, "the loss recompiled (or broke into several graphs)"
+    (eager, eager_metrics), (comp, comp_metrics) = runs[False], runs[True]
+    for a, b in zip(eager.actor.parameters(), comp.actor.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    for a, b in zip(eager.critic.parameters(), comp.critic.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert comp_metrics[-1]["policy_loss"] == pytest.approx(eager_metrics[-1]["policy_loss"], rel=1e-3, abs=1e-5)
