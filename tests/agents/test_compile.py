@@ -13,8 +13,8 @@ from agents.ppo import minibatch_loss
 from agents.rollout import collect
 from agents.train_mappo import build_learner, compile_loss, prepare_batch, read_metrics, train_iteration
 
-pytestmark = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
-                                reason="torch.compile on the CPU needs a C++ compiler")
+needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                                    reason="torch.compile on the CPU needs a C++ compiler")
 
 
 @pytest.fixture(autouse=True)
@@ -43,13 +43,14 @@ def _loss_and_grads(loss_fn, learner, batch, frames):
     return loss.detach(), stats, [p.grad.clone() for p in params]
 
 
+@needs_compiler
 @pytest.mark.parametrize("amp, tol", [("off", 1e-5), ("bf16", 2e-2)])
 @pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true"]])
 def test_compiled_loss_and_gradients_match_eager(make_config, amp, tol, extra):
     learner, batch = _filled(make_config, f"train.amp={amp}", *extra)
     frames = torch.randperm(batch.state.shape[0], generator=torch.Generator().manual_seed(3))[:batch.state.shape[0] // 2]
     eager_loss, eager_stats, eager_grads = _loss_and_grads(minibatch_loss, learner, batch, frames)
-    loss, stats, grads = _loss_and_grads(compile_loss(), learner, batch, frames)
+    loss, stats, grads = _loss_and_grads(compile_loss(torch.device("cpu")), learner, batch, frames)
     assert counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
     torch.testing.assert_close(loss, eager_loss, rtol=tol, atol=tol)
     for name in vars(stats):
@@ -58,6 +59,7 @@ def test_compiled_loss_and_gradients_match_eager(make_config, amp, tol, extra):
         assert torch.linalg.vector_norm(g - e) <= tol * (1 + torch.linalg.vector_norm(e))
 
 
+@needs_compiler
 def test_compiled_ratio_before_the_first_update_is_one(make_config):
     learner, batch = _filled(make_config, "train.compile=true")
     loss_fn = learner.loss_fn
@@ -68,6 +70,7 @@ def test_compiled_ratio_before_the_first_update_is_one(make_config):
     assert stats.approx_kl.abs() < 1e-7 and stats.clipfrac == 0
 
 
+@needs_compiler
 def test_compiled_training_compiles_once_and_tracks_the_eager_run(make_config):
     runs = {}
     for compiled in (False, True):
@@ -82,3 +85,11 @@ def test_compiled_training_compiles_once_and_tracks_the_eager_run(make_config):
     for a, b in zip(eager.critic.parameters(), comp.critic.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     assert comp_metrics[-1]["policy_loss"] == pytest.approx(eager_metrics[-1]["policy_loss"], rel=1e-3, abs=1e-5)
+
+
+def test_a_missing_cpu_compiler_is_a_clear_error(make_config, monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("no-such-compiler-xyz",))
+    with pytest.raises(ValueError, match="train.compile=true on the CPU needs a C\\+\\+ compiler"):
+        build_learner(make_config("train.compile=true"), torch.device("cpu"))
