@@ -104,6 +104,7 @@ class RunConfig:
     dir: Optional[str] = None  # None -> runs/mappo-<seed>-<time>
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     torch_threads: int = 2  # 0 leaves torch's default
+    retain_host_memory: bool = True  # glibc keeps freed memory: no page faults on each step's big tensors
     deterministic: bool = False  # torch.use_deterministic_algorithms; exact resume on CPU
     checkpoint_interval: int = 500_000  # env steps between checkpoints; 0: only the final one
     keep_checkpoints: int = 3

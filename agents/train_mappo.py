@@ -38,6 +38,7 @@ from agents.ppo import Batch, LossFn, make_optimizer, minibatch_loss, update
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
+from uavsim.host_memory import retain_freed_memory
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 
@@ -65,9 +66,13 @@ def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.Abs
     return lambda: torch.autocast(device_type=device.type, dtype=amp_dtype(amp))
 
 
-def seed_everything(cfg: Config) -> None:
-    """The entry point's explicit seeding. Library code draws from `torch.Generator`s instead."""
+def setup_process(cfg: Config) -> None:
+    """The entry point's process-wide settings: explicit seeding (library code draws from
+    `torch.Generator`s instead), determinism, torch's thread count, and glibc keeping freed host
+    memory for the next large tensor (`uavsim.host_memory`; `run.retain_host_memory`)."""
     torch.manual_seed(cfg.seed)
+    if cfg.run.retain_host_memory:
+        retain_freed_memory()
     if cfg.run.deterministic:  # cuBLAS needs this before its first use to be deterministic
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if cfg.run.torch_threads > 0:
@@ -266,7 +271,7 @@ def default_run_dir(cfg: Config) -> Path:
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:
     """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint (`resume`)."""
 
-    seed_everything(cfg)
+    setup_process(cfg)
     replicas = setup_replicas(cfg.run.device)  # torchrun: join the group; else a single process
     replicas.device = device = replicas.device if replicas.active else pick_device(cfg.run.device)
     try:

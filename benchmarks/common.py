@@ -15,7 +15,18 @@ from typing import Any, Callable
 
 import torch
 
+from uavsim.host_memory import retain_freed_memory
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+_HOST: dict[str, Any] = {"host_memory_retained": False}
+
+
+def setup_host(threads: int) -> None:
+    """The process settings a benchmark runs all of its backends under, alike: torch's thread
+    count, and glibc keeping freed memory for the next large tensor (`uavsim.host_memory`, as the
+    trainer does), recorded in `machine_info`."""
+    torch.set_num_threads(threads)
+    _HOST["host_memory_retained"] = retain_freed_memory()
 
 
 def cpu_model() -> str:
@@ -32,7 +43,7 @@ def cpu_model() -> str:
 def machine_info(device: str | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {
         "host": socket.gethostname(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, **_HOST,
         "python": platform.python_version(), "date": _dt.date.today().isoformat(),
     }
     if torch.cuda.is_available():

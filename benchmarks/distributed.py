@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, sync, write_results
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, setup_host, sync, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,7 +58,7 @@ def worker(args) -> None:
     from agents.train_mappo import DEFAULT_CONFIG, build_learner, prepare_batch, read_metrics, train_iteration
     from uavsim import EnvConfig, UAVSwarmEnv
 
-    torch.set_num_threads(1)
+    setup_host(1)
     replicas = setup(args.device)
     device = str(replicas.device)
     rank, world = replicas.rank, replicas.world_size

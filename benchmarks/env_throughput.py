@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, peak_rss_mib, reset_peak_rss,
-                               sync, write_results)
+                               setup_host, sync, write_results)
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim import rules
 from uavsim.reference import ReferenceEnv
@@ -165,7 +165,7 @@ def available_backends(args) -> list[tuple[str, str, Callable, list[int]]]:
 
 def measure(args) -> dict[str, Any]:
     cfg = EnvConfig()
-    torch.set_num_threads(args.threads)
+    setup_host(args.threads)
     rows: list[dict[str, Any]] = []
     for name, device, runner, sizes in available_backends(args):
         for num_envs in sizes:

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, sync, write_results
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, setup_host, sync, write_results
 
 
 # Every pipeline's actor sees the local observation only (TorchRL's recipe has no shared-map input).
@@ -216,7 +216,7 @@ PIPELINES = {"ours": ours_runner(False), "ours-compiled": ours_runner(True), "to
 
 
 def measure(args) -> dict[str, Any]:
-    torch.set_num_threads(args.threads)
+    setup_host(args.threads)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     rows = []
     for device in devices:

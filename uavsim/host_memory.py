@@ -1,0 +1,38 @@
+"""Keep freed host memory inside the process (glibc malloc) so that large CPU tensors reuse pages.
+
+A batched step allocates tensors of tens of MB: the local observations of 4,096 environments are
+25 MB. By default glibc serves such sizes with `mmap`, or trims them off the top of the heap when
+they are freed, so every step's fresh tensor faults its pages in again, one page at a time.
+Measured on our 2-core CPU: writing a 4,096-environment observation into a fresh buffer took
+2.9 ms, 1.2 ms once the pages were kept; the whole environment step went from 16.9 to 14.6 ms.
+
+Raising both the mmap threshold and the trim threshold keeps freed memory mapped for the next
+allocation (raising only one of them made it slower still). The price: the process holds on to
+its peak heap until it exits. Entry points call this (the trainer: `run.retain_host_memory`);
+importing the library never changes the allocator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+_M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
+_M_MMAP_THRESHOLD = -3
+_MAX_INT = 2**31 - 1  # mallopt takes a C int
+
+
+def retain_freed_memory() -> bool:
+    """Set glibc's mmap and trim thresholds to their maximum. Returns whether both were applied
+    (False off Linux, or with another C library, where nothing is changed)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others have no mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MAX_INT)) and bool(mallopt(_M_TRIM_THRESHOLD, _MAX_INT))
