@@ -21,12 +21,13 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _HOST: dict[str, Any] = {"host_memory_retained": False}
 
 
-def setup_host(threads: int) -> None:
+def setup_host(threads: int) -> bool:
     """The process settings a benchmark runs all of its backends under, alike: torch's thread
     count, and glibc keeping freed memory for the next large tensor (`uavsim.host_memory`, as the
-    trainer does), recorded in `machine_info`."""
+    trainer does), recorded in `machine_info`. Returns whether the memory setting applied."""
     torch.set_num_threads(threads)
     _HOST["host_memory_retained"] = retain_freed_memory()
+    return _HOST["host_memory_retained"]
 
 
 def cpu_model() -> str:

@@ -58,11 +58,11 @@ def worker(args) -> None:
     from agents.train_mappo import DEFAULT_CONFIG, build_learner, prepare_batch, read_metrics, train_iteration
     from uavsim import EnvConfig, UAVSwarmEnv
 
-    setup_host(1)
+    retained = setup_host(1)
     replicas = setup(args.device)
     device = str(replicas.device)
     rank, world = replicas.rank, replicas.world_size
-    result: dict[str, Any] = {"world_size": world, "device": device}
+    result: dict[str, Any] = {"world_size": world, "device": device, "host_memory_retained": retained}
 
     env = UAVSwarmEnv(EnvConfig(), num_envs=args.num_envs, device=device, seed=0,
                       first_env_index=rank * args.num_envs, check_action_range=False)
@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None):
         r["train_efficiency"] = r["train_scaling"] / k
     payload = {"benchmark": "distributed", "machine": machine_info(), "quick": args.quick,
                "settings": {"num_envs_per_rank": args.num_envs, "num_steps": args.num_steps,
-                            "seconds": args.seconds, "threads_per_rank": 1, "device": args.device},
+                            "seconds": args.seconds, "threads_per_rank": 1, "device": args.device,
+                            "host_memory_retained_in_ranks": all(r.get("host_memory_retained") for r in rows)},
                "results": rows}
     paths = write_results("distributed", payload, table(payload), None, args.out_dir)
     return paths

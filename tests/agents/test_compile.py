@@ -88,8 +88,11 @@ def test_compiled_training_compiles_once_and_tracks_the_eager_run(make_config):
 
 
 def test_a_missing_cpu_compiler_is_a_clear_error(make_config, monkeypatch):
-    import torch._inductor.config as inductor_config
+    from torch._inductor import cpp_builder
 
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("no-such-compiler-xyz",))
+    def no_compiler():
+        raise RuntimeError("no-such-compiler does not exist")
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
     with pytest.raises(ValueError, match="train.compile=true on the CPU needs a C\\+\\+ compiler"):
         build_learner(make_config("train.compile=true"), torch.device("cpu"))

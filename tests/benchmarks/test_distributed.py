@@ -1,6 +1,7 @@
 """The scaling benchmark's --quick mode launches torchrun with 1 and 2 ranks and writes its files."""
 
 import json
+import platform
 
 import pytest
 
@@ -18,3 +19,5 @@ def test_quick_run_measures_one_and_two_ranks(tmp_path):
     assert rows[0]["env_efficiency"] == pytest.approx(1.0)
     assert rows[1]["flat_allreduce_s"] > 0 and rows[1]["ddp_s"] > 0
     assert "| 2 |" in paths["md"].read_text()
+    # every rank ran under the trainer's host-memory setting (glibc only)
+    assert payload["settings"]["host_memory_retained_in_ranks"] == (platform.libc_ver()[0] == "glibc")

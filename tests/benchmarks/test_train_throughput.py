@@ -1,6 +1,7 @@
 """The training benchmark's --quick mode runs both pipelines and writes its three files (schema, not speed)."""
 
 import json
+import platform
 
 from benchmarks import train_throughput
 
@@ -17,3 +18,5 @@ def test_quick_run_writes_complete_results(tmp_path):
         assert r["speedup_vs_torchrl"] > 0 and r["speedup_vs_torchrl_mlp"] > 0
     assert paths["png"].read_bytes()[:4] == b"\x89PNG"
     assert "| ours | cpu | bf16 |" in paths["md"].read_text()
+    # all pipelines ran in one process under the trainer's host-memory setting (glibc only)
+    assert payload["machine"]["host_memory_retained"] == (platform.libc_ver()[0] == "glibc")

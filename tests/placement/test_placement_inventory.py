@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import platform
 from types import SimpleNamespace
 
 import pytest
@@ -77,6 +79,11 @@ def test_placement_reads_free_memory_from_the_inventory(three_fake_gpus):
 
 
 def test_memory_in_use_on_cpu_is_the_process_rss():
+    if platform.libc_ver()[0] == "glibc":
+        # Hand freed heap memory back to the OS first: otherwise the block below may reuse pages
+        # that are still resident (other tests in this process ran entry points that keep freed
+        # memory, uavsim.host_memory), and the RSS would not grow.
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     before = memory_in_use("cpu")
     block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched so it is resident
     after = memory_in_use("cpu")
