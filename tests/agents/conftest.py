@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from agents.config import Config, load_config
@@ -23,3 +25,8 @@ def tiny_config(*overrides: str) -> Config:
 def make_config():
     """`make_config("train.amp=bf16", ...)`: the tiny config plus overrides."""
     return tiny_config
+
+
+# torch.compile on the CPU builds C++ kernels (train.compile)
+needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                                    reason="torch.compile on the CPU needs a C++ compiler")

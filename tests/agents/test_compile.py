@@ -3,8 +3,6 @@ and a compiled training run stays on the eager run's parameters."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -12,9 +10,7 @@ from torch._dynamo.utils import counters
 from agents.ppo import minibatch_loss
 from agents.rollout import collect
 from agents.train_mappo import build_learner, compile_loss, prepare_batch, read_metrics, train_iteration
-
-needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
-                                    reason="torch.compile on the CPU needs a C++ compiler")
+from tests.agents.conftest import needs_compiler
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from agents.train_mappo import build_learner, read_metrics, train_iteration
+from tests.agents.conftest import needs_compiler
 from uavsim.env import UAVSwarmEnv
 
 HOST_READS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
@@ -63,13 +64,24 @@ def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp):
     assert all(isinstance(v, float) for v in values.values())
 
 
+@needs_compiler
+def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatch):
+    cfg = make_config("train.amp=bf16", "env.max_steps=5", "train.compile=true")
+    learner = dense_env_learner(cfg, torch.device("cpu"))
+    train_iteration(learner)  # compiles the loss (tracing inspects tensors; that is not the hot path)
+    with host_reads_raise(monkeypatch):
+        for _ in range(2):
+            metrics = train_iteration(learner)
+    assert all(isinstance(v, float) for v in read_metrics(metrics).values())
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-def test_training_iterations_make_no_cuda_syncs(make_config, amp):
-    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda")
+@pytest.mark.parametrize("amp, compiled", [("off", False), ("bf16", False), ("fp16", False), ("bf16", True)])
+def test_training_iterations_make_no_cuda_syncs(make_config, amp, compiled):
+    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda", f"train.compile={str(compiled).lower()}")
     learner = build_learner(cfg, torch.device("cuda"))  # the env picks "dense" on CUDA itself
-    train_iteration(learner)  # warm-up: lazy initialisations may sync once
+    train_iteration(learner)  # warm-up: lazy initialisations (and compilation) may sync once
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
