@@ -25,18 +25,13 @@ from uavsim.env import UAVSwarmEnv
 class Storage:
     local: torch.Tensor  # [T, B, N, L] obs dtype  local observations
     state: torch.Tensor  # [T, B, S] obs dtype     global state
-    # The final observations of truncated episodes, the only ones GAE bootstraps from that are not
-    # the next step's observation: slot k of environment b holds its k-th truncation in the rollout
-    # (K = ceil(T / max_steps) slots bound the count: truncations are max_steps steps apart), and
-    # the extra slot K is where every other environment's final observation is written, unread.
-    trunc_local: torch.Tensor  # [K + 1, B, N, L] obs dtype
-    trunc_state: torch.Tensor  # [K + 1, B, S] obs dtype
-    trunc_step: torch.Tensor  # [K + 1, B] int64  the step t of that truncation; T in unused slots
+    final_local: torch.Tensor  # [T, B, N, L] obs dtype  observation after step t, before any reset
+    final_state: torch.Tensor  # [T, B, S] obs dtype
     heading: torch.Tensor  # [T, B, N, 3] float32  the shared-map actor's headings (zeros otherwise)
     actions: torch.Tensor  # [T, B, N] uint8
     logprobs: torch.Tensor  # [T, B, N] float32
     values: torch.Tensor  # [T, B, N] float32     V(obs_t), denormalized
-    next_values: torch.Tensor  # [T, B, N] float32  V(final obs after step t), denormalized (see collect)
+    next_values: torch.Tensor  # [T, B, N] float32  V(final obs after step t), denormalized
     rewards: torch.Tensor  # [T, B, N] float32
     terminated: torch.Tensor  # [T, B] bool
     truncated: torch.Tensor  # [T, B] bool
@@ -51,13 +46,11 @@ class Storage:
         if obs_dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise TypeError(f"obs_dtype must be float32, bfloat16 or float16, got {obs_dtype}")
         t, b, n, dev = num_steps, env.num_envs, env.num_uavs, env.device
-        k = truncation_slots(num_steps, env.config.max_steps)
         f32 = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=dev)  # noqa: E731
         obs = lambda *shape: torch.zeros(*shape, dtype=obs_dtype, device=dev)  # noqa: E731
         return cls(
             local=obs(t, b, n, env.local_obs_dim), state=obs(t, b, env.state_dim),
-            trunc_local=obs(k + 1, b, n, env.local_obs_dim), trunc_state=obs(k + 1, b, env.state_dim),
-            trunc_step=torch.full((k + 1, b), t, dtype=torch.int64, device=dev),
+            final_local=obs(t, b, n, env.local_obs_dim), final_state=obs(t, b, env.state_dim),
             heading=f32(t, b, n, HEADING_DIM),
             actions=torch.zeros(t, b, n, dtype=torch.uint8, device=dev),
             logprobs=f32(t, b, n), values=f32(t, b, n), next_values=f32(t, b, n), rewards=f32(t, b, n),
@@ -65,18 +58,8 @@ class Storage:
             truncated=torch.zeros(t, b, dtype=torch.bool, device=dev),
         )
 
-    @property
-    def num_trunc_slots(self) -> int:
-        return self.trunc_step.shape[0] - 1
-
     def nbytes(self) -> int:
         return sum(getattr(self, f.name).nbytes for f in fields(self))
-
-
-def truncation_slots(num_steps: int, max_steps: int) -> int:
-    """How many truncations one environment can have in `num_steps` steps: they come `max_steps`
-    steps apart (an episode is truncated when it reaches `max_steps`)."""
-    return -(-num_steps // max_steps)
 
 
 class EpisodeStats:
@@ -180,18 +163,13 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
             generator: torch.Generator, autocast: Callable[[], contextlib.AbstractContextManager]):
     """Fill `storage` with `T` steps starting from `obs`; return the observation after the last.
 
-    values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target of GAE:
-    V(obs_{t+1}) where the episode goes on, V(the truncated episode's final observation) where it
-    was truncated, and V(obs_{t+1}) too where it terminated (GAE does not bootstrap there: any
-    finite value will do). The steps run the actor only; the critic then evaluates the T + 1
-    observations and the truncations' final ones in a few large calls, not two per step.
+    values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
+    uses where the step was truncated or the rollout ends. The steps run the actor only; the
+    critic then evaluates all stored observations in a few large calls (the same numbers, far
+    fewer and better-shaped matmuls than two small calls per step).
     """
-    t_len, b, k = storage.actions.shape[0], env.num_envs, storage.num_trunc_slots
-    agent = agent_ids(b, env.num_uavs, env.device)
-    envs = torch.arange(b, device=env.device)
-    trunc_count = torch.zeros(b, dtype=torch.int64, device=env.device)
-    storage.trunc_step.fill_(t_len)
-    for t in range(t_len):
+    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    for t in range(storage.actions.shape[0]):
         actions, logprob, heading = policy_step(actor, obs, agent, generator, autocast)
         if heading is not None:
             storage.heading[t] = heading
@@ -200,26 +178,12 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
         storage.actions[t] = actions
         storage.logprobs[t] = logprob
         obs, reward, terminated, truncated, info = env.step(actions)
-        # every environment writes its final observation: a truncated one into its next slot, the
-        # others into the unread slot k (one scatter, no mask read on the host)
-        slot = torch.where(truncated, trunc_count.clamp(max=k - 1), k)
-        storage.trunc_local[slot, envs] = info["final_obs"]["local"].to(storage.trunc_local.dtype)
-        storage.trunc_state[slot, envs] = info["final_obs"]["state"].to(storage.trunc_state.dtype)
-        storage.trunc_step[slot, envs] = t
-        trunc_count += truncated
+        storage.final_local[t] = info["final_obs"]["local"]
+        storage.final_state[t] = info["final_obs"]["state"]
         storage.rewards[t] = reward
         storage.terminated[t] = terminated
         storage.truncated[t] = truncated
         stats.add(terminated, truncated, info)
-    storage.trunc_step[k].fill_(t_len)  # the unread slot holds no truncation
     values_of_steps(critic, value_norm, storage.local, storage.state, autocast, storage.values)
-    storage.next_values[:-1] = storage.values[1:]
-    storage.next_values[-1] = value_of(critic, value_norm, obs, agent, autocast)
-    trunc_values = torch.empty(k, b, env.num_uavs, dtype=torch.float32, device=env.device)
-    values_of_steps(critic, value_norm, storage.trunc_local[:k], storage.trunc_state[:k], autocast, trunc_values)
-    for slot in range(k):  # k is ceil(T / max_steps): 1 unless the rollout outlasts an episode
-        step = storage.trunc_step[slot]
-        used = (step < t_len).unsqueeze(-1)
-        at = step.clamp(max=t_len - 1)
-        storage.next_values[at, envs] = torch.where(used, trunc_values[slot], storage.next_values[at, envs])
+    values_of_steps(critic, value_norm, storage.final_local, storage.final_state, autocast, storage.next_values)
     return obs
