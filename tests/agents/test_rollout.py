@@ -12,25 +12,30 @@ from agents.train_mappo import build_learner
 from uavsim.env import UAVSwarmEnv
 
 
+@pytest.mark.parametrize("num_steps", [8, 16])  # 16 steps of 5-step episodes: several truncations per env
 @pytest.mark.parametrize("amp, dtype", [("off", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
-def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype):
-    learner = build_learner(make_config(f"train.amp={amp}", "env.max_steps=5"), torch.device("cpu"))
+def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype, num_steps):
+    learner = build_learner(make_config(f"train.amp={amp}", "env.max_steps=5", "env.target_coverage=0.25",
+                                        f"train.num_steps={num_steps}"), torch.device("cpu"))
     env, s = learner.env, learner.storage
     assert s.local.dtype == dtype and s.final_state.dtype == dtype and s.rewards.dtype == torch.float32
     # a replay of the same steps in a twin env, calling the critic after every step as a naive loop would
     twin = UAVSwarmEnv(env.config, num_envs=env.num_envs, seed=learner.cfg.seed, device="cpu")
     obs = twin.reset()
-    learner.obs = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s, learner.stats,
-                          learner.action_gen, learner.autocast)
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    assert (s.terminated | s.truncated).any(), "the test needs episode ends inside the rollout"
-    for t in range(s.actions.shape[0]):
-        assert torch.equal(s.local[t], obs["local"].to(dtype))
-        v = value_of(learner.critic, learner.value_norm, obs, agent, learner.autocast)
-        torch.testing.assert_close(s.values[t], v, atol=1e-6, rtol=1e-5)
-        obs, _, _, _, info = twin.step(s.actions[t].long())
-        v_final = value_of(learner.critic, learner.value_norm, info["final_obs"], agent, learner.autocast)
-        torch.testing.assert_close(s.next_values[t], v_final, atol=1e-6, rtol=1e-5)
+    ends = torch.zeros(2, dtype=torch.long)
+    for _ in range(2):  # the second rollout starts mid-episode
+        learner.obs = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s,
+                              learner.stats, learner.action_gen, learner.autocast)
+        ends += torch.stack([s.terminated.sum(), s.truncated.sum()])
+        for t in range(s.actions.shape[0]):
+            assert torch.equal(s.local[t], obs["local"].to(dtype))
+            v = value_of(learner.critic, learner.value_norm, obs, agent, learner.autocast)
+            torch.testing.assert_close(s.values[t], v, atol=1e-6, rtol=1e-5)
+            obs, _, _, _, info = twin.step(s.actions[t].long())
+            v_final = value_of(learner.critic, learner.value_norm, info["final_obs"], agent, learner.autocast)
+            torch.testing.assert_close(s.next_values[t], v_final, atol=1e-6, rtol=1e-5)
+    assert (ends > 0).all(), f"the test needs both kinds of episode end (terminated, truncated): {ends.tolist()}"
 
 
 def test_storage_rejects_a_non_float_observation_dtype(make_config):
