@@ -170,6 +170,25 @@ LossFn = Callable[[Actor, Critic, Batch, torch.Tensor, TrainConfig, Callable[[],
                   tuple[torch.Tensor, LossStats]]
 
 
+def compile_loss(device: torch.device) -> LossFn:
+    """`minibatch_loss` through `torch.compile`: the networks' forward, the log-probabilities and
+    the loss fuse into one graph (and the backward into another), which removes most of the
+    elementwise passes over the minibatch's activations. Static shapes: every minibatch has the
+    same size, so it compiles once (a few seconds) and never again.
+
+    On the CPU, inductor builds C++ kernels: without a C++ compiler this fails here, with the fix
+    named, rather than at the first update with a compiler error."""
+    if device.type == "cpu":
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as err:  # inductor raises its own error types for a missing compiler
+            raise ValueError("train.compile=true on the CPU needs a C++ compiler for torch.compile "
+                             f"(inductor found none: {err}); install g++ or set train.compile=false") from None
+    return torch.compile(minibatch_loss, dynamic=False)
+
+
 def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler,
            batch: Batch, cfg: TrainConfig, generator: torch.Generator,
            autocast: Callable[[], contextlib.AbstractContextManager],

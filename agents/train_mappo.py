@@ -34,7 +34,7 @@ from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rs
 from agents.networks import Actor, Critic, make_actor
 from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
-from agents.ppo import Batch, LossFn, make_optimizer, minibatch_loss, update
+from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -102,25 +102,6 @@ class Learner:
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
     bad_iterations: int = 0  # consecutive iterations with a skipped (non-finite) update
-
-
-def compile_loss(device: torch.device) -> LossFn:
-    """`minibatch_loss` through `torch.compile`: the networks' forward, the log-probabilities and
-    the loss fuse into one graph (and the backward into another), which removes most of the
-    elementwise passes over the minibatch's activations. Static shapes: every minibatch has the
-    same size, so it compiles once (a few seconds) and never again.
-
-    On the CPU, inductor builds C++ kernels: without a C++ compiler this fails here, with the fix
-    named, rather than at the first update with a compiler error."""
-    if device.type == "cpu":
-        from torch._inductor import cpp_builder
-
-        try:
-            cpp_builder.get_cpp_compiler()
-        except Exception as err:  # inductor raises its own error types for a missing compiler
-            raise ValueError("train.compile=true on the CPU needs a C++ compiler for torch.compile "
-                             f"(inductor found none: {err}); install g++ or set train.compile=false") from None
-    return torch.compile(minibatch_loss, dynamic=False)
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
