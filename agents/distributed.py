@@ -1,4 +1,4 @@
-"""Data-parallel training under ``torchrun``: one environment batch and one learner replica per rank.
+r"""Data-parallel training under ``torchrun``: one environment batch and one learner replica per rank.
 
     torchrun --standalone --nproc_per_node=2 -m agents.train_mappo env.num_envs=64
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 \

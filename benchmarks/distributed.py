@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--device", default="cpu", help="cpu, or auto (cuda:{local_rank} when CUDA is available)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                   help="cpu; cuda or auto: cuda:{local_rank} when CUDA is available, else the CPU")
     p.add_argument("--num-envs", type=int, default=512, help="environments per rank")
     p.add_argument("--num-steps", type=int, default=32, help="rollout length per iteration")
     p.add_argument("--seconds", type=float, default=8.0, help="length of each timed phase")
