@@ -102,6 +102,38 @@ def median_rate(run: Callable[[], None], items_per_run: int, repeats: int, devic
     return statistics.median(rates), rates
 
 
+# Self CPU time of these ops is the network arithmetic (their autograd wrappers have none).
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+                        "aten::_addmm_activation", "aten::mv", "aten::addmv", "aten::dot"})
+
+
+def profile_ops(run: Callable[[], None], repeats: int, top: int = 8) -> dict[str, Any]:
+    """Where the time of one call of ``run`` goes, from ``torch.profiler`` over ``repeats`` calls
+    (milliseconds per call, self CPU time): matmuls (``MATMUL_OPS``), the kernels of
+    ``torch.compile``'d graphs (inductor's fused code runs inside its ``CompiledFxGraph`` call), all
+    other ops, the wall time outside any op (Python, dispatch), and the ``top`` ops by self time.
+    On CUDA self CPU time is launch time, not kernel time, so this is a CPU breakdown."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        wall = time.perf_counter() - start
+    events = prof.key_averages()
+    ms = lambda us: us / 1e3 / repeats  # noqa: E731
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS)
+    compiled = sum(e.self_cpu_time_total for e in events if "CompiledFxGraph" in e.key)
+    total = sum(e.self_cpu_time_total for e in events)
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {
+        "profiled_ms": wall * 1e3 / repeats, "matmul_ms": ms(matmul), "compiled_kernels_ms": ms(compiled),
+        "other_ops_ms": ms(total - matmul - compiled), "outside_ops_ms": max(0.0, wall * 1e3 / repeats - ms(total)),
+        "top_ops": [{"op": e.key[:60], "self_ms": ms(e.self_cpu_time_total), "calls": e.count / repeats}
+                    for e in ranked],
+    }
+
+
 def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Callable[[Path], None] | None,
                   out_dir: Path = RESULTS_DIR) -> dict[str, Path]:
     """Write ``<name>-<machine>-<date>.json`` / ``.md`` (and ``.png`` if ``plot``), print the table;

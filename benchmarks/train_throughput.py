@@ -24,7 +24,8 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
 
 The figure is agent-steps per second of whole iterations (collection + update), warm-up excluded,
 median of the timed iterations; AMP modes run under ``torch.autocast`` (bf16 everywhere, fp16
-on CUDA only).
+on CUDA only). ``--profile`` adds where each pipeline's time goes (``benchmarks.common.profile_ops``:
+matmuls, compiled kernels, other ops, outside ops; and for ours, rollout against update).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, setup_host, sync, write_results
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, profile_ops, setup_host, sync, write_results
 
 
 # Every pipeline's actor sees the local observation only (TorchRL's recipe has no shared-map input).
@@ -57,6 +58,7 @@ def ours_runner(compiled: bool):
 
 def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
     from agents.config import load_config
+    from agents.logger import PhaseTimer
     from agents.train_mappo import DEFAULT_CONFIG, build_learner, read_metrics, train_iteration
 
     cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
@@ -66,9 +68,17 @@ def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
                                        *SAME_TASK])
     learner = build_learner(cfg, torch.device(device))
 
-    def iteration():
-        read_metrics(train_iteration(learner))  # the trainer reads its metrics once per iteration too
+    def iteration(timer: PhaseTimer | None = None):
+        read_metrics(train_iteration(learner, timer))  # the trainer reads its metrics once per iteration too
 
+    def phase_seconds() -> dict[str, float]:
+        """One iteration's rollout and update seconds (the trainer's own phase marks)."""
+        timer = PhaseTimer(learner.env.device)
+        iteration(timer)
+        phases = timer.seconds()
+        return {"rollout": phases["env"], "update": phases["learn"]}
+
+    iteration.phase_seconds = phase_seconds  # type: ignore[attr-defined]
     return iteration
 
 
@@ -235,12 +245,14 @@ def measure(args) -> dict[str, Any]:
                         iteration()
                         sync(device)
                         times.append(time.perf_counter() - start)
+                    profile = where_time_goes(iteration, args.profile) if args.profile else None
                 finally:
                     getattr(iteration, "close", lambda: None)()
                 agent_steps = args.num_steps * args.num_envs * 10
                 rate = agent_steps / statistics.median(times)
                 rows.append({"pipeline": name, "device": device, "amp": amp, "agent_steps_per_s": rate,
-                             "env_steps_per_s": rate / 10, "iteration_seconds": times})
+                             "env_steps_per_s": rate / 10, "iteration_seconds": times,
+                             **({"profile": profile} if profile else {})})
                 print(f"{name:8s} {device:5s} amp={amp:4s} {fmt_rate(rate):>8s} agent-steps/s")
     for r in rows:
         for key, pipeline in (("speedup_vs_torchrl", "torchrl"), ("speedup_vs_torchrl_mlp", "torchrl-mlp")):
@@ -248,9 +260,37 @@ def measure(args) -> dict[str, Any]:
                          and b["amp"] == r["amp"]), None)
             r[key] = r["agent_steps_per_s"] / base["agent_steps_per_s"] if base else None
     settings = {k: getattr(args, k) for k in ("num_envs", "num_steps", "epochs", "minibatches", "hidden", "threads",
-                                              "iterations", "warmup")}
+                                              "iterations", "warmup", "profile")}
     return {"benchmark": "train_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
             "quick": args.quick, "settings": settings, "num_uavs": 10, "results": rows}
+
+
+def where_time_goes(iteration, repeats: int) -> dict[str, Any]:
+    """`profile_ops` over `repeats` iterations, plus (for our trainer) the median rollout and update
+    seconds of `repeats` unprofiled iterations."""
+    out = profile_ops(iteration, repeats)
+    if hasattr(iteration, "phase_seconds"):
+        phases = [iteration.phase_seconds() for _ in range(repeats)]
+        out.update({f"{k}_ms": 1e3 * statistics.median(p[k] for p in phases) for k in ("rollout", "update")})
+    return out
+
+
+def profile_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The `--profile` section: milliseconds per iteration by kind of work."""
+    cell = lambda p, k: f"{p[k]:.0f}" if k in p else "-"  # noqa: E731
+    lines = ["", "Where the time goes (torch.profiler, self CPU time, ms per iteration; rollout and update from "
+             "the trainer's phase marks, unprofiled):", "",
+             "| pipeline | device | AMP | iteration | rollout | update | matmuls | compiled kernels | other ops "
+             "| outside ops | top ops (ms) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if "profile" not in r:
+            continue
+        p = r["profile"]
+        top = ", ".join(f"{o['op']} {o['self_ms']:.0f}" for o in p["top_ops"][:3])
+        lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {1e3 * statistics.median(r['iteration_seconds']):.0f} "
+                     f"| {cell(p, 'rollout_ms')} | {cell(p, 'update_ms')} | {cell(p, 'matmul_ms')} "
+                     f"| {cell(p, 'compiled_kernels_ms')} | {cell(p, 'other_ops_ms')} | {cell(p, 'outside_ops_ms')} | {top} |")
+    return lines
 
 
 def table(payload: dict[str, Any]) -> str:
@@ -267,6 +307,8 @@ def table(payload: dict[str, Any]) -> str:
         lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {fmt_rate(r['agent_steps_per_s'])} "
                      f"| {fmt_rate(r['env_steps_per_s'])} | {ratio(r['speedup_vs_torchrl'])} "
                      f"| {ratio(r.get('speedup_vs_torchrl_mlp'))} |")
+    if any("profile" in r for r in payload["results"]):
+        lines += profile_table(payload["results"])
     return "\n".join(lines) + "\n"
 
 
@@ -306,8 +348,12 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N iterations of each pipeline: where the time goes (0: off)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
+    if args.profile < 0:
+        parser.error(f"--profile must be >= 0 (iterations to profile), got {args.profile}")
     args.num_envs = args.num_envs or (8 if args.quick else 64)
     args.num_steps = args.num_steps or (8 if args.quick else 64)
     args.iterations = args.iterations or (2 if args.quick else 5)

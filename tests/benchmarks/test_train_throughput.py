@@ -3,6 +3,8 @@
 import json
 import platform
 
+import pytest
+
 from benchmarks import train_throughput
 
 
@@ -20,3 +22,24 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert "| ours | cpu | bf16 |" in paths["md"].read_text()
     # all pipelines ran in one process under the trainer's host-memory setting (glibc only)
     assert payload["machine"]["host_memory_retained"] == (platform.libc_ver()[0] == "glibc")
+
+
+def test_profile_reports_where_the_time_goes(tmp_path):
+    paths = train_throughput.main(["--quick", "--out-dir", str(tmp_path), "--iterations", "1", "--threads", "1",
+                                   "--pipelines", "ours", "torchrl", "--profile", "1"])
+    payload = json.loads(paths["json"].read_text())
+    assert payload["settings"]["profile"] == 1
+    for r in payload["results"]:
+        p = r["profile"]
+        parts = [p[k] for k in ("matmul_ms", "compiled_kernels_ms", "other_ops_ms", "outside_ops_ms")]
+        assert all(x >= 0 for x in parts) and p["matmul_ms"] > 0 and p["compiled_kernels_ms"] == 0  # eager pipelines
+        assert abs(sum(parts) - p["profiled_ms"]) <= 0.01 * p["profiled_ms"] + 1e-6 or p["outside_ops_ms"] == 0
+        assert 0 < len(p["top_ops"]) <= 8 and all(o["self_ms"] >= 0 and o["calls"] > 0 for o in p["top_ops"])
+        # our trainer's own phase marks split the iteration into rollout and update; TorchRL's has none
+        assert (("rollout_ms" in p) and p["rollout_ms"] > 0 and p["update_ms"] > 0) == (r["pipeline"] == "ours")
+    assert "Where the time goes" in paths["md"].read_text()
+
+
+def test_negative_profile_count_is_rejected(tmp_path):
+    with pytest.raises(SystemExit):
+        train_throughput.main(["--quick", "--out-dir", str(tmp_path), "--profile", "-1"])
