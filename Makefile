@@ -31,8 +31,9 @@ test: setup  ## the whole test suite (what CI runs)
 demo: setup  ## environment demo: throughput of the batched env vs the NumPy reference
 	$(BIN)/python -m benchmarks.env_throughput --quick --backends reference-loop batched-cpu --out-dir runs/demo
 
-bench: setup  ## all four full benchmarks, results into benchmarks/results/
+bench: setup  ## all five full benchmarks, results into benchmarks/results/
 	$(BIN)/python -m benchmarks.env_throughput
-	$(BIN)/python -m benchmarks.train_throughput
+	$(BIN)/python -m benchmarks.train_throughput --profile 3
+	$(BIN)/python -m benchmarks.update_matmuls
 	$(BIN)/python -m benchmarks.distributed
 	$(BIN)/python -m benchmarks.placement
