@@ -1,6 +1,8 @@
 """The env benchmark's --quick mode runs every backend and writes JSON, Markdown and PNG (schema, not speed)."""
 
+import argparse
 import json
+import sys
 
 import pytest
 
@@ -34,3 +36,12 @@ def test_bytes_per_step_estimate_grows_with_the_task():
 
     small = env_throughput.bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2))
     assert env_throughput.bytes_per_env_step(EnvConfig()) > small > 0
+
+
+def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "vmas", None)  # `import vmas` now raises ImportError
+    args = argparse.Namespace(quick=True, max_gpu_envs=1 << 20, workers=2, compile_cpu=False, backends=None)
+    names = [b[0] for b in env_throughput.available_backends(args)]
+    assert names and not any(n.startswith("vmas") for n in names)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ["vmas is not installed (pip install '.[peers]'): skipping the VMAS backends"]
