@@ -7,6 +7,9 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+# Rewards and penalties are float32 in both implementations: a larger value would overflow to inf.
+FLOAT32_MAX = 3.4028234663852886e38
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -42,8 +45,9 @@ class EnvConfig:
             if f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError(f"EnvConfig.{f.name} must be a float, got {type(value).__name__} {value!r}")
-                if not math.isfinite(value):
-                    raise ValueError(f"EnvConfig.{f.name} must be finite, got {value!r}")
+                if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
+                    raise ValueError(f"EnvConfig.{f.name} must be finite in float32 (|x| <= {FLOAT32_MAX:.4g}), "
+                                     f"got {value!r}")
                 object.__setattr__(self, f.name, float(value))
         self._check_ranges()
 

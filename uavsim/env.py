@@ -36,6 +36,16 @@ _STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked"
                "ep_reward", "ep_collisions", "ep_near_misses")
 
 
+def canonical_device(device: Any) -> torch.device:
+    """``device`` as tensors on it report theirs: ``"cuda"`` -> ``cuda:<current>``, ``"cpu:0"`` ->
+    ``cpu``. A plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``, so the
+    env's device checks would reject its own tensors."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu") if dev.type == "cpu" else dev
+
+
 def _as_long(x, device) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.int64, device=device)
 
@@ -71,7 +81,7 @@ class UAVSwarmEnv:
             raise ValueError(f"seed must be in [0, 2**31), got {seed}")
         if first_env_index < 0 or first_env_index + num_envs > MAX_KEY:
             raise ValueError(f"environment indices must lie in [0, 2**31), got first_env_index={first_env_index}")
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         if reset_mode is None:
             reset_mode = "sparse" if self.device.type == "cpu" else "dense"
         if reset_mode not in ("dense", "sparse"):
@@ -320,6 +330,11 @@ class UAVSwarmEnv:
                 "first_env_index": int(self.env_index[0]), "state": {k: v.clone() for k, v in self._state.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Continue from `state_dict()`'s output; anything else is a `TypeError` / `ValueError`
+        naming what does not fit (this env's identity, a tensor's dtype or shape, values out of
+        range)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"env state must be the dict from state_dict(), got {type(d).__name__}")
         mine = {"config": self.config.to_dict(), "seed": self.seed, "num_envs": self.num_envs,
                 "first_env_index": int(self.env_index[0])}
         for key, value in mine.items():
@@ -334,7 +349,27 @@ class UAVSwarmEnv:
             if not isinstance(v, torch.Tensor) or v.shape != fresh[k].shape or v.dtype != fresh[k].dtype:
                 raise ValueError(f"env state {k!r}: expected {fresh[k].dtype} {tuple(fresh[k].shape)}, "
                                  f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}")
+        self._check_state_values(state)
         self._state = {k: state[k].to(self.device).clone() for k in _STATE_KEYS}
+
+    def _check_state_values(self, state: dict[str, torch.Tensor]) -> None:
+        """Ranges a step relies on: a corrupt value would otherwise index out of bounds in the step
+        (a device-side assert on a GPU)."""
+        cfg = self.config
+        pos = state["pos"]
+        checks = {
+            "cells": bool(((state["cells"] >= FREE) & (state["cells"] <= BLOCKED)).all()),
+            "pos": bool(((pos[..., 0] >= 0) & (pos[..., 0] < cfg.grid_height)
+                         & (pos[..., 1] >= 0) & (pos[..., 1] < cfg.grid_width)).all()),
+            "t": bool(((state["t"] >= 0) & (state["t"] <= cfg.max_steps)).all()),
+            "episode": bool(((state["episode"] >= 0) & (state["episode"] < MAX_KEY)).all()),
+            "covered": bool(((state["covered"] >= 0) & (state["covered"] <= state["free"])).all()),
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
+                             f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
+                             "episode in [0, 2**31), covered in [0, free]): not a state this env wrote")
 
     def observe(self) -> dict[str, torch.Tensor]:
         """The current observation of every environment (no step)."""

@@ -28,6 +28,14 @@ def uav_colors(n: int) -> np.ndarray:
                     dtype=np.uint8)
 
 
+def check_cell_px(cell_px: object) -> int:
+    """``cell_px`` if it is an int >= 2 (pixels per grid cell), else a `ValueError`: the adapters
+    check it when built, not at their first ``render()``."""
+    if isinstance(cell_px, bool) or not isinstance(cell_px, int) or cell_px < 2:
+        raise ValueError(f"cell_px must be an int >= 2, got {cell_px!r}")
+    return cell_px
+
+
 def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int = 8,
                 trail: np.ndarray | None = None) -> np.ndarray:
     """Draw one map.
@@ -38,8 +46,7 @@ def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int
         trail: optional ``[T, N, 2]`` earlier positions, drawn as small dots.
     Returns: ``[H * cell_px, W * cell_px, 3]`` uint8.
     """
-    if cell_px < 2:
-        raise ValueError(f"cell_px must be >= 2, got {cell_px}")
+    check_cell_px(cell_px)
     h, w = codes.shape
     rgb = np.where((codes == rules.BLOCKED)[..., None], _BLOCKED,
                    np.where((codes == rules.COVERED)[..., None], _COVERED, _FREE)).astype(np.int32)

@@ -60,6 +60,8 @@ def test_render():
     env = CoverageParallelEnv(SMALL, render_mode="rgb_array", cell_px=2)
     env.reset()
     assert env.render().shape == (24, 24, 3)
+    with pytest.raises(ValueError, match="cell_px"):  # when built, not at the first render()
+        CoverageParallelEnv(SMALL, render_mode="rgb_array", cell_px=1)
 
 
 class TestBadInput:

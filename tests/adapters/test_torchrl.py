@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torchrl.collectors import Collector
+from torchrl.envs import SerialEnv
 from torchrl.envs.utils import check_env_specs
 from torchrl.modules import MultiAgentMLP, ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
@@ -133,6 +134,18 @@ def test_set_seed_restarts_the_streams():
     assert np.array_equal(td["state"][1].numpy(), ReferenceEnv(SMALL, seed=11, env_index=1).reset()["state"])
 
 
+def test_seeds_past_31_bits_wrap_as_torchrl_chains_them():
+    # TorchRL derives the seeds of batched envs and collectors up to 2**32; the env's keys take 31 bits.
+    env = UAVTorchRLEnv(2, SMALL, seed=0)
+    env.set_seed(2**31 + 11)
+    td = env.reset()
+    assert np.array_equal(td["state"][1].numpy(), ReferenceEnv(SMALL, seed=11, env_index=1).reset()["state"])
+    serial = SerialEnv(2, lambda: UAVTorchRLEnv(2, SMALL))
+    serial.set_seed(1)  # the second worker's chained seed is above 2**31
+    assert serial.rollout(3)["next", "agents", "reward"].shape == (2, 2, 3, SMALL.num_uavs, 1)  # workers, envs, steps
+    serial.close()
+
+
 def make_agents(env, hidden=32):
     cfg = env.config
     net = MultiAgentMLP(n_agent_inputs=cfg.local_obs_dim, n_agent_outputs=cfg.num_actions, n_agents=cfg.num_uavs,
@@ -220,4 +233,6 @@ class TestBadInput:
         with pytest.raises(ValueError, match="num_drones"):
             UAVTorchRLEnv(2, {"num_drones": 1})
         with pytest.raises(ValueError, match="seed"):
-            UAVTorchRLEnv(2, SMALL).set_seed(2**31)
+            UAVTorchRLEnv(2, SMALL).set_seed(-1)
+        with pytest.raises(TypeError, match="seed"):
+            UAVTorchRLEnv(2, SMALL)._set_seed(1.5)

@@ -69,6 +69,8 @@ def test_bad_mask(env):
         (dict(target_coverage=1.5), "target_coverage"),
         (dict(time_penalty=-1.0), "time_penalty"),
         (dict(coverage_reward=float("nan")), "coverage_reward"),
+        (dict(coverage_reward=1e39), "coverage_reward"),  # finite in float64, inf in the float32 rewards
+        (dict(near_miss_penalty=-1e39), "near_miss_penalty"),
         (dict(state_pool=33), "state_pool"),
         (dict(launch_size=0), "launch_size"),
     ],

@@ -48,6 +48,37 @@ def test_load_state_dict_rejects_mismatch():
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
 
 
+@pytest.mark.parametrize("key, corrupt", [
+    ("pos", lambda v: v + SMALL.grid_height),  # off the map
+    ("cells", lambda v: v + 3),  # no such cell code
+    ("t", lambda v: v - 1 - SMALL.max_steps),
+    ("covered", lambda v: v + 10_000),  # more than the free cells
+])
+def test_load_state_dict_rejects_out_of_range_values(key, corrupt):
+    env = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
+    env.reset()
+    saved = env.state_dict()
+    saved["state"][key] = corrupt(saved["state"][key])
+    other = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
+    with pytest.raises(ValueError, match=f"out of range in \\['{key}'\\]"):
+        other.load_state_dict(saved)
+    with pytest.raises(TypeError, match="state_dict"):
+        other.load_state_dict(None)
+
+
+@pytest.mark.parametrize("device", ["cpu:0", torch.device("cpu", 0)])
+def test_an_indexed_device_names_the_same_device_as_its_tensors(device):
+    # torch.device("cpu:0") != torch.device("cpu"), the device tensors report: the env must accept
+    # its own tensors and those of policies built on it (as "cuda" against a tensor's "cuda:0").
+    env = UAVSwarmEnv(SMALL, num_envs=3, device=device, seed=0)
+    assert env.device == torch.zeros(1, device=device).device
+    obs = env.reset()
+    for policy in (RandomPolicy(env, seed=0), GreedyFrontierPolicy(env)):
+        obs, *_ = env.step(policy(env))
+    env.reset(torch.ones(3, dtype=torch.bool, device=device))
+    assert obs["local"].device == env.device
+
+
 def test_dense_and_sparse_resets_agree():
     actions = torch.randint(0, SMALL.num_actions, (70, 6, SMALL.num_uavs), generator=torch.Generator().manual_seed(3))
     runs = []

@@ -11,7 +11,9 @@ module                                 class                                    
 
 Gymnasium ids (registered by ``import uavsim``):
     ``uavsim/Coverage-v0``: ``make_vec`` gives `CoverageVectorEnv` (batched torch); ``make`` and
-        ``make_vec(..., vectorization_mode="sync" | "async")`` give / run `CoverageReferenceEnv`.
+        ``make_vec(..., vectorization_mode="sync" | "async")`` give / run `CoverageReferenceEnv`
+        (every copy built alike: the same maps until ``reset(seed=s)`` seeds copy ``i`` with ``s + i``;
+        pass ``env_index=i`` per worker to play the batched env's episodes, see ``gymnasium_single``).
     ``uavsim/CoverageReference-v0``: `CoverageReferenceEnv` only (NumPy, no torch in workers).
 
 Nothing is imported here: each module pulls in its own ecosystem package when it is imported.

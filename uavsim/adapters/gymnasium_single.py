@@ -37,6 +37,7 @@ from uavsim.adapters._frames import render_reference
 from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.config import EnvConfig
 from uavsim.reference import ReferenceEnv
+from uavsim.render import check_cell_px
 
 
 class CoverageReferenceEnv(gym.Env):
@@ -57,8 +58,7 @@ class CoverageReferenceEnv(gym.Env):
         cfg = self.config = as_config(config)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        if isinstance(cell_px, bool) or not isinstance(cell_px, int) or cell_px < 2:
-            raise ValueError(f"cell_px must be an int >= 2, got {cell_px!r}")
+        check_cell_px(cell_px)
         self._ref = ReferenceEnv(cfg, seed=seed, env_index=env_index)  # checks seed and env_index
         self.env_index, self.render_mode, self.cell_px = self._ref.env_index, render_mode, cell_px
         self.num_uavs, self.num_actions = cfg.num_uavs, cfg.num_actions

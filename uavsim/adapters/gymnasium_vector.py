@@ -43,7 +43,7 @@ from gymnasium.vector.utils import batch_space
 from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
-from uavsim.render import render_tiled
+from uavsim.render import check_cell_px, render_tiled
 
 
 def to_numpy(x: Any) -> Any:
@@ -96,7 +96,9 @@ class CoverageVectorEnv(VectorEnv):
                                 check_action_range=check_action_range, reset_mode=reset_mode)
         self.swarm = UAVSwarmEnv(cfg, seed=seed, **self._env_kwargs)  # checks num_envs, seed, device, ...
         self.num_envs, self.device, self.output = num_envs, self.swarm.device, output
-        self.render_mode, self.cell_px, self.render_envs = render_mode, cell_px, render_envs
+        if isinstance(render_envs, bool) or not isinstance(render_envs, int) or render_envs < 1:
+            raise ValueError(f"render_envs must be an int >= 1, got {render_envs!r}")
+        self.render_mode, self.cell_px, self.render_envs = render_mode, check_cell_px(cell_px), render_envs
         self.single_observation_space = observation_space(cfg)
         self.observation_space = observation_space(cfg, (num_envs,))
         self.single_action_space = spaces.MultiDiscrete(np.full(cfg.num_uavs, cfg.num_actions, dtype=np.int64))

@@ -24,6 +24,7 @@ from uavsim.adapters._frames import render_reference
 from uavsim.adapters.spaces import as_config, local_space, state_space
 from uavsim.config import EnvConfig
 from uavsim.reference import ReferenceEnv
+from uavsim.render import check_cell_px
 
 
 class CoverageParallelEnv(ParallelEnv):
@@ -45,7 +46,7 @@ class CoverageParallelEnv(ParallelEnv):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self._ref = ReferenceEnv(cfg, seed=seed, env_index=env_index)  # checks seed and env_index
-        self.render_mode, self.cell_px = render_mode, cell_px
+        self.render_mode, self.cell_px = render_mode, check_cell_px(cell_px)
         self.possible_agents = [f"uav_{i}" for i in range(cfg.num_uavs)]
         self.agents: list[str] = []
         self._index = {agent: i for i, agent in enumerate(self.possible_agents)}

@@ -20,6 +20,10 @@ Resets. `UAVSwarmEnv` resets an ended episode inside ``step`` (SAME_STEP); Torch
 Stepping again without the reset TorchRL would do (``step`` rather than ``step_and_maybe_reset``)
 continues in the next episode from the previous episode's final observation: do not.
 
+Seeding. ``set_seed(s)`` restarts every environment at episode 0 of the streams of seed ``s mod
+2**31`` (the env's keys are 31 bits; TorchRL derives seeds up to 2**32 for batched envs and
+collectors).
+
 Speed: no Python loop over environments or UAVs, and no copy of the observations. ``maybe_reset``
 (the path of ``step_and_maybe_reset``, ``rollout`` and collectors) hands the core env's current
 observation over as is instead of TorchRL's masked merge of every entry, and reads one value from
@@ -30,6 +34,7 @@ never produces a bad action, so trainers pass False.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Mapping
 
 import torch
@@ -40,6 +45,7 @@ from torchrl.envs import EnvBase
 from uavsim.adapters.spaces import as_config
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
+from uavsim.rng import MAX_KEY
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -151,9 +157,15 @@ class UAVTorchRLEnv(EnvBase):
         return tensordict
 
     def _set_seed(self, seed: int | None) -> None:
+        """Restart every environment's episode stream under ``seed mod 2**31``: TorchRL chains seeds
+        through batched envs and collectors with values up to 2**32, the env's keys take 31 bits."""
         if seed is None:
             return
-        self.swarm = UAVSwarmEnv(self.config, seed=seed, **self._env_kwargs)  # checks the range
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.swarm = UAVSwarmEnv(self.config, seed=int(seed) % MAX_KEY, **self._env_kwargs)
         self._obs = None
         self._pending = torch.zeros_like(self._pending)
 
