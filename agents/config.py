@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.nodes import EnumNode
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -145,8 +148,8 @@ class Config:
         return max(1, self.train.total_env_steps // self.env_steps_per_iteration)
 
 
-def _wrap(err: OmegaConfBaseException, source: str) -> Exception:
-    key = getattr(err, "full_key", None) or "?"
+def _wrap(err: OmegaConfBaseException, source: str, key_hint: str = "?") -> Exception:
+    key = getattr(err, "full_key", None) or key_hint
     msg = str(err).splitlines()[0]
     if isinstance(err, ConfigKeyError) or "not in" in msg:
         return ValueError(f"unknown config key '{key}' (from {source}): {msg}")
@@ -171,12 +174,12 @@ def _yaml_off_is_not_false(schema: DictConfig, other: DictConfig) -> DictConfig:
     return OmegaConf.create(data)
 
 
-def _merge(base, other, source: str):
+def _merge(base, other, source: str, key_hint: str = "?"):
     try:
         other = _yaml_off_is_not_false(base, other)
         return OmegaConf.merge(base, other)
     except OmegaConfBaseException as err:
-        raise _wrap(err, source) from None
+        raise _wrap(err, source, key_hint) from None
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
@@ -190,14 +193,17 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"config file {path} does not exist")
-        loaded = OmegaConf.load(path)
+        try:
+            loaded = OmegaConf.load(path)
+        except yaml.YAMLError as err:
+            raise ValueError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
         if not isinstance(loaded, DictConfig):
             raise ValueError(f"config file {path} must hold a mapping at the top level")
         cfg = _merge(cfg, loaded, str(path))
     for item in overrides:
         if not isinstance(item, str) or "=" not in item or item.startswith("="):
             raise ValueError(f"override {item!r} must look like key=value (e.g. train.amp=bf16)")
-        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}")
+        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}", item.split("=", 1)[0])
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as err:
@@ -234,9 +240,9 @@ def check_config(cfg: Config) -> None:
     need(t.update_epochs >= 1, "train.update_epochs", ">= 1")
     need(t.num_minibatches >= 1, "train.num_minibatches", ">= 1")
     for key in ("actor_lr", "critic_lr", "adam_eps", "clip_coef", "vf_clip_coef", "max_grad_norm"):
-        need(getattr(t, key) > 0, f"train.{key}", "> 0")
+        need(0 < getattr(t, key) < math.inf, f"train.{key}", "finite and > 0")
     for key in ("ent_coef", "vf_coef"):
-        need(getattr(t, key) >= 0, f"train.{key}", ">= 0")
+        need(0 <= getattr(t, key) < math.inf, f"train.{key}", "finite and >= 0")
     need(0 <= t.gamma <= 1, "train.gamma", "in [0, 1]")
     need(0 <= t.gae_lambda <= 1, "train.gae_lambda", "in [0, 1]")
     need(0 < t.value_norm_beta < 1, "train.value_norm_beta", "in (0, 1)")
@@ -246,8 +252,8 @@ def check_config(cfg: Config) -> None:
     need(r.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1")
     need(r.eval_interval >= 0, "run.eval_interval", ">= 0")
     need(r.eval_envs >= 1, "run.eval_envs", ">= 1")
-    need(r.device == "auto" or r.device == "cpu" or r.device.startswith("cuda"), "run.device",
-         "auto, cpu, cuda or cuda:N")
+    need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", r.device) is not None, "run.device", "auto, cpu, cuda or cuda:N")
+    need(r.dir is None or r.dir.strip() != "", "run.dir", "a directory, or null for runs/mappo-<seed>-<time>")
     try:
         cfg.env_config()  # EnvConfig's own range checks
     except (TypeError, ValueError) as err:

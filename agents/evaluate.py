@@ -191,20 +191,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint file")
     p.add_argument("--episodes", type=int, default=256)
     p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--out", default=None, help="JSON file (default: RUN_DIR/eval.json)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default=None,
+                   help="JSON file (default: RUN_DIR/eval.json, or beside a checkpoint kept outside a run)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     args = p.parse_args(argv)
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
+    from agents.resume import owning_run_dir
+    from agents.train_mappo import pick_device
+
     try:
+        device = pick_device(args.device, "--device")
         path, payload = ckpt.load_latest(args.checkpoint)
         cfg = load_config(None, (), base=payload["config"])
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
     env_cfg = cfg.env_config()
     actor = make_actor(env_cfg, cfg.model)
     actor.load_state_dict(payload["actor"])
@@ -212,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device)
     results["meta"] = {"checkpoint": str(path), "env_steps": int(payload["env_steps"]),
                        "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
-    out = Path(args.out) if args.out else path.parent.parent / "eval.json"
+    out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     imageio.mimsave(out.with_suffix(".gif"), frames, duration=0.08, loop=0)

@@ -35,6 +35,7 @@ from agents.networks import Actor, Critic, make_actor
 from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
+from agents.resume import check_run_dir, resume_config, resume_run_dir
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -44,13 +45,19 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 
 
 # -- setup ---------------------------------------------------------------------------------------
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, what: str = "run.device") -> torch.device:
     """`auto`, `cuda`, `cpu` through the placement helpers (cuda:LOCAL_RANK under torchrun), or an
-    explicit `cuda:N`."""
+    explicit `cuda:N`; anything else, or a GPU that is not there, is a `ValueError` naming `what`."""
     if name in ("auto", "cuda", "cpu"):
-        return placement_pick_device(read_dist_env(), prefer=name)
-    if not torch.cuda.is_available():
-        raise ValueError(f"run.device={name!r} but CUDA is not available")
+        try:
+            return placement_pick_device(read_dist_env(), prefer=name)
+        except ValueError as err:
+            raise ValueError(f"{what}={name!r}: {err}") from None
+    if not name.startswith("cuda:") or not name[5:].isdigit():
+        raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {name!r}")
+    if not torch.cuda.is_available() or int(name[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"{what}={name!r} but CUDA is not available"
+                         + (f" ({torch.cuda.device_count()} GPU(s) visible)" if torch.cuda.is_available() else ""))
     return torch.device(name)
 
 
@@ -270,25 +277,22 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         try:
             if resume is not None:
                 source, payload = ckpt.load_latest(resume)  # to the CPU; load_state_dict copies to the device
-                run_dir = source.parent.parent
+                run_dir = resume_run_dir(source, payload["config"]["run"]["dir"], cfg)
             else:
                 run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
-                if ckpt.list_checkpoints(run_dir):
-                    raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
-                                     f"to continue it, or choose another run.dir")
+                check_run_dir(run_dir)
         except (ValueError, ckpt.CheckpointError) as err:
             problem = err
     payload, source, run_dir, problem = replicas.broadcast_object((payload, source, run_dir, problem))
     if problem is not None:
         raise problem
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
-    if replicas.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
-
     learner = build_learner(cfg, device, replicas)
     if payload is not None:
         load_learner_state(learner, payload, str(source))
+    if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
     logger = Logger(run_dir, purge_step=learner.env_steps if payload is not None else None, enabled=replicas.is_main)
     logger.hyperparameters(flatten(to_dict(cfg)))
     timer = PhaseTimer(device)
@@ -320,6 +324,9 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                     raise TrainingStopped(
                         f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
                         f"iterations; the last good checkpoint is {last_good}")
+                if learner.iteration == iterations:  # no final checkpoint: the run did not end well
+                    raise TrainingStopped(f"the last iteration skipped updates (non-finite loss/gradient), so no "
+                                          f"final checkpoint was written; the last good checkpoint is {last_good}")
                 continue  # never checkpoint an iteration that went wrong
             learner.bad_iterations = 0
             if replicas.is_main and _crossed(cfg.run.eval_interval, before, learner.env_steps):
@@ -346,22 +353,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-# Fields that define the networks and the environment state: a resumed run cannot change them.
-FROZEN_ON_RESUME = ("seed", "env", "model")
-
-
 def resolve_config(args: argparse.Namespace) -> Config:
     if args.resume is None:
         return load_config(args.config or DEFAULT_CONFIG, args.overrides)
     if args.config is not None:
         raise ValueError("--resume continues with the run's saved config; pass key=value overrides instead of --config")
-    _, payload = ckpt.load_latest(args.resume)
-    cfg = load_config(None, args.overrides, base=payload["config"])
-    saved, now = flatten(payload["config"]), flatten(to_dict(cfg))
-    changed = [k for k in now if k.split(".")[0] in FROZEN_ON_RESUME and saved.get(k) != now[k]]
-    if changed:
-        raise ValueError(f"cannot change {changed} when resuming (they define the networks and env state)")
-    return cfg
+    return resume_config(args.resume, args.overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

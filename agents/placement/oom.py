@@ -71,7 +71,8 @@ def oom_backoff(
 
     The wrapped function is called as ``wrapped(*args, **kwargs)``; the decorator passes the batch
     size. On an out-of-memory error (:func:`is_oom_error`) it frees memory and retries with
-    ``int(batch_size * factor)`` (at least one less), down to ``min_size``; a further OOM is raised.
+    ``int(batch_size * factor)`` (at least one less), down to ``min_size`` (tried last); an OOM at
+    ``min_size`` is raised.
     Other exceptions propagate at once. The size that worked is kept for the next call
     (``wrapped.batch_size``), so later calls do not fail their way down again. ``on_backoff(old,
     new, message)`` is called before each retry (for logging).
@@ -109,12 +110,11 @@ def oom_backoff(
                 # which free_memory can release only after this block has ended
                 failure = f"{type(exc).__name__}: {exc}"
             free_memory()
-            smaller = min(size - 1, int(size * factor))
-            if smaller < min_size:
+            if size <= min_size:
                 raise torch.OutOfMemoryError(
-                    f"{function.__name__} ran out of memory at batch size {size}, and the next size "
-                    f"({smaller}) would be below min_size={min_size}: {failure}"
+                    f"{function.__name__} ran out of memory at batch size {size}, min_size={min_size}: {failure}"
                 )
+            smaller = max(min_size, min(size - 1, int(size * factor)))  # min_size is tried before giving up
             if on_backoff is not None:
                 on_backoff(size, smaller, failure)
             wrapped.batch_size = smaller

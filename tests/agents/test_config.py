@@ -61,6 +61,9 @@ def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
     ("train.clip_coef=-0.1", ValueError, "train.clip_coef"), ("train.gamma=1.5", ValueError, "train.gamma"),
     ("env.num_envs=0", ValueError, "env.num_envs"), ("run.device=tpu", ValueError, "run.device"),
     ("train.num_minibatches=7", ValueError, "train.num_minibatches"), ("env.moves=5", ValueError, "moves"),
+    ("train.actor_lr=inf", ValueError, "train.actor_lr"), ("train.adam_eps=inf", ValueError, "train.adam_eps"),
+    ("train.vf_coef=inf", ValueError, "train.vf_coef"), ("run.device=cuda:x", ValueError, "run.device"),
+    ("run.device=cuda:", TypeError, "run.device"), ("train=3", TypeError, "'train'"), ("env=5", TypeError, "'env'"),
 ])
 def test_bad_values_name_the_key(override, err, key):
     with pytest.raises(err, match=key):
@@ -72,6 +75,10 @@ def test_malformed_override_and_missing_file(tmp_path):
         load_config(None, ["train.amp"])
     with pytest.raises(ValueError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ValueError, match="bad.yaml is not valid YAML"):
+        load_config(bad)
 
 
 def test_resolved_yaml_round_trips(tmp_path):

@@ -75,3 +75,11 @@ def test_command_line_errors_are_clear(tmp_path):
     assert proc.returncode == 2 and "neither a checkpoint file nor a run directory" in proc.stderr
     proc = run("agents.evaluate", str(tmp_path / "nothing"))
     assert proc.returncode == 2 and "neither a checkpoint file nor a run directory" in proc.stderr
+    proc = run("agents.evaluate", str(tmp_path / "nothing"), "--device", "gpu")
+    assert proc.returncode == 2 and "--device must be auto, cpu, cuda or cuda:N, got 'gpu'" in proc.stderr
+    (tmp_path / "a_file").write_text("")
+    proc = run("agents.train_mappo", f"run.dir={tmp_path / 'a_file'}")
+    assert proc.returncode == 2 and "exists and is not a directory" in proc.stderr
+    (tmp_path / "bad.yaml").write_text("train: [1, 2\n")
+    proc = run("agents.train_mappo", "--config", str(tmp_path / "bad.yaml"))
+    assert proc.returncode == 2 and "is not valid YAML" in proc.stderr

@@ -64,3 +64,20 @@ def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_c
     # main() turns the stop into a message and exit code 1
     monkeypatch.setattr(ppo, "ppo_loss", lambda *a, **k: (real_loss(*a, **k)[0] * float("nan"), real_loss(*a, **k)[1]))
     assert train_mappo.main(["--resume", str(tmp_path)]) == 1
+
+
+def test_a_last_iteration_with_skipped_updates_ends_in_an_error_not_a_silent_success(make_config, tmp_path,
+                                                                                     monkeypatch, capsys):
+    real_loss = ppo.ppo_loss
+    calls = {"n": 0}
+    per_iteration = 2 * 2  # update_epochs x num_minibatches of the tiny config
+
+    def last_iteration_bad(*args, **kwargs):
+        loss, stats = real_loss(*args, **kwargs)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] > 2 * per_iteration else loss), stats
+
+    monkeypatch.setattr(ppo, "ppo_loss", last_iteration_bad)
+    with pytest.raises(TrainingStopped, match=r"last iteration skipped updates.*ckpt_000000000064\.pt"):
+        train(make_config("train.total_env_steps=96", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
+    assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 64  # no checkpoint of the bad last iteration

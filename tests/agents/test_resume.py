@@ -86,3 +86,53 @@ def test_main_reports_a_corrupt_checkpoint_clearly(make_config, tmp_path, capsys
     assert train_mappo.main(["--resume", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "corrupt or truncated" in err and "ckpt_000000000032.pt" in err
+
+
+def test_resume_cannot_change_the_length_of_an_iteration(make_config, tmp_path):
+    # the iteration counter and the LR schedule count iterations of num_steps x num_envs env steps
+    train(make_config("train.total_env_steps=64", f"run.dir={tmp_path}"))
+    for steps in ("4", "16"):
+        with pytest.raises(ValueError, match=r"cannot change \['train.num_steps'\]"):
+            resolve_config(parse_args(["--resume", str(tmp_path), f"train.num_steps={steps}"]))
+
+
+def test_an_older_checkpoint_continues_only_as_a_branch_in_a_new_run_dir(make_config, tmp_path):
+    run = tmp_path / "run"
+    train(make_config("train.total_env_steps=128", "run.checkpoint_interval=32", "run.keep_checkpoints=5",
+                      f"run.dir={run}"))
+    older = ckpt.list_checkpoints(run)[1]  # 64 env steps; the run's newest holds 128
+    args = parse_args(["--resume", str(older), "train.total_env_steps=96"])
+    with pytest.raises(ValueError, match="older than .*ckpt_000000000128.pt.*run.dir=NEW_DIR"):
+        train(resolve_config(args), resume=args.resume)
+    assert [c.name[5:17] for c in ckpt.list_checkpoints(run)] == ["000000000032", "000000000064", "000000000096",
+                                                                  "000000000128"]  # untouched
+    branch = tmp_path / "branch"
+    args = parse_args(["--resume", str(older), "train.total_env_steps=96", f"run.dir={branch}"])
+    learner = train(resolve_config(args), resume=args.resume)
+    assert learner.env_steps == 96 and learner.cfg.run.dir == str(branch)
+    assert [c.name for c in ckpt.list_checkpoints(branch)] == ["ckpt_000000000096.pt"]
+    assert len(ckpt.list_checkpoints(run)) == 4  # the original run is left as it was
+
+
+def test_a_checkpoint_kept_outside_a_run_needs_a_run_dir(make_config, tmp_path):
+    train(make_config("train.total_env_steps=64", f"run.dir={tmp_path / 'run'}"))
+    loose = tmp_path / "keep" / "best.pt"
+    loose.parent.mkdir()
+    loose.write_bytes(ckpt.list_checkpoints(tmp_path / "run")[-1].read_bytes())
+    args = parse_args(["--resume", str(loose), "train.total_env_steps=96"])
+    with pytest.raises(ValueError, match="not in a run's checkpoints/ folder: pass run.dir=DIR"):
+        train(resolve_config(args), resume=args.resume)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "run"]  # nothing written beside it
+    args = parse_args(["--resume", str(loose), "train.total_env_steps=96", f"run.dir={tmp_path / 'cont'}"])
+    assert train(resolve_config(args), resume=args.resume).env_steps == 96
+    assert ckpt.list_checkpoints(tmp_path / "cont")
+
+
+def test_a_failed_resume_leaves_the_run_config_as_it_was(make_config, tmp_path):
+    train(make_config("train.total_env_steps=64", f"run.dir={tmp_path}"))
+    saved = (tmp_path / "config.yaml").read_text()
+    payload = ckpt.load_checkpoint(ckpt.list_checkpoints(tmp_path)[-1])
+    payload["critic"] = {}  # weights that do not fit the critic
+    ckpt.save_checkpoint(tmp_path, {**payload, "env_steps": 96}, keep=3)
+    assert train_mappo.main(["--resume", str(tmp_path), "train.total_env_steps=128"]) != 0
+    assert (tmp_path / "config.yaml").read_text() == saved

@@ -66,6 +66,29 @@ def test_backoff_gives_up_below_min_size():
         never_fits()
 
 
+def test_backoff_tries_min_size_before_giving_up():
+    tried = []
+
+    @oom_backoff(start=128, min_size=100)  # halving would jump from 128 straight past 100
+    def fits_at_100(batch_size):
+        tried.append(batch_size)
+        if batch_size > 100:
+            raise cuda_oom(batch_size)
+        return batch_size
+
+    assert fits_at_100() == 100 and tried == [128, 100]
+    tried.clear()
+
+    @oom_backoff(start=128, min_size=100)
+    def never_fits(batch_size):
+        tried.append(batch_size)
+        raise cuda_oom(batch_size)
+
+    with pytest.raises(torch.OutOfMemoryError, match="batch size 100, min_size=100"):
+        never_fits()
+    assert tried == [128, 100]
+
+
 def test_backoff_on_a_real_allocator_failure():
     total, _ = host_memory()
     try:

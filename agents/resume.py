@@ -1,0 +1,73 @@
+"""Continuing a run (`python -m agents.train_mappo --resume RUN_DIR_OR_CKPT`): its config, and where it writes.
+
+A resumed run keeps the saved config except for `key=value` overrides, and cannot change what
+defines the networks, the environment state or the length of an iteration (`FROZEN_ON_RESUME`:
+the iteration counter and the learning-rate schedule count iterations of that length).
+
+It writes into the run directory its checkpoint came from (`RUN/checkpoints/ckpt_*.pt`), or into
+`run.dir` when an override names another one. It never continues an older checkpoint inside a run
+that holds newer ones: the two lineages would mix, pruning would delete the new checkpoints in
+favour of the old run's higher step counts, and `--resume RUN` would pick the stale one. Branch
+into a new `run.dir` instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from agents import checkpoint as ckpt
+from agents.config import Config, load_config, to_dict
+from agents.logger import flatten
+
+# What a resumed run cannot change: sections (every key under them) and single keys.
+FROZEN_ON_RESUME = ("seed", "env", "model", "train.num_steps")
+
+
+def _frozen(key: str) -> bool:
+    return any(key == f or key.startswith(f + ".") for f in FROZEN_ON_RESUME)
+
+
+def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
+    """The saved config of the checkpoint `resume` names, with `overrides`; a `ValueError` lists
+    any frozen key they would change."""
+    _, payload = ckpt.load_latest(resume)
+    cfg = load_config(None, overrides, base=payload["config"])
+    saved, now = flatten(payload["config"]), flatten(to_dict(cfg))
+    changed = [k for k in now if _frozen(k) and saved.get(k) != now[k]]
+    if changed:
+        raise ValueError(f"cannot change {changed} when resuming (they define the networks, the env state "
+                         "and the length of an iteration); start a new run instead")
+    return cfg
+
+
+def owning_run_dir(checkpoint: Path) -> Path | None:
+    """The run directory of a checkpoint file kept as `RUN/checkpoints/ckpt_*.pt`, else None."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """A run directory must be a directory (or not exist yet) and hold no checkpoints."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run.dir {run_dir} exists and is not a directory")
+    if ckpt.list_checkpoints(run_dir):
+        raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
+                         "to continue it, or choose another run.dir")
+
+
+def resume_run_dir(checkpoint: Path, saved_dir: str | None, cfg: Config) -> Path:
+    """Where the run resumed from `checkpoint` writes (see the module docstring); `saved_dir` is
+    the `run.dir` in the checkpoint's config, so a different `cfg.run.dir` is an override."""
+    own = owning_run_dir(checkpoint)
+    wanted = Path(cfg.run.dir) if cfg.run.dir and cfg.run.dir != saved_dir else None
+    if wanted is not None and (own is None or wanted.resolve() != own.resolve()):
+        check_run_dir(wanted)  # a branch starts in a directory of its own
+        return wanted
+    if own is None:
+        raise ValueError(f"checkpoint {checkpoint} is not in a run's checkpoints/ folder: "
+                         "pass run.dir=DIR for the resumed run")
+    newer = [c for c in ckpt.list_checkpoints(own) if c.name > checkpoint.name]
+    if newer:
+        raise ValueError(f"checkpoint {checkpoint} is older than {newer[-1]} of the same run: continuing it there "
+                         "would mix two runs; pass run.dir=NEW_DIR to branch into a new run, or resume the newest")
+    return own
