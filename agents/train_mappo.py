@@ -324,11 +324,11 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                     raise TrainingStopped(
                         f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
                         f"iterations; the last good checkpoint is {last_good}")
-                if learner.iteration == iterations:  # no final checkpoint: the run did not end well
-                    raise TrainingStopped(f"the last iteration skipped updates (non-finite loss/gradient), so no "
-                                          f"final checkpoint was written; the last good checkpoint is {last_good}")
-                continue  # never checkpoint an iteration that went wrong
-            learner.bad_iterations = 0
+                if learner.iteration < iterations:
+                    continue  # never checkpoint an iteration that went wrong, except the last below:
+                # skipped updates left the parameters as they were, and a finished run has a final checkpoint
+            else:
+                learner.bad_iterations = 0
             if replicas.is_main and _crossed(cfg.run.eval_interval, before, learner.env_steps):
                 for tag, value in evaluate_for_tensorboard(learner, logger).items():
                     logger.scalars({tag: value}, learner.env_steps)

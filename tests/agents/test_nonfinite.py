@@ -66,8 +66,9 @@ def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_c
     assert train_mappo.main(["--resume", str(tmp_path)]) == 1
 
 
-def test_a_last_iteration_with_skipped_updates_ends_in_an_error_not_a_silent_success(make_config, tmp_path,
-                                                                                     monkeypatch, capsys):
+def test_a_last_iteration_with_skipped_updates_still_ends_with_a_final_checkpoint(make_config, tmp_path,
+                                                                                   monkeypatch):
+    # fp16's loss scaler skips a step now and then; a finished run must have its final checkpoint
     real_loss = ppo.ppo_loss
     calls = {"n": 0}
     per_iteration = 2 * 2  # update_epochs x num_minibatches of the tiny config
@@ -78,6 +79,9 @@ def test_a_last_iteration_with_skipped_updates_ends_in_an_error_not_a_silent_suc
         return (loss * float("nan") if calls["n"] > 2 * per_iteration else loss), stats
 
     monkeypatch.setattr(ppo, "ppo_loss", last_iteration_bad)
-    with pytest.raises(TrainingStopped, match=r"last iteration skipped updates.*ckpt_000000000064\.pt"):
-        train(make_config("train.total_env_steps=96", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
-    assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 64  # no checkpoint of the bad last iteration
+    learner = train(make_config("train.total_env_steps=96", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
+    assert learner.bad_iterations == 1
+    final = ckpt.load_latest(tmp_path)[1]
+    assert final["env_steps"] == 96
+    assert all(torch.equal(final["actor"][k], v.cpu()) for k, v in learner.actor.state_dict().items())
+    assert all(torch.isfinite(v).all() for v in final["actor"].values())
