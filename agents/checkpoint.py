@@ -69,7 +69,27 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int) -> 
         os.close(dir_fd)
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
+    _remove_orphaned_temporaries(d)
     return path
+
+
+def _remove_orphaned_temporaries(d: Path) -> None:
+    """Delete temporary files that a process killed mid-write left behind (`.<name>.tmp-<pid>`
+    of a pid that no longer runs). Only the main process of a run writes checkpoints."""
+    for tmp in d.glob(".ckpt_*.pt.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
@@ -40,8 +41,10 @@ class EnvConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-                raise TypeError(f"EnvConfig.{f.name} must be an int, got {type(value).__name__} {value!r}")
+            if f.type == "int":
+                if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                    raise TypeError(f"EnvConfig.{f.name} must be an int, got {type(value).__name__} {value!r}")
+                object.__setattr__(self, f.name, int(value))  # NumPy integers become plain ints
             if f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise TypeError(f"EnvConfig.{f.name} must be a float, got {type(value).__name__} {value!r}")

@@ -23,6 +23,7 @@ The default is "sparse" on the CPU and "dense" elsewhere; both give identical re
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -73,8 +74,9 @@ class UAVSwarmEnv:
         if not isinstance(cfg, EnvConfig):
             raise TypeError(f"config must be an EnvConfig, got {type(cfg).__name__}")
         for name, value in (("num_envs", num_envs), ("seed", seed), ("first_env_index", first_env_index)):
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        num_envs, seed, first_env_index = int(num_envs), int(seed), int(first_env_index)  # NumPy ints too
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if not 0 <= seed < MAX_KEY:

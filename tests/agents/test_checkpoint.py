@@ -3,6 +3,8 @@ files -- with the previous checkpoint still usable."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -26,6 +28,21 @@ def test_round_trip_keeps_last_k_and_leaves_no_temporaries(tmp_path):
     loaded = ckpt.load_checkpoint(files[-1])
     assert loaded["env_steps"] == 400 and torch.equal(loaded["actor"]["w"], torch.arange(6.0).view(2, 3))
     assert ckpt.resolve_checkpoint(tmp_path) == files[-1]
+
+
+def test_temporaries_of_a_killed_writer_are_removed_at_the_next_save(tmp_path):
+    import subprocess
+    import sys
+
+    ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    d = ckpt.checkpoint_dir(tmp_path)
+    orphan = d / f".ckpt_000000000200.pt.tmp-{int(dead.stdout)}"  # its writer has exited
+    orphan.write_bytes(b"half a checkpoint")
+    live = d / f".ckpt_000000000200.pt.tmp-{os.getppid()}"  # a running process may still be writing
+    live.write_bytes(b"in progress")
+    ckpt.save_checkpoint(tmp_path, payload(300), keep=3)
+    assert not orphan.exists() and live.exists()
 
 
 @pytest.mark.parametrize("damage", ["flip_byte", "truncate", "empty", "not_ours"])

@@ -85,6 +85,17 @@ def test_config_types_are_checked():
         EnvConfig(num_uavs=2.5)
     with pytest.raises(TypeError, match="EnvConfig.time_penalty must be a float"):
         EnvConfig(time_penalty="0.1")
+    with pytest.raises(TypeError, match="EnvConfig.num_uavs must be an int"):
+        EnvConfig(num_uavs=True)
+
+
+def test_numpy_integers_are_ints():
+    # sizes computed with NumPy arrive as np.int64: accepted and stored as plain ints
+    cfg = EnvConfig(num_uavs=np.int64(4), launch_size=np.int32(2))
+    assert cfg == EnvConfig(num_uavs=4, launch_size=2) and type(cfg.num_uavs) is int
+    env = UAVSwarmEnv(cfg, num_envs=np.int64(3), seed=np.int64(5), first_env_index=np.uint16(2))
+    assert (type(env.num_envs), type(env.seed)) == (int, int) and env.env_index.tolist() == [2, 3, 4]
+    assert env.reset()["local"].shape[0] == 3
 
 
 def test_unknown_config_field_is_named():
