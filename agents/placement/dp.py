@@ -132,7 +132,7 @@ class WorkerPool:
                         os.environ[k] = v
         # drop the parent's copy of the write end, so the pipe reports EOF once the child is gone
         child_end.close()
-        s.state, s.running_since, s.kill_reason, s.init_error = "starting", None, None, None
+        s.state, s.running_since, s.kill_reason, s.init_error, s.timed_out_item = "starting", None, None, None, None
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop the workers (waiting up to ``timeout`` s before terminating them). Idempotent."""

@@ -170,8 +170,10 @@ class MapRun:
                 stacklevel=4,
             )
             return
-        if slot.state != "ready":
-            # died while building its model (a crash, not an exception): no item ran either
+        timed_out, slot.timed_out_item = slot.timed_out_item, None
+        if slot.state != "ready" or (timed_out is not None and timed_out not in held):
+            # died while building its model (a crash, not an exception), or killed for an item that
+            # finished before the kill landed: none of the held items ran over, none loses an attempt
             self.pending.extendleft(reversed(held))
             held = []
         if held:
@@ -202,6 +204,10 @@ class MapRun:
         for s in self.pool._slots:
             if s.state == "ready" and s.running_since is not None and s.kill_reason is None:
                 if now - s.running_since > self.item_timeout:
+                    self._drain(s)  # a result that came in since the wait: that item did finish in time
+                    if s.running_since is None or time.monotonic() - s.running_since <= self.item_timeout:
+                        continue
+                    s.timed_out_item = s.inflight[0]
                     s.kill_reason = f"item {s.inflight[0]} exceeded item_timeout={self.item_timeout}s"
                     s.proc.kill()
 

@@ -21,6 +21,7 @@ class Slot:
     inflight: deque = field(default_factory=deque)
     running_since: float | None = None
     kill_reason: str | None = None
+    timed_out_item: int | None = None  # the item the parent killed this worker for
     restarts_used: int = 0
     init_error: str | None = None
 
