@@ -74,6 +74,10 @@ class MapRun:
             self.avoid.setdefault(index, set()).add(slot.index)
             self.retry.append(index)
             return
+        self._give_up(index, slot, summary, text)
+
+    def _give_up(self, index: int, slot: Slot, summary: str, text: str) -> None:
+        """Record ``index`` as failed after ``attempts[index]`` runs: a retry could not help."""
         failure = ItemFailure(index, slot.device, self.attempts[index], summary, text)
         self.failures[index] = failure
         self._finish(index, failure, None)
@@ -96,9 +100,8 @@ class MapRun:
             try:
                 # CPU copies: a CUDA tensor would be rebuilt on the child's cuda:<same index>
                 payload = pickle.dumps(to_cpu(self.items[index]), protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                self.attempts[index] = self.retries  # pickling fails the same way every time
-                self._fail(index, slot, f"item is not picklable: {type(exc).__name__}: {exc}", traceback.format_exc())
+            except Exception as exc:  # pickling fails the same way every time: it never runs
+                self._give_up(index, slot, f"item is not picklable: {type(exc).__name__}: {exc}", traceback.format_exc())
                 continue
             slot.tasks.put((index, payload))
             slot.inflight.append(index)
@@ -124,9 +127,9 @@ class MapRun:
         if kind == "ok":
             try:
                 value = pickle.loads(payload)
-            except Exception as exc:
-                self.attempts[index] = self.retries  # the parent cannot read it however often it runs
-                self._fail(
+            except Exception as exc:  # the parent cannot read it however often it runs
+                self.attempts[index] += 1
+                self._give_up(
                     index, slot, f"result cannot be unpickled here: {type(exc).__name__}: {exc}", traceback.format_exc()
                 )
                 return

@@ -123,6 +123,7 @@ def test_unpicklable_item_is_reported_not_fatal():
     out = dp_map(h.make_identity, items, ["cpu"], on_error="collect", progress=False)
     assert out[0] == 1 and out[2] == 3
     assert isinstance(out[1], ItemFailure) and "not picklable" in out[1].error
+    assert out[1].attempts == 0  # it never ran, and was not retried (retries=1 by default)
 
 
 def test_pool_keeps_its_workers_across_maps_and_refuses_after_close():
