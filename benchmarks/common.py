@@ -134,12 +134,19 @@ def profile_ops(run: Callable[[], None], repeats: int, top: int = 8) -> dict[str
     }
 
 
+def result_stem(name: str, payload: dict[str, Any], subset: bool = False) -> str:
+    """``<name>-<machine>-<date>``, plus ``-quick`` for a quick run and ``-subset`` for a run of
+    some of the benchmark's backends: neither may overwrite the full run's files."""
+    suffix = ("-quick" if payload.get("quick") else "") + ("-subset" if subset else "")
+    return f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}{suffix}"
+
+
 def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Callable[[Path], None] | None,
-                  out_dir: Path = RESULTS_DIR) -> dict[str, Path]:
-    """Write ``<name>-<machine>-<date>.json`` / ``.md`` (and ``.png`` if ``plot``), print the table;
+                  out_dir: Path = RESULTS_DIR, subset: bool = False) -> dict[str, Path]:
+    """Write ``result_stem(...)`` ``.json`` / ``.md`` (and ``.png`` if ``plot``), print the table;
     return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}"
+    stem = result_stem(name, payload, subset)
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
     paths["json"].write_text(json.dumps(payload, indent=2) + "\n")
     paths["md"].write_text(table_md)

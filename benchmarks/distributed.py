@@ -143,10 +143,11 @@ def main(argv: list[str] | None = None):
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
                    help="cpu; cuda or auto: cuda:{local_rank} when CUDA is available, else the CPU")
-    p.add_argument("--num-envs", type=int, default=512, help="environments per rank")
-    p.add_argument("--num-steps", type=int, default=32, help="rollout length per iteration")
-    p.add_argument("--seconds", type=float, default=8.0, help="length of each timed phase")
-    p.add_argument("--minibatch", type=int, default=4096, help="agent-steps of the gradient-sync comparison's minibatch (whole environment steps)")
+    p.add_argument("--num-envs", type=int, default=None, help="environments per rank (512; quick: 32)")
+    p.add_argument("--num-steps", type=int, default=None, help="rollout length per iteration (32; quick: 8)")
+    p.add_argument("--seconds", type=float, default=None, help="length of each timed phase (8; quick: 0.5)")
+    p.add_argument("--minibatch", type=int, default=None, help="agent-steps of the gradient-sync comparison's "
+                   "minibatch, whole environment steps (4096; quick: 256)")
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
@@ -160,11 +161,22 @@ def main(argv: list[str] | None = None):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    for name, quick, full in (("num_envs", 32, 512), ("num_steps", 8, 32), ("seconds", 0.5, 8.0),
+                              ("minibatch", 256, 4096)):
+        if getattr(args, name) is None:  # what the user gave is kept, --quick or not
+            setattr(args, name, quick if args.quick else full)
     if args.quick:
-        args.num_envs, args.num_steps, args.seconds, args.minibatch = 32, 8, 0.5, 256
         args.timeout = min(args.timeout, 180)
+    if 1 not in args.ranks or min(args.ranks) < 1:
+        p.error(f"--ranks must be >= 1 and include 1 (the baseline of the scaling), got {args.ranks}")
+    for name in ("num_envs", "num_steps", "minibatch", "timeout"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.seconds > 0:
+        p.error(f"--seconds must be > 0, got {args.seconds}")
+    args.ranks = sorted(set(args.ranks))
     rows = [run_ranks(args, k) for k in args.ranks]
-    base = rows[0]
+    base = rows[0]  # the 1-rank run: the ranks are sorted and include 1
     for r in rows:
         k = r["world_size"] / base["world_size"]
         r["env_scaling"] = r["env_steps_per_s"] / base["env_steps_per_s"]
@@ -174,10 +186,10 @@ def main(argv: list[str] | None = None):
     payload = {"benchmark": "distributed", "machine": machine_info(), "quick": args.quick,
                "settings": {"num_envs_per_rank": args.num_envs, "num_steps": args.num_steps,
                             "seconds": args.seconds, "threads_per_rank": 1, "device": args.device,
+                            "ranks": args.ranks, "minibatch": args.minibatch,
                             "host_memory_retained_in_ranks": all(r.get("host_memory_retained") for r in rows)},
                "results": rows}
-    paths = write_results("distributed", payload, table(payload), None, args.out_dir)
-    return paths
+    return write_results("distributed", payload, table(payload), None, args.out_dir, subset=args.ranks != [1, 2])
 
 
 def table(payload: dict[str, Any]) -> str:

@@ -9,7 +9,9 @@ repeats is reported, with the speedup over the reference loop measured in the sa
 
 Backends
     reference-loop     ``ReferenceEnv`` instances stepped one after another in a Python loop (the
-                       team's original way); resets when an episode ends.
+                       team's original way); resets when an episode ends. A loop's rate does not
+                       depend on how many environments it cycles through, so a row of N > 64
+                       environments steps 64 of them (``stepped_envs`` in the JSON).
     reference-async    the reference in ``gymnasium.vector.AsyncVectorEnv``, one worker process per
                        core (the seed note's "parallel environments" fix); measured at one size.
     batched-<device>   ``UAVSwarmEnv`` (default reset mode for the device).
@@ -22,6 +24,7 @@ Backends
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 from functools import partial
@@ -35,6 +38,7 @@ from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate,
                                setup_host, sync, write_results)
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim import rules
+from uavsim.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
 
 CPU_SIZES = [1, 16, 256, 4096, 16384]
@@ -77,8 +81,11 @@ def bytes_per_env_step(cfg: EnvConfig) -> int:
 
 
 # -- backends: each returns (env_steps_per_s, repeats, extra) for one size ------------------------
+REFERENCE_LOOP_MAX = 64  # environments a reference-loop row steps (its rate does not depend on the count)
+
+
 def run_reference_loop(cfg, num_envs, args):
-    envs = [ReferenceEnv(cfg, seed=0, env_index=i) for i in range(min(num_envs, 64))]
+    envs = [ReferenceEnv(cfg, seed=0, env_index=i) for i in range(min(num_envs, REFERENCE_LOOP_MAX))]
     for env in envs:
         env.reset()
     rng = np.random.default_rng(0)
@@ -139,6 +146,11 @@ def vmas_runner(device: str):
     return run_vmas
 
 
+# Every backend's name (which of them run depends on the machine: CUDA, vmas installed).
+BACKENDS = ("reference-loop", "reference-async", "batched-cpu", "batched-cpu-dense", "batched-cuda",
+            "batched-cuda-compile", "vmas-navigation", "vmas-navigation-cuda")
+
+
 def available_backends(args) -> list[tuple[str, str, Callable, list[int]]]:
     """(name, device, runner, sizes) for everything this machine can run."""
     cpu_sizes = QUICK_SIZES if args.quick else CPU_SIZES
@@ -169,7 +181,9 @@ def measure(args) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for name, device, runner, sizes in available_backends(args):
         for num_envs in sizes:
-            reset_peak_rss()
+            gc.collect()
+            release_free_memory()  # the host keeps freed memory (setup_host): drop the last point's
+            reset_peak_rss()  # before this point's peak window opens
             if device == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -181,6 +195,7 @@ def measure(args) -> dict[str, Any]:
                 continue
             sync(device)
             row = {"backend": name, "device": device, "num_envs": num_envs, "env_steps_per_s": rate,
+                   **({"stepped_envs": min(num_envs, REFERENCE_LOOP_MAX)} if name == "reference-loop" else {}),
                    "uav_steps_per_s": rate * cfg.num_uavs, "repeats_env_steps_per_s": repeats,
                    "peak_rss_mib": peak_rss_mib()}
             if device == "cuda":
@@ -229,7 +244,10 @@ def table(payload: dict[str, Any]) -> str:
             f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} | {fmt_rate(r['uav_steps_per_s'])} "
             f"| {fmt(r.get('speedup_vs_reference_loop'))} | {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
             f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |")
-    lines += ["", f"Bytes per env step (estimate, lower bound): {payload['bytes_per_env_step_estimate']}", ""]
+    lines += ["", f"Bytes per env step (estimate, lower bound): {payload['bytes_per_env_step_estimate']}",
+              f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
+              "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
+              "point, after freed memory was returned to the system.", ""]
     return "\n".join(lines)
 
 
@@ -268,12 +286,24 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--compile-cpu", action="store_true", help="also time torch.compile on the CPU")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    args.repeats = args.repeats or (2 if args.quick else 5)
-    args.seconds = args.seconds or (0.05 if args.quick else 0.5)
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 5
+    if args.seconds is None:
+        args.seconds = 0.05 if args.quick else 0.5
+    for name in ("repeats", "threads", "workers", "max_gpu_envs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.seconds > 0:
+        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    if args.backends is not None:
+        known = set(BACKENDS) | ({"batched-cpu-compile"} if args.compile_cpu else set())
+        unknown = sorted(set(args.backends) - known)
+        if unknown:
+            parser.error(f"unknown --backends {unknown}; choose from {sorted(known)}")
     args.warmup = 1 if args.quick else 3
     payload = measure(args)
-    paths = write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
-    return paths
+    return write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir,
+                         subset=args.backends is not None)
 
 
 if __name__ == "__main__":

@@ -242,8 +242,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     args = parser.parse_args(argv)
 
-    if args.devices:
+    if args.devices is not None:
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+        if not devices:
+            parser.error(f"--devices names no device: {args.devices!r} (e.g. cpu,cpu or cuda:0,cuda:1)")
     elif torch.cuda.is_available() and torch.cuda.device_count() > 0:
         devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     else:
@@ -302,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"placement-{report['machine']['tag']}-{report['date'].replace('-', '')}"
+    stem = f"placement-{report['machine']['tag']}-{report['date'].replace('-', '')}" + ("-quick" if args.quick else "")
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out_dir / f"{stem}.md").write_text(markdown(report))
     print(f"wrote {out_dir / stem}.json and .md", flush=True)

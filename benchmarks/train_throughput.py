@@ -319,7 +319,7 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = payload["results"]
-    labels = [f"{r['device']}\n{r['amp']}" for r in rows if r["pipeline"] == "ours"]
+    labels = list(dict.fromkeys(f"{r['device']}\n{r['amp']}" for r in rows))  # every pipeline runs each
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = list(dict.fromkeys(r["pipeline"] for r in rows))
     width = 0.8 / len(names)
@@ -354,12 +354,20 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     args = parser.parse_args(argv)
     if args.profile < 0:
         parser.error(f"--profile must be >= 0 (iterations to profile), got {args.profile}")
-    args.num_envs = args.num_envs or (8 if args.quick else 64)
-    args.num_steps = args.num_steps or (8 if args.quick else 64)
-    args.iterations = args.iterations or (2 if args.quick else 5)
+    for name, quick, full in (("num_envs", 8, 64), ("num_steps", 8, 64), ("iterations", 2, 5)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    for name in ("num_envs", "num_steps", "epochs", "minibatches", "hidden", "iterations", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    if (args.num_steps * args.num_envs) % args.minibatches:
+        parser.error(f"--minibatches must divide num_steps x num_envs = {args.num_steps * args.num_envs} "
+                     "(minibatches take whole environment steps, in every pipeline alike)")
     payload = measure(args)
-    paths = write_results("train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir)
-    return paths
+    return write_results("train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir,
+                         subset=set(args.pipelines) != set(PIPELINES))
 
 
 if __name__ == "__main__":

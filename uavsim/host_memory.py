@@ -36,3 +36,19 @@ def retain_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _MAX_INT)) and bool(mallopt(_M_TRIM_THRESHOLD, _MAX_INT))
+
+
+def release_free_memory() -> bool:
+    """Return the heap's free memory to the system now (glibc ``malloc_trim(0)``), e.g. before a
+    peak-memory window, so that memory another workload freed is not counted in the next one's
+    peak. Returns whether it ran (False off Linux or without glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
+

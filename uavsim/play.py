@@ -12,7 +12,10 @@ is an error). Environment ``--env-index`` of seed ``--seed`` is played: the same
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
+from pathlib import Path
 from typing import Sequence
 
 import yaml
@@ -45,10 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.out.lower().endswith((".gif", ".mp4")):
         parser.error(f"--out must end in .gif or .mp4, got {args.out!r}")
+    if not Path(args.out).resolve().parent.is_dir():
+        parser.error(f"--out {args.out!r}: the folder {str(Path(args.out).parent)!r} does not exist")
+    if not 0 < args.fps < math.inf:
+        parser.error(f"--fps must be a finite number > 0, got {args.fps}")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        parser.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
     try:
         cfg = EnvConfig.from_dict(parse_overrides(args.config))
-    except (TypeError, ValueError) as e:
-        parser.error(str(e))
+    except (TypeError, ValueError, yaml.YAMLError) as e:
+        parser.error(str(e).splitlines()[0])
 
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
@@ -59,8 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy = GreedyFrontierPolicy(env) if args.policy == "greedy" else RandomPolicy(env, seed=args.seed)
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)
         path = write_video(rec.frames, args.out, fps=args.fps)
-    except (TypeError, ValueError, ImportError) as e:
+    except (TypeError, ValueError, ImportError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, AssertionError) as e:  # torch's answer to a GPU that is not there
+        print(f"error: --device {args.device}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     how = "terminated" if rec.terminated else ("truncated" if rec.ended else "stopped")
     print(f"{args.policy} seed={args.seed}: coverage {rec.coverage:.3f} (target {cfg.target_coverage}) after "

@@ -14,6 +14,8 @@ TensorBoard: `log_video` writes an animated GIF summary directly, which is what
 from __future__ import annotations
 
 import io
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -61,8 +63,9 @@ def record_episode(env: UAVSwarmEnv, policy: Policy, env_index: int = 0, max_ste
     The other environments keep stepping (the policy acts on the whole batch). ``trail`` draws
     each UAV's last ``trail`` positions as dots (0: none). Returns an `EpisodeRecording`.
     """
-    if isinstance(env_index, bool) or not isinstance(env_index, int) or not 0 <= env_index < env.num_envs:
+    if isinstance(env_index, bool) or not isinstance(env_index, numbers.Integral) or not 0 <= env_index < env.num_envs:
         raise ValueError(f"env_index must be an int in [0, {env.num_envs}), got {env_index!r}")
+    env_index = int(env_index)
     if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 0):
         raise ValueError(f"max_steps must be None or an int >= 0, got {max_steps!r}")
     _start(env, env_index)
@@ -128,14 +131,18 @@ def _check_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
     return stack
 
 
+def _check_fps(fps: float) -> None:
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < math.inf:
+        raise ValueError(f"fps must be a finite number > 0, got {fps!r}")
+
+
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = 8.0) -> Path:
     """Write frames to ``path``: ``.gif`` (loops forever) or ``.mp4`` (H.264, needs imageio-ffmpeg)."""
     import imageio.v2 as imageio
 
     path = Path(path)
     stack = _check_frames(frames)
-    if not fps > 0:
-        raise ValueError(f"fps must be > 0, got {fps}")
+    _check_fps(fps)
     suffix = path.suffix.lower()
     if suffix == ".gif":
         imageio.mimwrite(path, list(stack), format="GIF", duration=1000.0 / fps, loop=0)
@@ -163,8 +170,10 @@ def gif_bytes(frames: Sequence[np.ndarray], fps: float = 8.0) -> bytes:
     """An animated GIF (looping) in memory."""
     import imageio.v2 as imageio
 
+    stack = _check_frames(frames)
+    _check_fps(fps)
     buffer = io.BytesIO()
-    imageio.mimwrite(buffer, list(_check_frames(frames)), format="GIF", duration=1000.0 / fps, loop=0)
+    imageio.mimwrite(buffer, list(stack), format="GIF", duration=1000.0 / fps, loop=0)
     return buffer.getvalue()
 
 

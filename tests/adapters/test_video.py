@@ -77,6 +77,10 @@ def test_write_video_rejects_bad_input(tmp_path):
         write_video([], tmp_path / "x.gif")
     with pytest.raises(ValueError, match="uint8"):
         write_video([frame.astype(np.float32)], tmp_path / "x.gif")
+    for fps in (0, -1, float("nan"), float("inf")):
+        for write in (lambda: write_video([frame], tmp_path / "x.gif", fps=fps), lambda: gif_bytes([frame], fps=fps)):
+            with pytest.raises(ValueError, match="fps must be a finite number > 0"):
+                write()
 
 
 def test_tensorboard_video(recording, tmp_path):
@@ -118,3 +122,21 @@ def test_play_command_rejects_unknown_config_key(tmp_path):
     cmd = [sys.executable, "-m", "uavsim.play", "--out", str(tmp_path / "x.gif"), "--config", "num_drones=3"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 2 and "num_drones" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "{tmp}/missing/x.gif"], "does not exist"), (["--fps", "0"], "--fps"),
+    (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"), (["--config", "num_uavs=[1"], "error"),
+])
+def test_play_command_rejects_bad_arguments_before_playing(tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    cmd = [sys.executable, "-m", "uavsim.play", "--out", str(tmp_path / "x.gif"), *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_record_episode_takes_a_numpy_env_index():
+    env = UAVSwarmEnv(SMALL, num_envs=2, seed=0)
+    rec = record_episode(env, RandomPolicy(env, seed=0), np.int64(1), max_steps=2)
+    assert rec.steps == 2
+

@@ -12,6 +12,7 @@ from benchmarks import env_throughput
 def test_quick_run_writes_complete_results(tmp_path):
     paths = env_throughput.main(["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02"])
     assert set(paths) == {"json", "md", "png"}
+    assert paths["json"].name.endswith("-quick.json")  # never the full run's file
     payload = json.loads(paths["json"].read_text())
     assert payload["benchmark"] == "env_throughput" and payload["quick"] is True
     for key in ("cpu", "cpu_count", "torch", "date"):
@@ -45,3 +46,19 @@ def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypat
     assert names and not any(n.startswith("vmas") for n in names)
     out = capsys.readouterr().out.strip().splitlines()
     assert out == ["vmas is not installed (pip install '.[peers]'): skipping the VMAS backends"]
+
+
+def test_quick_and_subset_runs_never_take_the_full_runs_file_names(tmp_path):
+    paths = env_throughput.main(["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02",
+                                 "--backends", "batched-cpu"])
+    assert paths["json"].name.endswith("-quick-subset.json")
+    rows = json.loads(paths["json"].read_text())["results"]
+    assert {r["backend"] for r in rows} == {"batched-cpu"}
+
+
+@pytest.mark.parametrize("argv", [["--backends", "batched-cpux"], ["--threads", "0"], ["--repeats", "0"],
+                                  ["--seconds", "0"]])
+def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
+    with pytest.raises(SystemExit):
+        env_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])
+    assert not list(tmp_path.iterdir())

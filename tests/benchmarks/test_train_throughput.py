@@ -18,7 +18,7 @@ def test_quick_run_writes_complete_results(tmp_path):
     for r in rows:
         assert r["agent_steps_per_s"] > 0 and len(r["iteration_seconds"]) == 1
         assert r["speedup_vs_torchrl"] > 0 and r["speedup_vs_torchrl_mlp"] > 0
-    assert paths["png"].read_bytes()[:4] == b"\x89PNG"
+    assert paths["png"].read_bytes()[:4] == b"\x89PNG" and paths["json"].name.endswith("-quick.json")
     assert "| ours | cpu | bf16 |" in paths["md"].read_text()
     # all pipelines ran in one process under the trainer's host-memory setting (glibc only)
     assert payload["machine"]["host_memory_retained"] == (platform.libc_ver()[0] == "glibc")
@@ -38,8 +38,12 @@ def test_profile_reports_where_the_time_goes(tmp_path):
         # our trainer's own phase marks split the iteration into rollout and update; TorchRL's has none
         assert (("rollout_ms" in p) and p["rollout_ms"] > 0 and p["update_ms"] > 0) == (r["pipeline"] == "ours")
     assert "Where the time goes" in paths["md"].read_text()
+    assert paths["json"].name.endswith("-quick-subset.json")  # two of the five pipelines: not the full run's file
 
 
-def test_negative_profile_count_is_rejected(tmp_path):
+@pytest.mark.parametrize("argv", [["--profile", "-1"], ["--iterations", "0"], ["--epochs", "0"],
+                                  ["--minibatches", "3"], ["--num-envs", "0"]])
+def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
-        train_throughput.main(["--quick", "--out-dir", str(tmp_path), "--profile", "-1"])
+        train_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])
+    assert not list(tmp_path.iterdir())

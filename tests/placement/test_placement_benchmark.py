@@ -30,6 +30,7 @@ def test_quick_benchmark_writes_its_results(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jsons, mds = list(tmp_path.glob("placement-*.json")), list(tmp_path.glob("placement-*.md"))
     assert len(jsons) == 1 and len(mds) == 1 and jsons[0].stem == mds[0].stem
+    assert jsons[0].stem.endswith("-quick")  # never the full run's file
     report = json.loads(jsons[0].read_text())
     assert report["benchmark"] == "placement" and report["quick"] is True and report["schema_version"] == 1
     assert report["machine"]["devices_used"] == ["cpu", "cpu"] and report["machine"]["tag"] in jsons[0].name
@@ -58,3 +59,11 @@ def test_quick_benchmark_writes_its_results(tmp_path):
     assert isinstance(report["targets"]["clip_speedup_met"], bool)
     md = mds[0].read_text()
     assert "| 2 workers, 1 thread each |" in md and "Stage pipeline" in md
+
+
+def test_devices_naming_no_device_is_rejected(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.placement", "--quick", "--devices", ",",
+                           "--out-dir", str(tmp_path)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--devices names no device" in proc.stderr and not list(tmp_path.iterdir())
+
