@@ -23,7 +23,7 @@ def _rank_state(learner: Learner) -> dict:
     env = learner.env.state_dict()
     env["state"] = {k: v.cpu() for k, v in env["state"].items()}
     return {"env": env, "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
-                                "torch": torch.get_rng_state()}}
+                                "torch": torch.get_rng_state(), "device_type": learner.env.device.type}}
 
 
 def parameter_checksum(learner: Learner) -> float:
@@ -57,6 +57,11 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
             f"{learner.replicas.world_size}: resume with torchrun --nproc_per_node={saved_world} (or nnodes x "
             f"nproc_per_node = {saved_world}), since every rank's environments are part of the state")
     own = payload["ranks"][learner.replicas.rank] if "ranks" in payload else payload
+    saved_type = own["rng"].get("device_type", learner.env.device.type) if isinstance(own.get("rng"), dict) else None
+    if saved_type is not None and saved_type != learner.env.device.type:
+        raise ckpt.CheckpointError(
+            f"checkpoint {source} was written on {saved_type} and this run is on {learner.env.device.type}: "
+            f"resume with run.device={saved_type} (a {saved_type} random stream cannot continue on another device type)")
     try:
         learner.actor.load_state_dict(payload["actor"])
         learner.critic.load_state_dict(payload["critic"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import shutil
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -186,6 +187,12 @@ def compile_loss(device: torch.device) -> LossFn:
         except Exception as err:  # inductor raises its own error types for a missing compiler
             raise ValueError("train.compile=true on the CPU needs a C++ compiler for torch.compile "
                              f"(inductor found none: {err}); install g++ or set train.compile=false") from None
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton() or not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+            raise ValueError("train.compile=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
+                             "with one); install them or set train.compile=false")
     return torch.compile(minibatch_loss, dynamic=False)
 
 

@@ -262,6 +262,8 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
     setup_process(cfg)
     replicas = setup_replicas(cfg.run.device)  # torchrun: join the group; else a single process
     replicas.device = device = replicas.device if replicas.active else pick_device(cfg.run.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # streams, events and new tensors default to this GPU, not cuda:0
     try:
         return _train(cfg, resume, replicas, device)
     finally:

@@ -72,7 +72,9 @@ def worker(args) -> None:
     step = lambda: env.step(torch.randint(0, env.num_actions, shape, generator=gen, device=device))  # noqa: E731
     step()
     calls, elapsed = _timed(replicas, device, step, args.seconds)
-    result["env_steps_per_s"] = float(replicas.sum(torch.tensor(calls * args.num_envs / elapsed, dtype=torch.float64)))
+    # collectives take tensors on the group's device (NCCL has no CPU tensors)
+    rate = torch.tensor(calls * args.num_envs / elapsed, dtype=torch.float64, device=replicas.device)
+    result["env_steps_per_s"] = float(replicas.sum(rate))
 
     cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        "run.torch_threads=1", "train.total_env_steps=1000000000"])
@@ -80,7 +82,8 @@ def worker(args) -> None:
     read_metrics(train_iteration(learner), replicas)  # warm-up
     calls, elapsed = _timed(replicas, device, lambda: read_metrics(train_iteration(learner), replicas), args.seconds)
     agent_steps = calls * cfg.env_steps_per_iteration * env.num_uavs * world
-    result["agent_steps_per_s"] = agent_steps / float(replicas.mean(torch.tensor(elapsed, dtype=torch.float64)))
+    elapsed_t = torch.tensor(elapsed, dtype=torch.float64, device=replicas.device)
+    result["agent_steps_per_s"] = agent_steps / float(replicas.mean(elapsed_t))
 
     if replicas.active:  # gradient synchronisation: one flat all-reduce vs DDP's bucketed hooks
         batch, _ = prepare_batch(learner)

@@ -83,7 +83,7 @@ def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
 def pick_device(env: DistEnv | None = None, prefer: Literal["auto", "cuda", "cpu"] = "auto") -> torch.device:
     """``cuda:{local_rank}`` when CUDA is available (or ``prefer="cuda"``), else the CPU.
 
-    When the launcher gave each process a single GPU (``CUDA_VISIBLE_DEVICES`` per rank, so one
+    When the launcher gave each process a single GPU (``CUDA_VISIBLE_DEVICES`` set per rank, so one
     device is visible), that device is ``cuda:0`` whatever the local rank. ``prefer="cuda"``
     without CUDA, or a local rank beyond the visible GPUs, is a ValueError.
     """
@@ -99,7 +99,9 @@ def pick_device(env: DistEnv | None = None, prefer: Literal["auto", "cuda", "cpu
     count = torch.cuda.device_count()
     if env.local_rank < count:
         return torch.device("cuda", env.local_rank)
-    if count == 1:
+    if count == 1 and os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
+        # the launcher narrowed each rank to one GPU (a rank of a plain torchrun on a one-GPU host
+        # would share cuda:0 with rank 0, which NCCL refuses: "duplicate GPU")
         return torch.device("cuda", 0)
     raise ValueError(
         f"local rank {env.local_rank} has no GPU: {count} visible; start at most {count} processes per node"

@@ -92,6 +92,17 @@ def test_mismatched_checkpoint_is_rejected_by_the_learner(make_config, tmp_path)
         load_learner_state(other_env, ckpt.load_checkpoint(path), str(path))
 
 
+def test_a_checkpoint_from_another_device_type_names_the_device_to_resume_on(make_config):
+    # a CUDA generator's state (16 bytes) cannot continue a CPU stream (5,056 bytes), nor the reverse
+    learner = build_learner(make_config(), torch.device("cpu"))
+    payload = learner_state(learner)
+    assert payload["rng"]["device_type"] == "cpu"
+    for rank in [payload, *payload["ranks"]]:
+        rank["rng"] = {**rank["rng"], "device_type": "cuda"}
+    with pytest.raises(ckpt.CheckpointError, match="written on cuda and this run is on cpu: resume with run.device=cuda"):
+        load_learner_state(build_learner(make_config(), torch.device("cpu")), payload, "gpu.pt")
+
+
 def test_learner_state_round_trip_restores_everything(make_config, tmp_path):
     a = build_learner(make_config("train.amp=fp16"), torch.device("cpu"))
     train_iteration(a)

@@ -92,3 +92,18 @@ def test_a_missing_cpu_compiler_is_a_clear_error(make_config, monkeypatch):
     monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
     with pytest.raises(ValueError, match="train.compile=true on the CPU needs a C\\+\\+ compiler"):
         build_learner(make_config("train.compile=true"), torch.device("cpu"))
+
+
+def test_missing_triton_or_c_compiler_on_cuda_is_a_clear_error(monkeypatch):
+    # checked before anything touches the GPU, so this runs without one
+    import torch.utils._triton as triton_utils
+
+    import agents.ppo as ppo
+
+    monkeypatch.setattr(triton_utils, "has_triton", lambda: False)
+    with pytest.raises(ValueError, match="train.compile=true on CUDA needs Triton and a C compiler"):
+        compile_loss(torch.device("cuda", 0))
+    monkeypatch.setattr(triton_utils, "has_triton", lambda: True)
+    monkeypatch.setattr(ppo.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="needs Triton and a C compiler"):
+        compile_loss(torch.device("cuda", 0))

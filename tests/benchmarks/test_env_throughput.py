@@ -37,6 +37,10 @@ def test_bytes_per_step_estimate_grows_with_the_task():
 
     small = env_throughput.bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2))
     assert env_throughput.bytes_per_env_step(EnvConfig()) > small > 0
+    # dense resets (CUDA's default) build and merge a fresh episode every step: several times the traffic
+    assert env_throughput.bytes_per_env_step(EnvConfig(), "dense") > 3 * env_throughput.bytes_per_env_step(EnvConfig())
+    with pytest.raises(ValueError, match="reset_mode"):
+        env_throughput.bytes_per_env_step(EnvConfig(), "lazy")
 
 
 def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypatch, capsys):

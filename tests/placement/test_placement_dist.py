@@ -69,8 +69,12 @@ def test_device_and_backend_choice(monkeypatch):
     assert pick_device(env) == torch.device("cuda", 2)
     with pytest.raises(ValueError, match="local rank 5 has no GPU"):
         pick_device(DistEnv(rank=5, local_rank=5, world_size=8, is_distributed=True))
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # launcher gave each rank one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # the launcher gave each rank its own GPU
     assert pick_device(env) == torch.device("cuda", 0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # a plain torchrun of 8 ranks on a one-GPU host
+    with pytest.raises(ValueError, match="local rank 2 has no GPU: 1 visible"):
+        pick_device(env)
 
 
 def test_single_unlaunched_process_needs_no_process_group():
