@@ -189,6 +189,7 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
                           auto_register_policy_transforms=False)
     batches = iter(collector)
     autocast = amp_context(amp, device)
+    scaler = torch.amp.GradScaler(torch.device(device).type) if amp == "fp16" else None
     minibatch = frames // args.minibatches
 
     def iteration():
@@ -205,9 +206,16 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
                     out = loss(flat[perm[start : start + minibatch]])
                     total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
                 optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                torch.nn.utils.clip_grad_norm_(loss.parameters(), tc.max_grad_norm)
-                optimizer.step()
+                if scaler is None:
+                    total.backward()
+                    torch.nn.utils.clip_grad_norm_(loss.parameters(), tc.max_grad_norm)
+                    optimizer.step()
+                else:  # fp16, as ours: loss scaling, unscale before clipping, skip non-finite steps
+                    scaler.scale(total).backward()
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(loss.parameters(), tc.max_grad_norm)
+                    scaler.step(optimizer)
+                    scaler.update()
         total.item()  # the iteration's host read, as the trainer's logging would do
 
     iteration.close = collector.shutdown  # type: ignore[attr-defined]

@@ -47,3 +47,16 @@ def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         train_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])
     assert not list(tmp_path.iterdir())
+
+
+def test_torchrl_fp16_pipeline_scales_its_loss_like_ours():
+    # the benchmark runs fp16 on CUDA only; its GradScaler branch runs on the CPU just the same
+    import types
+
+    args = types.SimpleNamespace(num_envs=4, num_steps=4, epochs=1, minibatches=2, hidden=16)
+    iteration = train_throughput.torchrl_iteration_runner(args, "fp16", "cpu", "ours")
+    try:
+        iteration()
+        iteration()
+    finally:
+        iteration.close()
