@@ -219,6 +219,7 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
         total.item()  # the iteration's host read, as the trainer's logging would do
 
     iteration.close = collector.shutdown  # type: ignore[attr-defined]
+    iteration.scaler, iteration.parameters = scaler, loss.parameters  # type: ignore[attr-defined]  # for tests
     return iteration
 
 

@@ -99,6 +99,9 @@ def test_render():
     env.reset()
     image = env.render()
     assert image.dtype == np.uint8 and image.shape == (48, 48, 3)
+    batched = UAVSwarmEnv(SMALL, num_envs=1, seed=0)  # the same episode in the batched env, drawn from its state
+    batched.reset()
+    assert np.array_equal(image, batched.render(0, 4))
 
 
 class TestBadInput:

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("pettingzoo")  # the "peers" extra
 from pettingzoo.test import parallel_api_test, parallel_seed_test  # noqa: E402
 
+from uavsim.adapters._frames import render_reference  # noqa: E402
 from uavsim.adapters.pettingzoo_env import CoverageParallelEnv  # noqa: E402
 from uavsim.reference import ReferenceEnv  # noqa: E402
 
@@ -57,9 +58,16 @@ def test_matches_reference_until_all_agents_leave():
 
 
 def test_render():
-    env = CoverageParallelEnv(SMALL, render_mode="rgb_array", cell_px=2)
+    env = CoverageParallelEnv(SMALL, render_mode="rgb_array", cell_px=2, seed=3, env_index=1)
     env.reset()
-    assert env.render().shape == (24, 24, 3)
+    image = env.render()
+    assert image.shape == (24, 24, 3)
+    ref = ReferenceEnv(SMALL, seed=3, env_index=1)
+    ref.reset()
+    assert np.array_equal(image, render_reference(ref, 2))  # this env's own map and UAVs
+    other = ReferenceEnv(SMALL, seed=3, env_index=2)
+    other.reset()
+    assert not np.array_equal(image, render_reference(other, 2))
     with pytest.raises(ValueError, match="cell_px"):  # when built, not at the first render()
         CoverageParallelEnv(SMALL, render_mode="rgb_array", cell_px=1)
 

@@ -103,6 +103,9 @@ def test_record_tiled():
     env = UAVSwarmEnv(SMALL, num_envs=5, seed=0)
     frames = record_tiled(env, RandomPolicy(env), num_steps=3, env_indices=[0, 3], cell_px=2)
     assert len(frames) == 4 and frames[0].shape == (24, 2 * 24 + 2, 3)
+    # the last frame is environments 0 and 3 as they are after the third step, side by side
+    assert np.array_equal(frames[-1][:, :24], env.render(0, 2)) and np.array_equal(frames[-1][:, 26:], env.render(3, 2))
+    assert not np.array_equal(frames[0], frames[-1])  # the UAVs moved
 
 
 def test_play_command_writes_a_gif(tmp_path):

@@ -4,6 +4,7 @@ import json
 import platform
 
 import pytest
+import torch
 
 from benchmarks import train_throughput
 
@@ -17,7 +18,9 @@ def test_quick_run_writes_complete_results(tmp_path):
         (p, a) for p in ("ours", "ours-compiled", "torchrl", "torchrl-mlp", "torchrl-multiagentmlp") for a in ("off", "bf16")}
     for r in rows:
         assert r["agent_steps_per_s"] > 0 and len(r["iteration_seconds"]) == 1
-        assert r["speedup_vs_torchrl"] > 0 and r["speedup_vs_torchrl_mlp"] > 0
+        for key, base in (("speedup_vs_torchrl", "torchrl"), ("speedup_vs_torchrl_mlp", "torchrl-mlp")):
+            other = next(b for b in rows if (b["pipeline"], b["device"], b["amp"]) == (base, r["device"], r["amp"]))
+            assert r[key] == pytest.approx(r["agent_steps_per_s"] / other["agent_steps_per_s"])
     assert paths["png"].read_bytes()[:4] == b"\x89PNG" and paths["json"].name.endswith("-quick.json")
     assert "| ours | cpu | bf16 |" in paths["md"].read_text()
     # all pipelines ran in one process under the trainer's host-memory setting (glibc only)
@@ -56,7 +59,16 @@ def test_torchrl_fp16_pipeline_scales_its_loss_like_ours():
     args = types.SimpleNamespace(num_envs=4, num_steps=4, epochs=1, minibatches=2, hidden=16)
     iteration = train_throughput.torchrl_iteration_runner(args, "fp16", "cpu", "ours")
     try:
+        before = [p.detach().clone() for p in iteration.parameters()]
         iteration()
         iteration()
+        assert iteration.scaler is not None and iteration.scaler.is_enabled()
+        assert 0 < iteration.scaler.get_scale() < float("inf")
+        assert any(not torch.equal(a, b) for a, b in zip(before, iteration.parameters()))  # it trained
     finally:
         iteration.close()
+    eager = train_throughput.torchrl_iteration_runner(args, "bf16", "cpu", "ours")
+    try:
+        assert eager.scaler is None  # bf16 and fp32 need no loss scaling
+    finally:
+        eager.close()

@@ -36,8 +36,15 @@ def test_one_worker_and_no_items():
 
 
 def test_slow_worker_gets_fewer_items(tmp_path):
-    items = [(x, str(tmp_path / "slow.pid")) for x in range(60)]
-    out = dp_map(h.make_slow_on_second_worker, items, CPU2, progress=False)
+    with WorkerPool(h.make_slow_on_second_worker, CPU2, threads_per_worker=1) as pool:
+        # both workers must be up before the timed map: on a loaded machine one may start seconds
+        # after the other and take every item meanwhile, whichever of them is the slow one
+        for attempt in range(50):
+            warm = pool.map([(x, str(tmp_path / f"warm{attempt}.pid")) for x in range(4)], progress=False)
+            if len({pid for _, pid in warm}) == 2:
+                break
+        items = [(x, str(tmp_path / "slow.pid")) for x in range(60)]
+        out = pool.map(items, progress=False)
     assert [x for x, _ in out] == list(range(60))
     slow_pid = int((tmp_path / "slow.pid").read_text())
     counts = collections.Counter(pid for _, pid in out)

@@ -9,6 +9,8 @@ import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+from uavsim.adapters._frames import render_reference
+from uavsim.reference import ReferenceEnv
 from uavsim.render import render_tiled
 
 SMALL = EnvConfig(grid_height=12, grid_width=12, num_uavs=4, num_obstacles=8, max_steps=30, launch_size=2)
@@ -96,8 +98,15 @@ def test_render_shapes_and_content():
     img = env.render(env_index=2, cell_px=6)
     assert img.dtype == np.uint8 and img.shape == (32 * 6, 32 * 6, 3)
     assert len(np.unique(img.reshape(-1, 3), axis=0)) > 4  # map, obstacles, coverage and UAVs drawn
+    ref = ReferenceEnv(EnvConfig(), seed=0, env_index=2)
+    ref.reset()
+    assert np.array_equal(img, render_reference(ref, 6))  # the same episode, drawn from the other implementation
     tiled = render_tiled(env, [0, 1, 2, 3], cell_px=2)
     assert tiled.shape == (2 * 64 + 2, 2 * 64 + 2, 3)
+    for k, i in enumerate([0, 1, 2, 3]):  # 2 x 2 tiles with 2-pixel white gaps, in the order given
+        r, c = divmod(k, 2)
+        assert np.array_equal(tiled[r * 66:r * 66 + 64, c * 66:c * 66 + 64], env.render(i, 2))
+    assert (tiled[64:66] == 255).all() and (tiled[:, 64:66] == 255).all()
     with pytest.raises(ValueError, match="env_index"):
         env.render(env_index=4)
 
