@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from .devices import as_device
+from .devices import as_device, device_key
 
 _VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
@@ -125,7 +125,7 @@ def init_distributed(
     un-launched process or when one is already initialised. Returns ``(env, device)``.
     """
     env = read_dist_env() if env is None else env
-    dev = pick_device(env) if device is None else as_device(device)
+    dev = pick_device(env) if device is None else torch.device(device_key(device))  # "cuda" is cuda:0
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if env.is_distributed and torch.distributed.is_available() and not torch.distributed.is_initialized():

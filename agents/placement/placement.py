@@ -40,6 +40,8 @@ def _capacities(devices, headroom) -> dict[str, int]:
         free = inventory().free()
     elif isinstance(devices, Mapping):
         free = {device_key(d): _check_bytes(b, f"free memory of {d!r}") for d, b in devices.items()}
+        if len(free) != len(devices):  # "cuda" and "cuda:0" name one device
+            raise ValueError(f"devices name a device twice ({list(devices)}): 'cuda' is 'cuda:0'")
     elif isinstance(devices, (str, torch.device)):
         raise TypeError("devices must be a list of devices or a {device: free bytes} dict, not one device")
     else:
@@ -80,33 +82,43 @@ def _greedy(order, sizes, caps, strategy, left, count, placed) -> str | None:
     return None
 
 
-def _search(order, sizes, left) -> dict[str, str] | None:
-    """Any assignment of ``order`` into ``left`` (depth-first, largest first), or None if there is none."""
-    budget = [_SEARCH_BUDGET]
+def _search(order, sizes, left, count, strategy: Strategy) -> tuple[dict[str, str] | None, bool]:
+    """Any assignment of ``order`` into ``left`` (depth-first, largest first), devices tried in
+    the strategy's order (``spread``: fewest models, then most room). Returns ``(assignment or
+    None, gave_up)``: ``gave_up`` when the budget ran out before the search could finish."""
+    budget, gave_up = [_SEARCH_BUDGET], [False]
     devs = list(left)
+    count = dict(count)
+    rest = [sum(sizes[n] for n in order[i:]) for i in range(len(order) + 1)]
     assignment: dict[str, str] = {}
 
     def go(i: int) -> bool:
         if i == len(order):
             return True
+        if rest[i] > sum(left.values()):  # what is left to place exceeds all the room left
+            return False
         budget[0] -= 1
         if budget[0] < 0:
+            gave_up[0] = True
             return False
         name, tried = order[i], set()
-        for d in devs:
+        ranked = sorted(devs, key=lambda d: (count[d], -left[d])) if strategy == "spread" else devs
+        for d in ranked:
             # two devices with the same room left are interchangeable for the rest of the search
-            if sizes[name] > left[d] or left[d] in tried:
+            if sizes[name] > left[d] or (left[d], count[d] if strategy == "spread" else 0) in tried:
                 continue
-            tried.add(left[d])
+            tried.add((left[d], count[d] if strategy == "spread" else 0))
             left[d] -= sizes[name]
+            count[d] += 1
             assignment[name] = d
             if go(i + 1):
                 return True
             left[d] += sizes[name]
+            count[d] -= 1
             del assignment[name]
         return False
 
-    return dict(assignment) if go(0) else None
+    return (dict(assignment) if go(0) else None), gave_up[0]
 
 
 def place_models(
@@ -140,6 +152,8 @@ def place_models(
     if strategy not in ("spread", "pack"):
         raise ValueError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
     caps = _capacities(devices, headroom)
+    if pinned is not None and not isinstance(pinned, Mapping):
+        raise TypeError(f"pinned must be a {{model: device}} dict, got {type(pinned).__name__}")
     pinned = {n: device_key(d) for n, d in (pinned or {}).items()}
     for name, dev in pinned.items():
         if name not in sizes:
@@ -166,13 +180,16 @@ def place_models(
     if stuck is None:
         return {n: greedy_placed[n] for n in sizes}
 
-    found = _search(order, sizes, dict(left))
+    found, gave_up = _search(order, sizes, dict(left), count, strategy)
     if found is not None:
         placed.update(found)
         return {n: placed[n] for n in sizes}
     widest = max(caps, key=lambda d: caps[d])
     if sizes[stuck] > caps[widest]:
         where = f"the largest free space is {format_bytes(caps[widest])} on {widest} (after headroom)"
+    elif gave_up:
+        where = (f"the greedy placement left no room for it and the exact search gave up after "
+                 f"{_SEARCH_BUDGET:,} partial assignments (an assignment may still exist: pin some models)")
     else:
         best = max(greedy_left, key=lambda d: greedy_left[d])
         where = (
@@ -200,7 +217,7 @@ def remaining_memory(
             raise ValueError(f"placed model {name!r} has no size in sizes")
         if key not in left:
             raise ValueError(f"model {name!r} is placed on {key}, which is not among devices {sorted(left)}")
-        left[key] = max(0, left[key] - sizes[name])
+        left[key] = max(0, left[key] - _check_bytes(sizes[name], f"size of {name!r}"))
     return left
 
 

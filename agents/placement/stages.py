@@ -50,7 +50,8 @@ class StageError(RuntimeError):
 
     def __init__(self, stage: str, index: int, exc: BaseException):
         self.stage, self.index = stage, index
-        super().__init__(f"stage {stage!r} failed on item {index}: {type(exc).__name__}: {exc}")
+        where = f"on item {index}" if index >= 0 else "to start"
+        super().__init__(f"stage {stage!r} failed {where}: {type(exc).__name__}: {exc}")
 
 
 class StagePipeline:
@@ -115,11 +116,16 @@ class StagePipeline:
 
         def work(k: int) -> None:
             stage, name = self.stages[k], self.names[k]
-            dev = as_device(stage.device)
-            if dev.type == "cuda":
-                # the current CUDA device is per thread: set it so that tensors the stage creates
-                # without a device land on its own GPU (seed 000 used torch.cuda.device() blocks)
-                torch.cuda.set_device(dev)
+            try:
+                dev = as_device(stage.device)
+                if dev.type == "cuda":
+                    # the current CUDA device is per thread: set it so that tensors the stage creates
+                    # without a device land on its own GPU (seed 000 used torch.cuda.device() blocks);
+                    # device_key: a bare "cuda" is cuda:0, which set_device needs spelled out
+                    torch.cuda.set_device(torch.device(device_key(dev)))
+            except BaseException as exc:  # a GPU that is not there: fail the pipeline, never hang it
+                fail(name, -1, exc)
+                return
             while True:
                 msg = get(queues[k])
                 if msg is _END:

@@ -79,9 +79,27 @@ def batch_len(batch: Any) -> int:
 def split_batch(batch: Any, chunk: int) -> list[Any]:
     """Split a batch along dim 0 into consecutive pieces of at most ``chunk`` rows (same structure).
 
-    Non-tensor leaves are repeated in every piece.
+    Non-tensor leaves are repeated in every piece; a list or tuple of as many plain values as the
+    batch has rows (per-sample data) is a `ValueError`, since repeating it would misalign it.
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     n = batch_len(batch)
+    if n > 1:
+        _refuse_sample_lists(batch, n)
     return [_map_tensors(batch, lambda t, s=s: t[s : s + chunk]) for s in range(0, n, chunk)]
+
+
+def _refuse_sample_lists(obj: Any, n: int, path: str = "batch") -> None:
+    """A list of ``n`` plain values beside ``n``-row tensors is per-sample data (captions, ids):
+    repeating it in every piece would pair rows with the wrong samples, silently."""
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _refuse_sample_lists(v, n, f"{path}[{k!r}]")
+    elif isinstance(obj, (list, tuple)):
+        if len(obj) == n and not any(isinstance(v, (torch.Tensor, Mapping, list, tuple)) for v in obj):
+            raise ValueError(f"{path} is a {type(obj).__name__} of {n} values, as many as the batch's rows: "
+                             "per-sample data cannot be split with the tensors; pass it as a tensor, or keep it "
+                             "out of the batch")
+        for i, v in enumerate(obj):
+            _refuse_sample_lists(v, n, f"{path}[{i}]")

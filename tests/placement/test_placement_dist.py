@@ -122,3 +122,10 @@ def test_two_process_torchrun_job_joins_a_gloo_group(tmp_path):
         "rank 0 local 0 sum 3",
         "rank 1 local 1 sum 3",
     ]
+
+
+def test_a_bare_cuda_device_is_cuda_0(monkeypatch):
+    selected = []
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)  # no GPU here: record what would be set
+    env, dev = init_distributed(DistEnv(), "cuda")
+    assert dev == torch.device("cuda", 0) and selected == [torch.device("cuda", 0)]

@@ -248,3 +248,18 @@ def test_to_cpu_ships_only_a_views_own_elements():
     assert torch.equal(small["row"], row)
     whole = torch.ones(4, requires_grad=True) * 2
     assert to_cpu(whole).requires_grad is False
+
+
+def test_per_sample_lists_are_refused_rather_than_misaligned_on_back_off():
+    batch = {"pixels": torch.arange(4.0).view(4, 1), "captions": ["c0", "c1", "c2", "c3"]}
+
+    def step(b):
+        if b["pixels"].shape[0] > 2:
+            raise cuda_oom(b["pixels"].shape[0])
+        return b["pixels"].sum()
+
+    with pytest.raises(ValueError, match=r"batch\['captions'\] is a list of 4 values, as many as the batch's rows"):
+        stream_train(step, [batch], device="cpu")
+    # a list that is not per-sample (here: 2 values for 4 rows) is still repeated in every piece
+    pieces = split_batch({"x": torch.zeros(4, 1), "names": ["a", "b"]}, 2)
+    assert [p["names"] for p in pieces] == [["a", "b"], ["a", "b"]]

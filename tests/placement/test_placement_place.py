@@ -183,3 +183,38 @@ def test_a_model_too_big_for_any_gpu_is_split_by_accelerate_over_what_is_left():
     used = {d for d in device_map.values()}
     assert used == {0, 1}  # split over both GPUs' leftovers, nothing offloaded to cpu/disk
     assert len(device_map) >= 2
+
+
+def test_exact_search_keeps_spreading_and_finds_tight_fits(monkeypatch):
+    import random
+
+    from agents.placement import placement as placement_module
+
+    # greedy spread strands m3; the search must still spread, not fall back to packing
+    out = place_models({"m0": 6, "m1": 1, "m2": 6, "m3": 8}, {"cuda:0": 10, "cuda:1": 5, "cuda:2": 12}, headroom=0.0)
+    assert set(out.values()) == {"cuda:0", "cuda:1", "cuda:2"}
+    # 24 models that fill 8 devices exactly (each device's room cut in three): always found
+    for seed in range(5):
+        rng = random.Random(seed)
+        sizes = {}
+        for d in range(8):
+            a, b = sorted(rng.sample(range(1, 80), 2))
+            sizes.update({f"m{d}_0": a, f"m{d}_1": b - a, f"m{d}_2": 80 - b})
+        items = list(sizes.items())
+        rng.shuffle(items)
+        placed = place_models(dict(items), {f"cuda:{d}": 80 for d in range(8)}, headroom=0.0)
+        assert remaining_memory(dict(items), placed, {f"cuda:{d}": 80 for d in range(8)}) == {
+            f"cuda:{d}": 0 for d in range(8)}
+    # a search that runs out of budget says so instead of claiming that nothing fits
+    monkeypatch.setattr(placement_module, "_SEARCH_BUDGET", 1)
+    with pytest.raises(PlacementError, match="exact search gave up after 1 partial assignments"):
+        place_models({"m0": 6, "m1": 1, "m2": 6, "m3": 8}, {"cuda:0": 10, "cuda:1": 5, "cuda:2": 12}, headroom=0.0)
+
+
+def test_aliases_pins_and_sizes_are_checked():
+    with pytest.raises(ValueError, match="name a device twice"):
+        place_models({"a": 1}, {"cuda": 10, "cuda:0": 1}, headroom=0.0)
+    with pytest.raises(TypeError, match="pinned must be a"):
+        place_models({"a": 1}, {"cuda:0": 10}, headroom=0.0, pinned=["a"])
+    with pytest.raises((TypeError, ValueError), match="size of 'a'"):
+        remaining_memory({"a": 2.5}, {"a": "cuda:0"}, {"cuda:0": 10}, headroom=0.0)

@@ -115,3 +115,18 @@ def test_bad_arguments():
         Stage("fn")
     with pytest.raises(ValueError, match="only 'cpu' and 'cuda'"):
         Stage(lambda x: x, device="mps")
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_a_stage_whose_gpu_cannot_be_selected_fails_the_pipeline_instead_of_hanging(monkeypatch, device):
+    selected = []
+
+    def set_device(dev):  # as torch answers for a GPU that is not there
+        selected.append(dev)
+        raise RuntimeError(f"CUDA error: invalid device ordinal ({dev})")
+
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    pipe = StagePipeline([Stage(lambda x: x, name="policy"), Stage(lambda x: x, device, name="generator")])
+    with pytest.raises(StageError, match="stage 'generator' failed to start: RuntimeError: CUDA error"):
+        pipe.run(range(4))
+    assert selected == [torch.device("cuda", 0 if device == "cuda" else 1)]  # bare "cuda" spelled out as cuda:0
