@@ -20,6 +20,15 @@ HOST_READS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float_
               "__repr__", "__str__", "__format__", "__array__")
 
 
+# Ops whose output shape depends on the data: on a GPU each one waits for the device to learn it.
+DATA_DEPENDENT = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive")
+
+
+def _is_mask(index) -> bool:
+    parts = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(p, torch.Tensor) and p.dtype in (torch.bool, torch.uint8) for p in parts)
+
+
 @contextlib.contextmanager
 def host_reads_raise(monkeypatch):
     def forbid(name):
@@ -27,9 +36,20 @@ def host_reads_raise(monkeypatch):
             raise AssertionError(f"host read: Tensor.{name} called inside collection/update")
         return raiser
 
+    getitem = torch.Tensor.__getitem__
+
+    def no_mask_getitem(self, index):  # x[mask] has as many rows as the mask has True values
+        if _is_mask(index):
+            raise AssertionError("host read: boolean-mask indexing inside collection/update")
+        return getitem(self, index)
+
     with monkeypatch.context() as m:
         for name in HOST_READS:
             m.setattr(torch.Tensor, name, forbid(name))
+        for name in DATA_DEPENDENT:
+            m.setattr(torch.Tensor, name, forbid(name))
+            m.setattr(torch, name, forbid(name))
+        m.setattr(torch.Tensor, "__getitem__", no_mask_getitem)
         yield
 
 
@@ -46,7 +66,9 @@ def test_the_guard_catches_host_reads(monkeypatch):
     x = torch.ones(3)
     with host_reads_raise(monkeypatch):
         for read in (lambda: x.sum().item(), lambda: bool(x.any()), lambda: x.tolist(), lambda: print(x),
-                     lambda: float(x[0]), lambda: x.numpy(), lambda: f"{x[0]:.2f}", lambda: x.cpu()):
+                     lambda: float(x[0]), lambda: x.numpy(), lambda: f"{x[0]:.2f}", lambda: x.cpu(),
+                     lambda: x.nonzero(), lambda: torch.nonzero(x), lambda: x[x > 0], lambda: torch.unique(x),
+                     lambda: x.masked_select(x > 0), lambda: x[:, None][x > 0, 0]):
             with pytest.raises(AssertionError, match="host read"):
                 read()
     assert x.sum().item() == 3.0  # restored afterwards
