@@ -42,6 +42,8 @@ def model_bytes(model: Any, dtype: torch.dtype | None = None, *, buffers: bool =
     """
     if dtype is not None and not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype or None, got {type(dtype).__name__}")
+    if dtype is not None and not dtype.is_floating_point:  # model.to(torch.int8) raises too
+        raise TypeError(f"dtype must be a floating-point dtype (what model.to(dtype) accepts), got {dtype}")
     seen: set[int] = set()
     total = 0
     for module in _modules_of(model):

@@ -62,8 +62,8 @@ def to_cpu(obj: Any) -> Any:
 def batch_len(batch: Any) -> int:
     """Leading-dimension size of a batch: of the tensor, or of the first tensor found inside it.
 
-    Raises TypeError when the batch holds no tensor and is not a list/tuple of samples, and
-    ValueError when its tensors disagree on the leading dimension.
+    Raises TypeError when the batch holds no tensor, and ValueError when its tensors disagree on
+    the leading dimension.
     """
     sizes: list[int] = []
     _map_tensors(batch, lambda t: sizes.append(t.shape[0] if t.dim() > 0 else -1) or t)

@@ -31,6 +31,8 @@ def test_model_bytes_counts_params_buffers_once_and_keeps_int_buffers():
     assert model_bytes(m, torch.bfloat16) == (800 + 16) * 2 + 10 * 8  # the int64 buffer stays int64
     assert model_bytes(m, buffers=False) == (800 + 16) * 4
     assert model_bytes([m, nn.Linear(2, 2)]) == model_bytes(m) + 6 * 4
+    with pytest.raises(TypeError, match="floating-point dtype"):
+        model_bytes(m, torch.int8)  # as m.to(torch.int8) refuses
 
 
 def test_model_bytes_on_meta_matches_the_real_model_without_allocating():
