@@ -52,8 +52,8 @@ def markdown(report: dict) -> str:
         f"# agents.placement benchmark — {m['tag']}, {report['date']}" + (" (quick)" if report["quick"] else ""),
         "",
         f"torch {m['torch']}, {m['cpu_count']} CPU cores, GPUs: {m['gpus'] or 'none'}; workers on {m['devices_used']}.",
-        f"Load average {load['start']} at start, {load['end']} at end: other processes on this machine compete "
-        "for the cores, so the ratios below are what was left to this run.",
+        f"Load average {load['start']} at start, {load['end']} at end (1, 5, 15 min; it includes this run's own "
+        "processes): the ratios below are what the other processes on this machine left to this run.",
         "",
         "## dp_map",
         "",

@@ -140,8 +140,8 @@ def place_models(
     models to a device (e.g. the trained policy on the trainer's own GPU).
 
     Models are placed largest first. When the greedy pass leaves a model without room, an exact
-    search looks for any assignment that fits; only if none exists is PlacementError raised,
-    naming the model and the largest free space.
+    search looks for an assignment that fits (within a budget of partial assignments); when there
+    is none, or the search gives up, PlacementError says which, naming the model.
     """
     if not isinstance(sizes, Mapping):
         raise TypeError(f"sizes must be a {{name: bytes}} mapping, got {type(sizes).__name__}")
