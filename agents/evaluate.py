@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Callable
@@ -185,6 +186,17 @@ def greedy_reference(env_cfg: EnvConfig, num_envs: int, seed: int, device: torch
     return _GREEDY_RESULTS[key]
 
 
+def _nan_to_none(obj):
+    """NaN (e.g. the standard error of a single episode) as None, so the file is strict JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    return obj
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -217,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                        "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
     out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
     imageio.mimsave(out.with_suffix(".gif"), frames, duration=0.08, loop=0)
     imageio.imwrite(out.with_suffix(".png"), frames[-1])
     for name in ("policy", "policy_sampled", "random", "greedy"):

@@ -31,12 +31,13 @@ class Logger:
             if value is not None and math.isfinite(value):
                 self.writer.add_scalar(tag, value, step)
 
-    def hyperparameters(self, flat: dict[str, object]) -> None:
-        """A Markdown table of every config value (CleanRL's `hyperparameters` text)."""
+    def hyperparameters(self, flat: dict[str, object], step: int = 0) -> None:
+        """A Markdown table of every config value (CleanRL's `hyperparameters` text), at `step`
+        (a resumed run logs its possibly overridden config at the step it resumed from)."""
         if self.writer is None:
             return
         rows = "\n".join(f"|{k}|{v}|" for k, v in flat.items())
-        self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}")
+        self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{rows}", step)
 
     def image(self, tag: str, rgb: np.ndarray, step: int) -> None:
         if self.writer is None:

@@ -110,6 +110,11 @@ def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, ac
     skipped = (~ok).float()
     optimizer.found_inf = skipped  # read by the fused Adam kernel: 1.0 skips the update
     optimizer.step()
+    if sync_gradients is not None and scaler.is_enabled():
+        # unscale_ saw only this rank's gradients; after the all-reduce the skip is everyone's, and
+        # every rank's loss scale must back off (or grow) alike, or the replicas' scales drift apart
+        for found_inf in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
+            found_inf.copy_(skipped)
     scaler.update()  # no-op unless fp16; halves the scale after an inf/NaN gradient
     return actor_norm, critic_norm, skipped
 

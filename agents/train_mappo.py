@@ -295,8 +295,10 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    logger = Logger(run_dir, purge_step=learner.env_steps if payload is not None else None, enabled=replicas.is_main)
-    logger.hyperparameters(flatten(to_dict(cfg)))
+    # purge what a killed run logged after its checkpoint; what it logged *at* the checkpoint's step
+    # is kept (the resumed run logs next at a later step, it would never be written again)
+    logger = Logger(run_dir, purge_step=learner.env_steps + 1 if payload is not None else None, enabled=replicas.is_main)
+    logger.hyperparameters(flatten(to_dict(cfg)), learner.env_steps)
     timer = PhaseTimer(device)
     iterations = num_iterations(learner)
     total = iterations * steps_per_iteration(learner)

@@ -78,3 +78,13 @@ def test_greedy_reference_is_deterministic_and_computed_once(monkeypatch):
     assert evaluate.greedy_reference(cfg, 3, 5, torch.device("cpu")) == direct
     monkeypatch.setattr(evaluate, "run_episodes", lambda *a, **k: pytest.fail("greedy replayed"))
     assert evaluate.greedy_reference(cfg, 3, 5, torch.device("cpu")) == direct
+
+
+def test_results_are_written_as_strict_json():
+    # one episode has no standard error (NaN): it is written as null, never as a bare NaN token
+    import json
+
+    from agents.evaluate import _nan_to_none
+
+    text = json.dumps(_nan_to_none({"stderr": float("nan"), "runs": [1.5, float("nan")], "n": 1}), allow_nan=False)
+    assert json.loads(text) == {"stderr": None, "runs": [1.5, None], "n": 1}

@@ -85,3 +85,24 @@ def test_a_last_iteration_with_skipped_updates_still_ends_with_a_final_checkpoin
     assert final["env_steps"] == 96
     assert all(torch.equal(final["actor"][k], v.cpu()) for k, v in learner.actor.state_dict().items())
     assert all(torch.isfinite(v).all() for v in final["actor"].values())
+
+
+def test_an_overflow_on_another_rank_backs_off_this_ranks_loss_scale_too():
+    # fp16 under torchrun: unscale_ sees only local gradients; the all-reduce brings another rank's
+    # inf in. Every rank must skip the step and halve its scale alike, or their scales drift apart.
+    from torch import nn
+
+    actor, critic = nn.Linear(2, 1), nn.Linear(2, 1)
+    optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), fused=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    loss = (actor(torch.ones(1, 2)) + critic(torch.ones(1, 2))).sum()
+    scaler.scale(loss).backward()
+    before = [p.detach().clone() for p in actor.parameters()]
+
+    def all_reduce_with_an_overflowed_rank(params):
+        for p in params:
+            p.grad.fill_(float("inf"))
+
+    _, _, skipped = ppo.optimizer_step(optimizer, scaler, actor, critic, loss, 0.5, all_reduce_with_an_overflowed_rank)
+    assert skipped.item() == 1.0 and scaler.get_scale() == 512.0
+    assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters()))

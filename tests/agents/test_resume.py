@@ -136,3 +136,25 @@ def test_a_failed_resume_leaves_the_run_config_as_it_was(make_config, tmp_path):
     ckpt.save_checkpoint(tmp_path, {**payload, "env_steps": 96}, keep=3)
     assert train_mappo.main(["--resume", str(tmp_path), "train.total_env_steps=128"]) != 0
     assert (tmp_path / "config.yaml").read_text() == saved
+
+
+def test_tensorboard_keeps_what_was_logged_at_the_checkpoint_step(make_config, tmp_path):
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def steps(run):
+        ea = EventAccumulator(str(run), size_guidance={"scalars": 0})
+        ea.Reload()
+        return [e.step for e in ea.Scalars("losses/value_loss")]
+
+    run = tmp_path / "run"
+    train(make_config("train.total_env_steps=128", "run.checkpoint_interval=32", "run.keep_checkpoints=5",
+                      f"run.dir={run}"))
+    assert steps(run) == [32, 64, 96, 128]
+    cut = tmp_path / "cut"
+    shutil.copytree(run, cut)
+    ckpt.list_checkpoints(cut)[-1].unlink()  # killed after logging step 128, before its checkpoint
+    args = parse_args(["--resume", str(cut)])
+    train(resolve_config(args), resume=args.resume)
+    assert steps(cut) == [32, 64, 96, 128]  # 96 (the checkpoint's own step) kept, 128 logged once again
