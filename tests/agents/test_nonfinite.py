@@ -43,17 +43,25 @@ def test_nan_loss_skips_the_step_entirely(make_config, amp):
     assert not torch.equal(next(learner.actor.parameters()), before_params[0])
 
 
-def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_config, tmp_path, monkeypatch):
+PER_ITERATION = 2 * 2  # minibatch losses per iteration: update_epochs x num_minibatches of the tiny config
+
+
+def nan_loss_after(good_iterations: int, monkeypatch):
+    """Make every PPO loss NaN after the first `good_iterations` iterations; returns the real loss."""
     real_loss = ppo.ppo_loss
     calls = {"n": 0}
-    per_iteration = 2 * 2  # update_epochs x num_minibatches of the tiny config
 
     def loss_going_bad(*args, **kwargs):
         loss, stats = real_loss(*args, **kwargs)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] > 3 * per_iteration else loss), stats
+        return (loss * float("nan") if calls["n"] > good_iterations * PER_ITERATION else loss), stats
 
     monkeypatch.setattr(ppo, "ppo_loss", loss_going_bad)
+    return real_loss
+
+
+def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_config, tmp_path, monkeypatch):
+    real_loss = nan_loss_after(3, monkeypatch)
     cfg = make_config("train.total_env_steps=640", "run.checkpoint_interval=32", "train.max_bad_iterations=3",
                       f"run.dir={tmp_path}")
     with pytest.raises(TrainingStopped, match=r"3 consecutive iterations.*ckpt_000000000096\.pt"):
@@ -69,16 +77,7 @@ def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_c
 def test_a_last_iteration_with_skipped_updates_still_ends_with_a_final_checkpoint(make_config, tmp_path,
                                                                                    monkeypatch):
     # fp16's loss scaler skips a step now and then; a finished run must have its final checkpoint
-    real_loss = ppo.ppo_loss
-    calls = {"n": 0}
-    per_iteration = 2 * 2  # update_epochs x num_minibatches of the tiny config
-
-    def last_iteration_bad(*args, **kwargs):
-        loss, stats = real_loss(*args, **kwargs)
-        calls["n"] += 1
-        return (loss * float("nan") if calls["n"] > 2 * per_iteration else loss), stats
-
-    monkeypatch.setattr(ppo, "ppo_loss", last_iteration_bad)
+    nan_loss_after(2, monkeypatch)  # the third and last iteration goes bad
     learner = train(make_config("train.total_env_steps=96", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
     assert learner.bad_iterations == 1
     final = ckpt.load_latest(tmp_path)[1]
