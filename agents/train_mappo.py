@@ -292,6 +292,9 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     learner = build_learner(cfg, device, replicas)
     if payload is not None:
         load_learner_state(learner, payload, str(source))
+        if learner.iteration >= num_iterations(learner):
+            raise ValueError(f"nothing to do: checkpoint {source} already holds {learner.env_steps} env steps, "
+                             f"train.total_env_steps={cfg.train.total_env_steps}; raise it to continue")
     if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
@@ -350,11 +353,12 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m agents.train_mappo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=None, help=f"YAML preset (default: {DEFAULT_CONFIG.name})")
+    p.add_argument("--config", default=None, help="YAML preset file, e.g. configs/smoke.yaml "
+                   "(default: configs/default.yaml)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR_OR_CKPT",
                    help="continue a run from its newest checkpoint (or the given checkpoint file)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.amp=bf16")
-    return p.parse_args(argv)
+    return p.parse_intermixed_args(argv)  # --config may come before, between or after the overrides
 
 
 def resolve_config(args: argparse.Namespace) -> Config:

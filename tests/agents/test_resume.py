@@ -158,3 +158,15 @@ def test_tensorboard_keeps_what_was_logged_at_the_checkpoint_step(make_config, t
     args = parse_args(["--resume", str(cut)])
     train(resolve_config(args), resume=args.resume)
     assert steps(cut) == [32, 64, 96, 128]  # 96 (the checkpoint's own step) kept, 128 logged once again
+
+
+def test_resuming_a_finished_run_without_a_larger_total_says_there_is_nothing_to_do(make_config, tmp_path, capsys):
+    train(make_config("train.total_env_steps=64", f"run.dir={tmp_path / 'run'}"))
+    newest = ckpt.list_checkpoints(tmp_path / "run")[-1]
+    assert train_mappo.main(["--resume", str(newest), f"run.dir={tmp_path / 'branch'}"]) == 2
+    assert "nothing to do" in capsys.readouterr().err and not (tmp_path / "branch").exists()
+
+
+def test_config_may_sit_between_overrides():
+    args = parse_args(["run.device=cpu", "--config", "configs/smoke.yaml", "train.total_env_steps=2048"])
+    assert args.config == "configs/smoke.yaml" and args.overrides == ["run.device=cpu", "train.total_env_steps=2048"]
