@@ -53,6 +53,9 @@ class Activation(str, enum.Enum):
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
+# What `run.device` (and `agents.evaluate --device`) accept.
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+
 
 def _env_section() -> type:
     """`EnvSection`: `num_envs` plus every `EnvConfig` field with the same type and default."""
@@ -252,7 +255,7 @@ def check_config(cfg: Config) -> None:
     need(r.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1")
     need(r.eval_interval >= 0, "run.eval_interval", ">= 0")
     need(r.eval_envs >= 1, "run.eval_envs", ">= 1")
-    need(re.fullmatch(r"auto|cpu|cuda(:\d+)?", r.device) is not None, "run.device", "auto, cpu, cuda or cuda:N")
+    need(DEVICE_PATTERN.fullmatch(r.device) is not None, "run.device", "auto, cpu, cuda or cuda:N")
     need(r.dir is None or r.dir.strip() != "", "run.dir", "a directory, or null for runs/mappo-<seed>-<time>")
     try:
         cfg.env_config()  # EnvConfig's own range checks

@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agents import checkpoint as ckpt
-from agents.config import Amp, Config, load_config, to_dict, to_yaml
+from agents.config import DEVICE_PATTERN, Amp, Config, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
 from agents.learner_state import learner_state, load_learner_state
@@ -53,7 +53,7 @@ def pick_device(name: str, what: str = "run.device") -> torch.device:
             return placement_pick_device(read_dist_env(), prefer=name)
         except ValueError as err:
             raise ValueError(f"{what}={name!r}: {err}") from None
-    if not name.startswith("cuda:") or not name[5:].isdigit():
+    if DEVICE_PATTERN.fullmatch(name) is None:
         raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {name!r}")
     if not torch.cuda.is_available() or int(name[5:]) >= torch.cuda.device_count():
         raise ValueError(f"{what}={name!r} but CUDA is not available"

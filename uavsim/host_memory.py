@@ -23,16 +23,22 @@ _M_MMAP_THRESHOLD = -3
 _MAX_INT = 2**31 - 1  # mallopt takes a C int
 
 
+def _glibc_function(name: str):
+    """``name`` from the C library on Linux with glibc (``mallopt``, ``malloc_trim``), else None
+    (another OS, or musl and others, which lack them)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def retain_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds to their maximum. Returns whether both were applied
     (False off Linux, or with another C library, where nothing is changed)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others have no mallopt
+    mallopt = _glibc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _MAX_INT)) and bool(mallopt(_M_TRIM_THRESHOLD, _MAX_INT))
@@ -42,13 +48,9 @@ def release_free_memory() -> bool:
     """Return the heap's free memory to the system now (glibc ``malloc_trim(0)``), e.g. before a
     peak-memory window, so that memory another workload freed is not counted in the next one's
     peak. Returns whether it ran (False off Linux or without glibc)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc_function("malloc_trim")
+    if trim is None:
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
-
