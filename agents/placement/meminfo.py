@@ -8,6 +8,7 @@ from typing import Literal
 
 import torch
 
+from .cgroup import cgroup_memory
 from .devices import as_device, format_bytes
 
 
@@ -43,7 +44,16 @@ class Inventory:
 
 
 def host_memory() -> tuple[int, int]:
-    """``(total, available)`` host memory in bytes (available = what new allocations can get)."""
+    """``(total, available)`` host memory in bytes (available = what new allocations can get),
+    within this process's cgroup memory limit when it has one (a container's, a Slurm job's)."""
+    total, available = _system_memory()
+    limited = cgroup_memory()
+    if limited is not None:
+        total, available = min(total, limited[0]), min(available, limited[1])
+    return total, available
+
+
+def _system_memory() -> tuple[int, int]:
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}

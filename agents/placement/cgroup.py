@@ -1,0 +1,110 @@
+"""The memory limit of this process's control group (a container's, a Slurm job's), when it has one.
+
+Inside a container, `/proc/meminfo` shows the whole host: a 24 GiB container on a 512 GiB machine
+reads 512 GiB, and a plan sized from that is killed by the kernel's OOM killer instead of backing
+off. The cgroup's own files say what the process may really use. Both layouts are read:
+
+    cgroup v2 (unified): `memory.max` ("max" = no limit), `memory.current`, `memory.stat` `inactive_file`
+    cgroup v1:           `memory.limit_in_bytes` (a huge number = no limit), `memory.usage_in_bytes`,
+                         `memory.stat` `total_inactive_file`
+
+Limits nest, so every level from the process's cgroup up to the mount's root is read and the
+tightest wins. Usage counts the page cache, of which the inactive part is reclaimed before the
+OOM killer acts, so it is left out of what is used (as `docker stats` does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+# cgroup v1 reports "no limit" as the largest page-aligned 64-bit value (about 8 EiB)
+_UNLIMITED = 1 << 62
+
+_V2 = ("memory.max", "memory.current", "inactive_file")
+_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if text == "max":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < _UNLIMITED else None
+
+
+def _stat(path: Path, key: str) -> int:
+    try:
+        for line in path.read_text(encoding="ascii").splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    return 0
+
+
+def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:
+    """This process's cgroup path in the v2 hierarchy and in the v1 memory controller's."""
+    v2 = v1 = None
+    try:
+        lines = proc_cgroup.read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None, None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "memory" in parts[1].split(","):
+            v1 = parts[2]
+    return v2, v1
+
+
+def _levels(mount: Path, own: str | None) -> list[Path]:
+    """The process's cgroup folder under `mount` and each parent up to `mount`, where they exist.
+    Inside a cgroup namespace the process's path is "/", and the mount itself is its cgroup."""
+    dirs = [mount]
+    if own:
+        rel = PurePosixPath(own).relative_to("/") if own.startswith("/") else PurePosixPath(own)
+        for i in range(1, len(rel.parts) + 1):
+            d = mount.joinpath(*rel.parts[:i])
+            if d.is_dir():
+                dirs.append(d)
+    return dirs
+
+
+def _tightest(dirs: list[Path], names: tuple[str, str, str]) -> tuple[int, int] | None:
+    limit_file, usage_file, inactive_key = names
+    best = None
+    for d in dirs:
+        limit = _read_int(d / limit_file)
+        if limit is not None and (best is None or limit < best[0]):
+            usage = _read_int(d / usage_file) or 0
+            used = max(0, usage - _stat(d / "memory.stat", inactive_key))
+            best = (limit, used)
+    return best
+
+
+def cgroup_memory(root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"
+                  ) -> tuple[int, int] | None:
+    """`(limit, available)` bytes of the tightest memory limit over this process's cgroups, or
+    None when none is set (or the files are absent: another OS, no cgroup mount)."""
+    root, proc_cgroup = Path(root), Path(proc_cgroup)
+    v2, v1 = _own_paths(proc_cgroup)
+    found = []
+    for mount, own, names in ((root, v2, _V2), (root / "unified", v2, _V2), (root / "memory", v1, _V1)):
+        if mount.is_dir():
+            hit = _tightest(_levels(mount, own), names)
+            if hit is not None:
+                found.append(hit)
+    if not found:
+        return None
+    limit, used = min(found)
+    return limit, max(0, limit - used)
