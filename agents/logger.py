@@ -7,14 +7,14 @@ them over here. The x-axis is always the number of environment steps.
 from __future__ import annotations
 
 import math
-import os
-import resource
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
+
+from agents.placement.meminfo import process_rss
 
 
 class Logger:
@@ -97,12 +97,8 @@ class PhaseTimer:
 
 
 def host_rss_mb() -> float:
-    """Current resident set size of this process in MiB (Linux /proc; peak RSS elsewhere)."""
-    try:
-        with open(f"/proc/{os.getpid()}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Current resident set size of this process in MiB (`agents.placement.meminfo.process_rss`)."""
+    return process_rss() / 2**20
 
 
 def device_memory_mb(device: torch.device) -> float:

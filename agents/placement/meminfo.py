@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,14 +72,22 @@ def _system_memory() -> tuple[int, int]:
 
 
 def process_rss() -> int:
-    """Resident set size of this process in bytes (what it currently holds in host RAM)."""
+    """Resident set size of this process in bytes (what it currently holds in host RAM). Off Linux:
+    psutil's, or without psutil the peak RSS (`ru_maxrss`: bytes on macOS, KiB elsewhere)."""
     try:
         with open("/proc/self/statm", encoding="ascii") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
-        import psutil  # non-Linux fallback
+        pass
+    try:
+        import psutil
 
         return int(psutil.Process().memory_info().rss)
+    except ImportError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def memory_in_use(device: str | torch.device) -> int:
