@@ -210,8 +210,8 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
     environment steps (`T * B / num_minibatches` steps, all their agents), each's loss from
     `loss_fn` (`minibatch_loss`, or its compiled form under `train.compile`).
 
-    Returns mean statistics over all minibatches as 0-dim device tensors (and `skipped_updates`,
-    a count). The random permutations draw from `generator`.
+    Returns mean statistics over all minibatches as 0-dim device tensors, and two counts:
+    `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`. The random permutations draw from `generator`.
     """
     n = batch.state.shape[0]  # environment steps; each minibatch takes all agents of its steps
     mb_size = n // cfg.num_minibatches
@@ -235,8 +235,14 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
             add("actor_grad_norm", torch.where(skipped > 0, torch.zeros_like(actor_norm), actor_norm))
             add("critic_grad_norm", torch.where(skipped > 0, torch.zeros_like(critic_norm), critic_norm))
             add("skipped_updates", skipped)
+            # fp16's loss scaler skips a step whose gradient overflowed, a normal event; a non-finite
+            # loss is not, so the trainer tells the two apart
+            add("nonfinite_losses", (~torch.isfinite(loss.detach())).float())
     count = cfg.update_epochs * cfg.num_minibatches
     good = (count - sums["skipped_updates"]).clamp_min(1.0)
-    out = {k: v / good for k, v in sums.items() if k != "skipped_updates"}
-    out["skipped_updates"] = sums["skipped_updates"]
+    out = {k: v / good for k, v in sums.items() if k not in COUNTS}
+    out.update({k: sums[k] for k in COUNTS})
     return out
+
+
+COUNTS = ("skipped_updates", "nonfinite_losses")  # `update`'s statistics that are counts, not means

@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agents import checkpoint as ckpt
-from agents.config import DEVICE_PATTERN, Amp, Config, load_config, to_dict, to_yaml
+from agents.config import DEVICE_PATTERN, Amp, Config, TrainConfig, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
 from agents.learner_state import learner_state, load_learner_state
@@ -236,11 +236,27 @@ def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: 
         "value_norm/mean": m["value_norm_mean"], "value_norm/std": m["value_norm_std"],
     }
     for k in ("value_loss", "policy_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
-              "explained_variance", "actor_grad_norm", "critic_grad_norm", "skipped_updates"):
+              "explained_variance", "actor_grad_norm", "critic_grad_norm", "skipped_updates", "nonfinite_losses"):
         out[f"losses/{k}"] = m[k]
     if learner.scaler.is_enabled():
         out["amp/loss_scale"] = learner.scaler.get_scale()
     return out
+
+
+def iteration_problem(m: dict[str, float], cfg: TrainConfig) -> str | None:
+    """What went wrong in an iteration's update, from its metrics, or None.
+
+    A skipped update is a problem, except under fp16 when the loss was finite: then the gradient
+    overflowed the loss scale, and the scaler skips that step and halves the scale by design. Only
+    an fp16 iteration whose every update overflowed is one (the scale cannot find a finite gradient).
+    """
+    skipped, nonfinite = m["skipped_updates"], m["nonfinite_losses"]
+    updates = cfg.update_epochs * cfg.num_minibatches
+    if skipped == 0 or (cfg.amp == Amp.fp16 and nonfinite == 0 and skipped < updates):
+        return None
+    if nonfinite > 0:
+        return f"{round(skipped)} of {updates} updates skipped, {round(nonfinite)} with a non-finite loss"
+    return f"{round(skipped)} of {updates} updates skipped (non-finite gradient)"
 
 
 class TrainingStopped(RuntimeError):
@@ -320,10 +336,10 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                 shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
             bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
                             sps=f"{steps_per_iteration(learner) / (t['env'] + t['learn']):.0f}")
-            if m["skipped_updates"] > 0:
+            problem = iteration_problem(m, cfg.train)
+            if problem is not None:
                 learner.bad_iterations += 1
-                msg = (f"iteration {learner.iteration}: {int(m['skipped_updates'])} update(s) skipped "
-                       f"(non-finite loss or gradient)")
+                msg = f"iteration {learner.iteration}: {problem}"
                 logger.text("warnings", msg, learner.env_steps)
                 if replicas.is_main:
                     tqdm.write(msg, file=sys.stderr)

@@ -105,3 +105,51 @@ def test_an_overflow_on_another_rank_backs_off_this_ranks_loss_scale_too():
     _, _, skipped = ppo.optimizer_step(optimizer, scaler, actor, critic, loss, 0.5, all_reduce_with_an_overflowed_rank)
     assert skipped.item() == 1.0 and scaler.get_scale() == 512.0
     assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters()))
+
+
+@pytest.mark.parametrize(("amp", "skipped", "nonfinite", "bad"), [
+    ("off", 0, 0, False),
+    ("off", 1, 0, True),  # a non-finite gradient without a scaler is a real problem
+    ("bf16", 1, 1, True),
+    ("fp16", 3, 0, False),  # overflows with finite losses: the loss scale backing off
+    ("fp16", 4, 0, True),  # every update of the iteration overflowed
+    ("fp16", 1, 1, True),  # a non-finite loss is a problem under any AMP mode
+])
+def test_which_iterations_count_as_bad(make_config, amp, skipped, nonfinite, bad):
+    cfg = make_config(f"train.amp={amp}").train
+    assert cfg.update_epochs * cfg.num_minibatches == PER_ITERATION
+    problem = train_mappo.iteration_problem({"skipped_updates": float(skipped), "nonfinite_losses": float(nonfinite)},
+                                            cfg)
+    assert (problem is not None) == bad
+    if bad:
+        assert f"{skipped} of {PER_ITERATION} updates skipped" in problem
+
+
+def test_fp16_overflow_skips_neither_stop_training_nor_drop_checkpoints(make_config, tmp_path, monkeypatch):
+    # A loss scale too large for the first updates: they overflow (finite loss, inf gradient) and
+    # are skipped while the scaler halves the scale. Not a problem: the run goes on and checkpoints.
+    cfg = make_config("train.amp=fp16", "train.total_env_steps=96", "run.checkpoint_interval=32",
+                      "train.max_bad_iterations=1", f"run.dir={tmp_path}")
+    for power in range(30, 10, -1):  # the largest scale whose first iteration still makes progress
+        learner = build_learner(cfg, torch.device("cpu"))
+        learner.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**power)
+        m = train_mappo.read_metrics(train_mappo.train_iteration(learner))
+        if m["skipped_updates"] < PER_ITERATION:
+            break
+    assert 0 < m["skipped_updates"] < PER_ITERATION and m["nonfinite_losses"] == 0
+    assert train_mappo.iteration_problem(m, cfg.train) is None
+    assert learner.scaler.get_scale() < 2.0**power
+
+    real_scaler = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", lambda *a, **k: real_scaler(*a, **k, init_scale=2.0**power))
+    learner = train(cfg)
+    assert learner.bad_iterations == 0
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == [
+        f"ckpt_{steps:012d}.pt" for steps in (32, 64, 96)]
+
+
+def test_update_counts_nonfinite_losses(make_config, monkeypatch):
+    nan_loss_after(0, monkeypatch)
+    learner = build_learner(make_config(), torch.device("cpu"))
+    m = train_mappo.read_metrics(train_mappo.train_iteration(learner))
+    assert m["skipped_updates"] == m["nonfinite_losses"] == PER_ITERATION
