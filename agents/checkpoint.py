@@ -6,16 +6,20 @@ A checkpoint is `RUN_DIR/checkpoints/ckpt_<env_steps>.pt`:
 
 It is written to a temporary file in the same directory, flushed and fsync'ed, then renamed over
 the final name, so a crash mid-write never leaves a half-written checkpoint under a real name and
-the previous checkpoints stay intact. Loading checks the magic, the length and the checksum
+the previous checkpoints stay intact. Ctrl-C (SIGINT) waits until the write and the rename are
+done, and any other failure deletes the temporary file. Loading checks the magic, the length and the checksum
 before unpickling (with `weights_only=True`: tensors, numbers, strings and containers only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import re
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +61,46 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int) -> 
     data = buf.getvalue()
     path = d / f"ckpt_{int(payload['env_steps']):012d}.pt"
     tmp = d / f".{path.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(MAGIC + hashlib.sha256(data).digest() + data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    with _sigint_deferred():
+        try:
+            with open(tmp, "wb") as f:
+                f.write(MAGIC + hashlib.sha256(data).digest() + data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     for old in list_checkpoints(run_dir)[:-keep]:
         old.unlink(missing_ok=True)
     _remove_orphaned_temporaries(d)
     return path
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block and deliver it at the end, so that a
+    checkpoint being written is finished first. Only the main thread can set signal handlers;
+    elsewhere the block runs as is."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous is None:  # None: set outside Python
+        yield
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(signal.SIGINT, caught[0])
+    elif caught and previous == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _remove_orphaned_temporaries(d: Path) -> None:
@@ -128,7 +158,9 @@ def resolve_checkpoint(path_or_run: str | Path) -> Path:
     if p.is_dir():
         found = list_checkpoints(p)
         if not found:
-            raise CheckpointError(f"run directory {p} has no checkpoints in {checkpoint_dir(p)}")
+            raise CheckpointError(f"run directory {p} has no checkpoints in {checkpoint_dir(p)}: nothing to resume "
+                                  "(a run stopped before its first run.checkpoint_interval has none); start it "
+                                  f"again with its command and run.dir={p}")
         return found[-1]
     raise CheckpointError(f"{p} is neither a checkpoint file nor a run directory")
 
@@ -140,6 +172,17 @@ def load_latest(path_or_run: str | Path, map_location: str | torch.device = "cpu
     try:
         return path, load_checkpoint(path, map_location)
     except CheckpointError as err:
-        older = [c for c in list_checkpoints(path.parent.parent) if c != path and c.name < path.name]
-        hint = f"; the previous checkpoint is {older[-1]} (resume from it with --resume {older[-1]})" if older else ""
+        good = _newest_readable([c for c in list_checkpoints(path.parent.parent) if c.name < path.name])
+        hint = (f"; the newest readable checkpoint before it is {good}: move the unreadable file aside "
+                f"(e.g. mv {path} {path}.bad) and resume again" if good is not None else "")
         raise CheckpointError(f"{err}{hint}") from None
+
+
+def _newest_readable(candidates: list[Path]) -> Path | None:
+    for c in reversed(candidates):
+        try:
+            load_checkpoint(c)
+            return c
+        except CheckpointError:
+            continue
+    return None

@@ -65,6 +65,50 @@ def test_damaged_checkpoint_is_a_clear_error_and_the_previous_one_is_named(tmp_p
     assert ckpt.load_checkpoint(ckpt.list_checkpoints(tmp_path)[0])["env_steps"] == 100  # and still loads
 
 
+def test_hint_skips_unreadable_older_checkpoints_and_says_how_to_continue(tmp_path):
+    for steps in (100, 200, 300):
+        ckpt.save_checkpoint(tmp_path, payload(steps), keep=3)
+    _, middle, newest = ckpt.list_checkpoints(tmp_path)
+    middle.write_bytes(b"")
+    newest.write_bytes(newest.read_bytes()[:50])
+    with pytest.raises(ckpt.CheckpointError, match=r"newest readable checkpoint before it is \S*ckpt_000000000100\.pt"
+                       r".*mv \S*ckpt_000000000300\.pt"):
+        ckpt.load_latest(tmp_path)
+    newest.rename(newest.with_name(newest.name + ".bad"))  # as the hint says; a .bad file is not a checkpoint
+    middle.rename(middle.with_name(middle.name + ".bad"))
+    assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
+
+
+def test_ctrl_c_during_a_write_finishes_the_checkpoint_first(tmp_path, monkeypatch):
+    import signal
+
+    real_fsync = os.fsync
+
+    def fsync_interrupted(fd):  # the user presses Ctrl-C while the file is being written
+        os.kill(os.getpid(), signal.SIGINT)
+        real_fsync(fd)
+
+    monkeypatch.setattr(ckpt.os, "fsync", fsync_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
+    monkeypatch.setattr(ckpt.os, "fsync", real_fsync)
+    assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
+    assert [p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir()] == ["ckpt_000000000100.pt"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+
+
+def test_a_failed_write_leaves_no_temporary_and_no_checkpoint(tmp_path, monkeypatch):
+    ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        ckpt.save_checkpoint(tmp_path, payload(200), keep=3)
+    assert [p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir()] == ["ckpt_000000000100.pt"]
+
+
 def test_missing_keys_wrong_version_and_empty_run(tmp_path):
     with pytest.raises(ValueError, match="lacks"):
         ckpt.save_checkpoint(tmp_path, {"env_steps": 1}, keep=3)
@@ -74,7 +118,7 @@ def test_missing_keys_wrong_version_and_empty_run(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match="format version 99"):
         ckpt.load_checkpoint(path)
     (tmp_path / "empty_run").mkdir()
-    with pytest.raises(ckpt.CheckpointError, match="no checkpoints"):
+    with pytest.raises(ckpt.CheckpointError, match=r"no checkpoints.*start it again .*run.dir=\S*empty_run"):
         ckpt.resolve_checkpoint(tmp_path / "empty_run")
     with pytest.raises(ckpt.CheckpointError, match="neither"):
         ckpt.resolve_checkpoint(tmp_path / "missing")
