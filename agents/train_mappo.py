@@ -263,6 +263,22 @@ class TrainingStopped(RuntimeError):
     """Training cannot go on (repeated non-finite updates); the last good checkpoint is intact."""
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says where the run can continue from."""
+
+    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None):
+        head = f"interrupted at {env_steps} env steps"
+        if checkpoint is None:
+            msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
+                   f"command and run.dir={run_dir}")
+        elif checkpoint.parent == ckpt.checkpoint_dir(run_dir):
+            msg = f"{head}; last checkpoint {checkpoint}; continue with: python -m agents.train_mappo --resume {run_dir}"
+        else:  # a branch stopped before its first checkpoint: it continues from where it branched
+            msg = (f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
+                   f"python -m agents.train_mappo --resume {checkpoint} run.dir={run_dir}")
+        super().__init__(msg)
+
+
 def _crossed(every: int, before: int, now: int) -> bool:
     """Whether the step counter passed a multiple of `every` (0: never) going from before to now."""
     return every > 0 and now // every > before // every
@@ -287,8 +303,6 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
 
 
 def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: torch.device) -> Learner:
-    from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
-
     # Rank 0 reads the file system and tells the others (ranks on other hosts may not see it).
     payload, source, run_dir, problem = None, None, None, None
     if replicas.is_main:
@@ -313,57 +327,74 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                              f"train.total_env_steps={cfg.train.total_env_steps}; raise it to continue")
     if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    # purge what a killed run logged after its checkpoint; what it logged *at* the checkpoint's step
-    # is kept (the resumed run logs next at a later step, it would never be written again)
-    logger = Logger(run_dir, purge_step=learner.env_steps + 1 if payload is not None else None, enabled=replicas.is_main)
-    logger.hyperparameters(flatten(to_dict(cfg)), learner.env_steps)
+        if not ckpt.list_checkpoints(run_dir):  # else config.yaml is the newest checkpoint's, rewritten with each
+            (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        print(f"run directory: {run_dir}", file=sys.stderr)
+    # TensorBoard: a fresh run hides whatever a run killed before its first checkpoint logged here; a
+    # resumed run hides what a killed run logged after its checkpoint, but not *at* its step (the
+    # resumed run logs next at a later step, that would never be written again), so it logs its own
+    # config one step later too, where an earlier killed resume's copy is hidden
+    start = learner.env_steps + 1 if payload is not None else 0
+    logger = Logger(run_dir, purge_step=start, enabled=replicas.is_main)
+    logger.hyperparameters(flatten(to_dict(cfg)), start)
     timer = PhaseTimer(device)
     iterations = num_iterations(learner)
     total = iterations * steps_per_iteration(learner)
     bar = tqdm(total=total, initial=learner.env_steps, unit="step", unit_scale=True, dynamic_ncols=True,
                disable=not (cfg.run.progress and replicas.is_main), desc="mappo")
-    last_good = source
-    shown: dict[str, str] = {}  # episode-end coverage of the latest iteration that ended episodes
     try:
-        while learner.iteration < iterations:
-            before = learner.env_steps
-            metrics = train_iteration(learner, timer)
-            m, ep, t = read_metrics(metrics, replicas), read_episode_stats(learner), timer.seconds()
-            logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
-            bar.update(learner.env_steps - before)
-            if ep["episodes"] > 0:
-                shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
-            bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
-                            sps=f"{steps_per_iteration(learner) / (t['env'] + t['learn']):.0f}")
-            problem = iteration_problem(m, cfg.train)
-            if problem is not None:
-                learner.bad_iterations += 1
-                msg = f"iteration {learner.iteration}: {problem}"
-                logger.text("warnings", msg, learner.env_steps)
-                if replicas.is_main:
-                    tqdm.write(msg, file=sys.stderr)
-                if learner.bad_iterations >= cfg.train.max_bad_iterations:
-                    raise TrainingStopped(
-                        f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
-                        f"iterations; the last good checkpoint is {last_good}")
-                if learner.iteration < iterations:
-                    continue  # never checkpoint an iteration that went wrong, except the last below:
-                # skipped updates left the parameters as they were, and a finished run has a final checkpoint
-            else:
-                learner.bad_iterations = 0
-            if replicas.is_main and _crossed(cfg.run.eval_interval, before, learner.env_steps):
-                for tag, value in evaluate_for_tensorboard(learner, logger).items():
-                    logger.scalars({tag: value}, learner.env_steps)
-            last = learner.iteration == iterations
-            if _crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
-                state = learner_state(learner)  # a collective: every rank takes part
-                if replicas.is_main:
-                    last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints)
+        _loop(learner, logger, timer, bar, run_dir, source, iterations)
+    except KeyboardInterrupt:
+        newest = ckpt.list_checkpoints(run_dir)
+        raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source) from None
     finally:
         bar.close()
         logger.close()
     return learner
+
+
+def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_dir: Path, last_good: Path | None,
+          iterations: int) -> None:
+    """Iterations until `iterations`: log, evaluate and checkpoint as configured."""
+    from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
+
+    cfg, replicas = learner.cfg, learner.replicas
+    shown: dict[str, str] = {}  # episode-end coverage of the latest iteration that ended episodes
+    while learner.iteration < iterations:
+        before = learner.env_steps
+        metrics = train_iteration(learner, timer)
+        m, ep, t = read_metrics(metrics, replicas), read_episode_stats(learner), timer.seconds()
+        logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
+        bar.update(learner.env_steps - before)
+        if ep["episodes"] > 0:
+            shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
+        bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
+                        sps=f"{steps_per_iteration(learner) / (t['env'] + t['learn']):.0f}")
+        problem = iteration_problem(m, cfg.train)
+        if problem is not None:
+            learner.bad_iterations += 1
+            msg = f"iteration {learner.iteration}: {problem}"
+            logger.text("warnings", msg, learner.env_steps)
+            if replicas.is_main:
+                tqdm.write(msg, file=sys.stderr)
+            if learner.bad_iterations >= cfg.train.max_bad_iterations:
+                raise TrainingStopped(
+                    f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
+                    f"iterations; the last good checkpoint is {last_good}")
+            if learner.iteration < iterations:
+                continue  # never checkpoint an iteration that went wrong, except the last below:
+            # skipped updates left the parameters as they were, and a finished run has a final checkpoint
+        else:
+            learner.bad_iterations = 0
+        if replicas.is_main and _crossed(cfg.run.eval_interval, before, learner.env_steps):
+            for tag, value in evaluate_for_tensorboard(learner, logger).items():
+                logger.scalars({tag: value}, learner.env_steps)
+        last = learner.iteration == iterations
+        if _crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
+            state = learner_state(learner)  # a collective: every rank takes part
+            if replicas.is_main:
+                last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints)
+                (run_dir / "config.yaml").write_text(to_yaml(cfg))  # the config --resume will continue
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -394,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         learner = train(cfg, resume=args.resume)
+    except KeyboardInterrupt as err:  # Ctrl-C: say where to continue from, exit like an interrupted shell command
+        print(f"\n{str(err) or 'interrupted'}", file=sys.stderr)
+        return 130
     except (TrainingStopped, ckpt.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -1,0 +1,110 @@
+"""Ctrl-C and runs killed before a checkpoint: the trainer says where to continue from, and what a
+killed run left behind (config.yaml, TensorBoard events) never misleads the next run."""
+
+from __future__ import annotations
+
+import yaml
+
+from agents import checkpoint as ckpt
+from agents import train_mappo
+from tests.agents.conftest import TINY
+
+
+def ctrl_c_at_iteration(n: int, monkeypatch) -> None:
+    """The user presses Ctrl-C during the `n`-th iteration (1-based) of the next run."""
+    real, calls = train_mappo.train_iteration, {"n": 0}
+
+    def iteration(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mappo, "train_iteration", iteration)
+
+
+def tb_text_steps(run, tag="hyperparameters/text_summary") -> list[int]:
+    # the accumulator TensorBoard's server reads text (tensors) with; it applies purges to them too
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(run), size_guidance={"tensors": 0})
+    ea.Reload()
+    return [e.step for e in ea.Tensors(tag)]
+
+
+def tb_scalar_steps(run, tag="losses/value_loss") -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    ea.Reload()
+    return [e.step for e in ea.Scalars(tag)]
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    ctrl_c_at_iteration(3, monkeypatch)  # iterations of 32 env steps, a checkpoint after each
+    assert train_mappo.main([*TINY, "run.checkpoint_interval=32", f"run.dir={run}"]) == 130
+    err = capsys.readouterr().err
+    assert f"run directory: {run}" in err
+    assert f"interrupted at 64 env steps; last checkpoint {run / 'checkpoints' / 'ckpt_000000000064.pt'}" in err
+    assert f"continue with: python -m agents.train_mappo --resume {run}" in err
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    assert train_mappo.main(["--resume", str(run)]) == 0
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_to_start_again_and_the_rerun_hides_its_logs(
+        tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    ctrl_c_at_iteration(3, monkeypatch)
+    assert train_mappo.main([*TINY, "run.checkpoint_interval=1000", f"run.dir={run}"]) == 130
+    assert "before the run's first checkpoint: nothing to resume; start it again" in capsys.readouterr().err
+    assert tb_scalar_steps(run) == [32, 64] and not ckpt.list_checkpoints(run)
+    assert train_mappo.main(["--resume", str(run)]) == 2
+    assert f"start it again with its command and run.dir={run}" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert train_mappo.main([*TINY, "train.total_env_steps=96", f"run.dir={run}"]) == 0
+    assert tb_scalar_steps(run) == [32, 64, 96]  # the killed run's 32 and 64 are not shown twice
+    assert tb_text_steps(run) == [0]
+
+
+def test_a_killed_resume_leaves_config_yaml_and_the_logged_config_as_the_checkpoint_says(tmp_path, monkeypatch,
+                                                                                          capsys):
+    run = tmp_path / "run"
+    assert train_mappo.main([*TINY, "train.total_env_steps=64", f"run.dir={run}"]) == 0
+    ctrl_c_at_iteration(2, monkeypatch)  # the resumed run writes no checkpoint before Ctrl-C
+    assert train_mappo.main(["--resume", str(run), "train.total_env_steps=160", "train.ent_coef=0.05",
+                             "run.checkpoint_interval=1000"]) == 130
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["train"]["ent_coef"] == 0.01 and saved["train"]["total_env_steps"] == 64  # the checkpoint's
+    assert saved == ckpt.load_latest(run)[1]["config"]
+    monkeypatch.undo()
+    assert train_mappo.main(["--resume", str(run), "train.total_env_steps=128"]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["train"]["total_env_steps"] == 128 and saved["train"]["ent_coef"] == 0.01
+    assert saved == ckpt.load_latest(run)[1]["config"]
+    assert tb_text_steps(run) == [0, 65]  # the killed resume's config (0.05) is hidden
+
+
+def test_a_branch_interrupted_before_its_first_checkpoint_continues_from_where_it_branched(
+        tmp_path, monkeypatch, capsys):
+    run, branch = tmp_path / "run", tmp_path / "branch"
+    assert train_mappo.main([*TINY, "train.total_env_steps=64", "run.checkpoint_interval=32", f"run.dir={run}"]) == 0
+    first = ckpt.list_checkpoints(run)[0]
+    ctrl_c_at_iteration(1, monkeypatch)
+    assert train_mappo.main(["--resume", str(first), f"run.dir={branch}"]) == 130
+    err = capsys.readouterr().err
+    assert f"--resume {first} run.dir={branch}" in err
+    assert (branch / "config.yaml").exists()  # a run without checkpoints has its config from the start
+    monkeypatch.undo()
+    assert train_mappo.main(["--resume", str(first), f"run.dir={branch}"]) == 0
+
+
+def test_ctrl_c_before_the_loop_exits_130_without_a_traceback(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_mappo, "build_learner", interrupted)
+    assert train_mappo.main([*TINY, f"run.dir={tmp_path / 'run'}"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
