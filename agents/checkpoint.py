@@ -147,7 +147,41 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if payload["format_version"] != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint {path} has format version {payload['format_version']!r}, "
                               f"this code reads version {FORMAT_VERSION}")
+    problem = _payload_problem(payload)
+    if problem:
+        raise CheckpointError(f"checkpoint {path}: {problem}")
     return payload
+
+
+_COUNTERS = {"env_steps": 0, "iteration": 0, "bad_iterations": 0, "world_size": 1}  # key -> least value
+_NETWORKS = ("actor", "critic", "value_norm")
+
+
+def _payload_problem(payload: dict[str, Any]) -> str | None:
+    """What is wrong with a payload's structure or values (the checksum only proves that the file
+    is what was written), or None. Shapes are checked where the learner loads them."""
+    config = payload["config"]
+    if not isinstance(config, dict) or not all(isinstance(config.get(s), dict) for s in ("env", "model", "train", "run")):
+        return "config must be a dict with env, model, train and run sections"
+    for key, least in _COUNTERS.items():
+        value = payload.get(key, least)
+        if type(value) is not int or value < least:  # noqa: E721 -- bool is not a count
+            return f"{key} must be an int >= {least}, got {value!r}"
+    for key in _NETWORKS:
+        tensors = payload[key]
+        if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            return f"{key} must be a dict of tensors (a state_dict)"
+        bad = [name for name, t in tensors.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+        if bad:
+            return f"{key} holds non-finite values in {bad}: the run that wrote it had diverged"
+    optimizer = payload["optimizer"]
+    if not isinstance(optimizer, dict) or not {"state", "param_groups"} <= optimizer.keys():
+        return "optimizer must be an optimizer state_dict (with state and param_groups)"
+    ranks = payload.get("ranks")
+    if ranks is not None and (not isinstance(ranks, list) or len(ranks) != payload.get("world_size", 1)
+                              or not all(isinstance(r, dict) and {"env", "rng"} <= r.keys() for r in ranks)):
+        return "ranks must list one {env, rng} state per rank (world_size of them)"
+    return None
 
 
 def resolve_checkpoint(path_or_run: str | Path) -> Path:

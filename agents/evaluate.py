@@ -31,7 +31,6 @@ import numpy as np
 import torch
 
 from agents import checkpoint as ckpt
-from agents.config import load_config
 from agents.networks import Actor, make_actor
 from agents.rollout import agent_ids, policy_step
 from uavsim import rules
@@ -210,24 +209,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
-    from agents.resume import owning_run_dir
+    from agents.paths import file_problem
+    from agents.resume import owning_run_dir, saved_config
     from agents.train_mappo import pick_device
 
     try:
         device = pick_device(args.device, "--device")
         path, payload = ckpt.load_latest(args.checkpoint)
-        cfg = load_config(None, (), base=payload["config"])
+        cfg = saved_config(path, payload)
+        env_cfg = cfg.env_config()
+        actor = make_actor(env_cfg, cfg.model)
+        try:
+            actor.load_state_dict(payload["actor"])
+        except RuntimeError as err:
+            raise ckpt.CheckpointError(f"checkpoint {path}: its actor does not fit its config: {err}") from None
+        out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
+        problem = file_problem(out)
+        if problem:
+            raise ValueError(f"--out: {problem}")
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    env_cfg = cfg.env_config()
-    actor = make_actor(env_cfg, cfg.model)
-    actor.load_state_dict(payload["actor"])
     actor.to(device).eval()
     results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device)
-    results["meta"] = {"checkpoint": str(path), "env_steps": int(payload["env_steps"]),
+    results["meta"] = {"checkpoint": str(path), "env_steps": payload["env_steps"],
                        "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
-    out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
     imageio.mimsave(out.with_suffix(".gif"), frames, duration=0.08, loop=0)

@@ -19,6 +19,7 @@ from typing import Sequence
 from agents import checkpoint as ckpt
 from agents.config import Config, load_config, to_dict
 from agents.logger import flatten
+from agents.paths import dir_problem
 
 # What a resumed run cannot change: sections (every key under them) and single keys.
 FROZEN_ON_RESUME = ("seed", "env", "model", "train.num_steps")
@@ -31,7 +32,8 @@ def _frozen(key: str) -> bool:
 def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
     """The saved config of the checkpoint `resume` names, with `overrides`; a `ValueError` lists
     any frozen key they would change."""
-    _, payload = ckpt.load_latest(resume)
+    source, payload = ckpt.load_latest(resume)
+    saved_config(source, payload)
     cfg = load_config(None, overrides, base=payload["config"])
     saved, now = flatten(payload["config"]), flatten(to_dict(cfg))
     changed = [k for k in now if _frozen(k) and saved.get(k) != now[k]]
@@ -41,15 +43,24 @@ def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
     return cfg
 
 
+def saved_config(source: Path, payload: dict) -> Config:
+    """The config a checkpoint was written with; one that no longer loads is a `CheckpointError`."""
+    try:
+        return load_config(None, (), base=payload["config"])
+    except (ValueError, TypeError) as err:
+        raise ckpt.CheckpointError(f"checkpoint {source} holds a config this code cannot use: {err}") from None
+
+
 def owning_run_dir(checkpoint: Path) -> Path | None:
     """The run directory of a checkpoint file kept as `RUN/checkpoints/ckpt_*.pt`, else None."""
     return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
 
 
 def check_run_dir(run_dir: Path) -> None:
-    """A run directory must be a directory (or not exist yet) and hold no checkpoints."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ValueError(f"run.dir {run_dir} exists and is not a directory")
+    """A run directory must be a directory that can be written (or be creatable) and hold no checkpoints."""
+    problem = dir_problem(run_dir)
+    if problem:
+        raise ValueError(f"run.dir: {problem}")
     if ckpt.list_checkpoints(run_dir):
         raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
                          "to continue it, or choose another run.dir")
@@ -66,6 +77,9 @@ def resume_run_dir(checkpoint: Path, saved_dir: str | None, cfg: Config) -> Path
     if own is None:
         raise ValueError(f"checkpoint {checkpoint} is not in a run's checkpoints/ folder: "
                          "pass run.dir=DIR for the resumed run")
+    problem = dir_problem(own)
+    if problem:
+        raise ValueError(f"the run directory {problem}; pass run.dir=NEW_DIR to continue elsewhere")
     newer = [c for c in ckpt.list_checkpoints(own) if c.name > checkpoint.name]
     if newer:
         raise ValueError(f"checkpoint {checkpoint} is older than {newer[-1]} of the same run: continuing it there "

@@ -434,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # settings that only fail once used (e.g. run.device=cuda without a GPU)
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the run directory became unwritable (disk full, removed, permissions)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if learner.replicas.is_main:
         print(f"done: {learner.env_steps} env steps, run directory {learner.cfg.run.dir}")
     return 0

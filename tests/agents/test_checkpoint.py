@@ -15,6 +15,7 @@ from agents.train_mappo import build_learner, learner_state, load_learner_state,
 def payload(env_steps: int, **extra) -> dict:
     d = {k: {} for k in ckpt.REQUIRED_KEYS}
     d.update(format_version=ckpt.FORMAT_VERSION, env_steps=env_steps, iteration=1,
+             config={"env": {}, "model": {}, "train": {}, "run": {}}, optimizer={"state": {}, "param_groups": []},
              actor={"w": torch.arange(6.0).view(2, 3)}, **extra)
     return d
 
@@ -107,6 +108,33 @@ def test_a_failed_write_leaves_no_temporary_and_no_checkpoint(tmp_path, monkeypa
     with pytest.raises(OSError, match="No space"):
         ckpt.save_checkpoint(tmp_path, payload(200), keep=3)
     assert [p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir()] == ["ckpt_000000000100.pt"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"config": [1]}, "config must be a dict with env, model, train and run sections"),
+    ({"config": {"env": {}, "model": {}, "train": {}}}, "config must be a dict with env, model, train and run"),
+    ({"env_steps": "abc"}, "env_steps must be an int >= 0, got 'abc'"),
+    ({"env_steps": -5}, "env_steps must be an int >= 0, got -5"),
+    ({"iteration": True}, "iteration must be an int >= 0, got True"),
+    ({"world_size": 0}, "world_size must be an int >= 1"),
+    ({"actor": {"w": torch.tensor([1.0, float("nan")])}}, r"actor holds non-finite values in \['w'\]"),
+    ({"value_norm": {"var": torch.tensor(float("inf"))}}, r"value_norm holds non-finite values in \['var'\]"),
+    ({"critic": {"w": [1.0]}}, "critic must be a dict of tensors"),
+    ({"optimizer": {}}, "optimizer must be an optimizer state_dict"),
+    ({"ranks": []}, "ranks must list one"),
+    ({"ranks": {}}, "ranks must list one"),
+    ({"ranks": [{"env": {}, "rng": {}}], "world_size": 2}, "ranks must list one"),
+])
+def test_a_payload_with_the_wrong_structure_or_values_is_a_clear_error(tmp_path, change, message):
+    import hashlib
+    import io
+
+    buf = io.BytesIO()
+    torch.save({**payload(100), **change}, buf)
+    path = tmp_path / "ckpt_000000000100.pt"  # a well-formed file with the right checksum
+    path.write_bytes(ckpt.MAGIC + hashlib.sha256(buf.getvalue()).digest() + buf.getvalue())
+    with pytest.raises(ckpt.CheckpointError, match=f"checkpoint {path}: {message}"):
+        ckpt.load_checkpoint(path)
 
 
 def test_missing_keys_wrong_version_and_empty_run(tmp_path):

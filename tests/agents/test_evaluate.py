@@ -88,3 +88,37 @@ def test_results_are_written_as_strict_json():
 
     text = json.dumps(_nan_to_none({"stderr": float("nan"), "runs": [1.5, float("nan")], "n": 1}), allow_nan=False)
     assert json.loads(text) == {"stderr": None, "runs": [1.5, None], "n": 1}
+
+
+def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_paths(tmp_path, capsys):
+    import hashlib
+    import io
+
+    from agents import checkpoint as ckpt
+    from agents import evaluate, train_mappo
+    from tests.agents.conftest import TINY
+
+    run = tmp_path / "run"
+    assert train_mappo.main([*TINY, "train.total_env_steps=32", f"run.dir={run}"]) == 0
+    newest = ckpt.list_checkpoints(run)[-1]
+    capsys.readouterr()
+    for out, problem in ((tmp_path, "is a directory, expected a file path"),
+                         (run / "config.yaml" / "eval.json", "config.yaml exists and is not a directory")):
+        assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "error: --out: " in err and problem in err
+    assert not (run / "eval.json").exists()
+
+    payload = ckpt.load_checkpoint(newest)
+    payload["config"]["env"]["num_uavs"] += 1  # the saved actor no longer fits the saved config
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    newest.write_bytes(ckpt.MAGIC + hashlib.sha256(buf.getvalue()).digest() + buf.getvalue())
+    assert evaluate.main([str(run), "--episodes", "2"]) == 2
+    assert f"checkpoint {newest}: its actor does not fit its config" in capsys.readouterr().err
+    payload["config"]["train"]["no_such_key"] = 1
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    newest.write_bytes(ckpt.MAGIC + hashlib.sha256(buf.getvalue()).digest() + buf.getvalue())
+    assert evaluate.main([str(run), "--episodes", "2"]) == 2
+    assert f"checkpoint {newest} holds a config this code cannot use" in capsys.readouterr().err

@@ -1,0 +1,29 @@
+"""Output paths are checked before any work: the reason names the path and what is in the way."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agents.paths import dir_problem, file_problem
+
+
+def test_usable_paths_have_no_problem_and_nothing_is_left_behind(tmp_path):
+    assert dir_problem(tmp_path) is None
+    assert dir_problem(tmp_path / "new" / "deeper") is None and not (tmp_path / "new").exists()
+    assert file_problem(tmp_path / "out.json") is None
+    assert os.listdir(tmp_path) == []  # the write probe cleans up
+
+
+def test_files_in_the_way_are_named(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert dir_problem(tmp_path / "f") == f"{tmp_path / 'f'} exists and is not a directory"
+    assert dir_problem(tmp_path / "f" / "sub") == f"{tmp_path / 'f' / 'sub'} cannot be created: {tmp_path / 'f'} is not a directory"
+    assert file_problem(tmp_path) == f"{tmp_path} is a directory, expected a file path"
+    assert "is not a directory" in file_problem(tmp_path / "f" / "out.json")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc, which refuses new folders even to root")
+def test_a_place_that_refuses_writes_is_named():
+    assert dir_problem("/proc/run").startswith("/proc/run cannot be written: /proc")
