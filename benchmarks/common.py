@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -139,6 +140,16 @@ def result_stem(name: str, payload: dict[str, Any], subset: bool = False) -> str
     some of the benchmark's backends: neither may overwrite the full run's files."""
     suffix = ("-quick" if payload.get("quick") else "") + ("-subset" if subset else "")
     return f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}{suffix}"
+
+
+def out_dir_arg(value: str) -> Path:
+    """argparse `type` for `--out-dir`: a folder that can be written, checked before measuring."""
+    from agents.paths import dir_problem
+
+    problem = dir_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(value)
 
 
 def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Callable[[Path], None] | None,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, setup_host, sync, write_results
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, out_dir_arg, setup_host, sync, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None):
                    "minibatch, whole environment steps (4096; quick: 256)")
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
-    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = p.parse_args(argv)
     if args.worker:
         worker(args)

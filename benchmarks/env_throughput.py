@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import time
 from functools import partial
@@ -34,8 +35,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, peak_rss_mib, reset_peak_rss,
-                               setup_host, sync, write_results)
+from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, out_dir_arg, peak_rss_mib,
+                               reset_peak_rss, setup_host, sync, write_results)
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim import rules
 from uavsim.host_memory import release_free_memory
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--max-gpu-envs", type=int, default=262144)
     parser.add_argument("--backends", nargs="+", default=None, help="only these backends")
     parser.add_argument("--compile-cpu", action="store_true", help="also time torch.compile on the CPU")
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5
@@ -310,13 +311,16 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     for name in ("repeats", "threads", "workers", "max_gpu_envs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not args.seconds > 0:
-        parser.error(f"--seconds must be > 0, got {args.seconds}")
+    if not 0 < args.seconds < math.inf:
+        parser.error(f"--seconds must be a finite number > 0, got {args.seconds}")
     if args.backends is not None:
         known = set(BACKENDS) | ({"batched-cpu-compile"} if args.compile_cpu else set())
         unknown = sorted(set(args.backends) - known)
         if unknown:
             parser.error(f"unknown --backends {unknown}; choose from {sorted(known)}")
+        on_cuda = sorted(b for b in args.backends if "cuda" in b)
+        if on_cuda and not torch.cuda.is_available():
+            parser.error(f"--backends {on_cuda} need a CUDA device, and torch sees none")
     args.warmup = 1 if args.quick else 3
     payload = measure(args)
     return write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir,

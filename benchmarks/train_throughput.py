@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, profile_ops, setup_host, sync, write_results
+from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, out_dir_arg, profile_ops, setup_host, sync, write_results
 
 
 # Every pipeline's actor sees the local observation only (TorchRL's recipe has no shared-map input).
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N iterations of each pipeline: where the time goes (0: off)")
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.profile < 0:
         parser.error(f"--profile must be >= 0 (iterations to profile), got {args.profile}")

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, machine_info, setup_host, write_results
+from benchmarks.common import RESULTS_DIR, machine_info, out_dir_arg, setup_host, write_results
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--minibatch", type=int, default=None, help="rows (default: the default config's minibatch)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.minibatch is None:
         args.minibatch = 256 if args.quick else default_minibatch()
