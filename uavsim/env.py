@@ -31,7 +31,7 @@ import torch
 from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.rng import MAX_KEY, below, hash32
-from uavsim.rules import BLOCKED, FREE
+from uavsim.rules import BLOCKED, COVERED, FREE
 
 _STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
                "ep_reward", "ep_collisions", "ep_near_misses")
@@ -41,10 +41,24 @@ def canonical_device(device: Any) -> torch.device:
     """``device`` as tensors on it report theirs: ``"cuda"`` -> ``cuda:<current>``, ``"cpu:0"`` ->
     ``cpu``. A plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``, so the
     env's device checks would reject its own tensors."""
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', or a torch.device; "
+                        f"got {type(device).__name__} {device!r}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not a device name: expected 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cpu":
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise ValueError(f"the environment runs on 'cpu' or 'cuda' devices, got {str(dev)!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {str(dev)!r}: torch sees no CUDA device (a CPU-only build, or no GPU visible)")
+    if dev.index is None:
         return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu") if dev.type == "cpu" else dev
+    if dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {str(dev)!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return dev
 
 
 def _as_long(x, device) -> torch.Tensor:
@@ -77,6 +91,8 @@ class UAVSwarmEnv:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         num_envs, seed, first_env_index = int(num_envs), int(seed), int(first_env_index)  # NumPy ints too
+        if not isinstance(check_action_range, bool):  # a string such as "no" would be truthy
+            raise TypeError(f"check_action_range must be a bool, got {type(check_action_range).__name__}")
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if not 0 <= seed < MAX_KEY:
@@ -372,6 +388,33 @@ class UAVSwarmEnv:
             raise ValueError(f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
                              f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
                              "episode in [0, 2**31), covered in [0, free]): not a state this env wrote")
+        bad = [k for k, ok in self._derived_checks(state).items() if not ok]
+        if bad:
+            raise ValueError(f"env state {bad} disagree with the map in 'cells' (counts of free and covered cells, "
+                             "per-block pools, a blocked border) or are not finite / negative: not a state this env wrote")
+
+    def _derived_checks(self, state: dict[str, torch.Tensor]) -> dict[str, bool]:
+        """What the step keeps as running counts must equal what the map says (a wrong `free`
+        would divide coverage by zero; a wrong pool would corrupt the global state)."""
+        cfg, p, b = self.config, self.config.pad, state["cells"].shape[0]
+        grid = state["cells"].view(b, cfg.grid_height + 2 * p, self._wp)
+        inside = grid[:, p : p + cfg.grid_height, p : p + cfg.grid_width].reshape(b, -1)
+        border = grid.clone()
+        border[:, p : p + cfg.grid_height, p : p + cfg.grid_width] = BLOCKED
+        blocked, covered = (inside == BLOCKED).to(torch.int32), (inside == COVERED).to(torch.int32)
+        pools = torch.zeros(2, b, cfg.state_pool**2, dtype=torch.int32, device=inside.device)
+        pools[0].index_add_(1, self._block_of_cell.to(inside.device), blocked)
+        pools[1].index_add_(1, self._block_of_cell.to(inside.device), covered)
+        return {
+            "cells (border)": bool((border == BLOCKED).all()),
+            "free": bool((state["free"] == inside.shape[1] - blocked.sum(1)).all() and (state["free"] > 0).all()),
+            "covered": bool((state["covered"] == covered.sum(1)).all()),
+            "pool_blocked": bool((state["pool_blocked"] == pools[0]).all()),
+            "pool_covered": bool((state["pool_covered"] == pools[1]).all()),
+            "ep_reward": bool(torch.isfinite(state["ep_reward"]).all()),
+            "ep_collisions": bool((state["ep_collisions"] >= 0).all()),
+            "ep_near_misses": bool((state["ep_near_misses"] >= 0).all()),
+        }
 
     def observe(self) -> dict[str, torch.Tensor]:
         """The current observation of every environment (no step)."""

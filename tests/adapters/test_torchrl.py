@@ -224,8 +224,13 @@ class TestBadInput:
 
     def test_moving_devices_is_refused(self, env):
         assert env.to("cpu") is env
-        with pytest.raises(ValueError, match="build it with device='meta'"):
+        with pytest.raises(ValueError, match="runs on 'cpu' or 'cuda' devices, got 'meta'"):
             env.to("meta")
+        with pytest.raises(ValueError, match="'gpu' is not a device name"):
+            env.to("gpu")
+        if torch.cuda.is_available():
+            with pytest.raises(ValueError, match="build it with device='cuda'"):
+                env.to("cuda")
 
     def test_bad_constructor_arguments(self):
         with pytest.raises(ValueError, match="num_envs"):

@@ -1,5 +1,6 @@
 """Checkpointing, rendering, scripted policies, import hygiene, and the two reset modes."""
 
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,69 @@ def test_load_state_dict_rejects_out_of_range_values(key, corrupt):
         other.load_state_dict(saved)
     with pytest.raises(TypeError, match="state_dict"):
         other.load_state_dict(None)
+
+
+def corrupt_first_env(v, value):
+    v = v.clone()
+    v[0] = value
+    return v
+
+
+@pytest.mark.parametrize("key, corrupt", [
+    ("free", lambda v: v + 1),
+    ("covered", lambda v: v - 1),
+    ("pool_blocked", lambda v: v - 7),  # the global state would go negative
+    ("pool_covered", lambda v: corrupt_first_env(v, 0)),
+    ("ep_reward", lambda v: corrupt_first_env(v, float("nan"))),
+    ("ep_collisions", lambda v: corrupt_first_env(v, -1)),
+    ("ep_near_misses", lambda v: corrupt_first_env(v, -1)),
+    ("cells (border)", lambda v: corrupt_first_env(v, torch.cat([v[0, :1] * 0, v[0, 1:]]))),  # a border cell FREE
+])
+def test_load_state_dict_rejects_counts_that_disagree_with_the_map(key, corrupt):
+    actions = torch.randint(0, SMALL.num_actions, (70, 3, SMALL.num_uavs), generator=torch.Generator().manual_seed(1))
+    env = UAVSwarmEnv(SMALL, num_envs=3, seed=1)
+    env.reset()
+    play(env, actions)  # past max_steps: some environments have been reset, and every one has moved
+    saved = env.state_dict()
+    UAVSwarmEnv(SMALL, num_envs=3, seed=1).load_state_dict(saved)  # the true state loads
+    state_key = key.split(" ")[0]
+    saved["state"][state_key] = corrupt(saved["state"][state_key])
+    with pytest.raises(ValueError, match=f"\\['{re.escape(key)}'\\] disagree with the map"):
+        UAVSwarmEnv(SMALL, num_envs=3, seed=1).load_state_dict(saved)
+
+
+def test_load_state_dict_rejects_a_map_without_free_cells():
+    env = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
+    env.reset()
+    saved = env.state_dict()
+    saved["state"]["cells"] = torch.full_like(saved["state"]["cells"], 2)  # all BLOCKED
+    saved["state"]["free"] = torch.zeros_like(saved["state"]["free"])  # consistent, but coverage would be 0 / 0
+    saved["state"]["covered"] = torch.zeros_like(saved["state"]["covered"])
+    saved["state"]["pool_blocked"] = torch.full_like(saved["state"]["pool_blocked"], 9)
+    saved["state"]["pool_covered"] = torch.zeros_like(saved["state"]["pool_covered"])
+    with pytest.raises(ValueError, match="'free'"):
+        UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
+
+
+@pytest.mark.parametrize(("device", "error", "message"), [
+    ("gpu", ValueError, "'gpu' is not a device name: expected 'cpu', 'cuda' or 'cuda:N'"),
+    (0, TypeError, "device must be a string such as 'cpu'"),
+    (None, TypeError, "device must be a string such as 'cpu'"),
+    ("meta", ValueError, "runs on 'cpu' or 'cuda' devices, got 'meta'"),
+    ("mps", ValueError, "runs on 'cpu' or 'cuda' devices, got 'mps'"),
+    pytest.param("cuda", ValueError, "torch sees no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")),
+    ("cuda:64", ValueError, "cuda:64"),
+])
+def test_a_device_the_env_cannot_use_is_a_clear_error(device, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        UAVSwarmEnv(SMALL, num_envs=2, device=device)
+
+
+@pytest.mark.parametrize("flag", ["no", None, 0])
+def test_check_action_range_must_be_a_bool(flag):
+    with pytest.raises(TypeError, match="check_action_range must be a bool"):
+        UAVSwarmEnv(SMALL, num_envs=2, check_action_range=flag)
 
 
 @pytest.mark.parametrize("device", ["cpu:0", torch.device("cpu", 0)])

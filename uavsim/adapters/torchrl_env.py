@@ -44,7 +44,7 @@ from torchrl.envs import EnvBase
 
 from uavsim.adapters.spaces import as_config
 from uavsim.config import EnvConfig
-from uavsim.env import UAVSwarmEnv
+from uavsim.env import UAVSwarmEnv, canonical_device
 from uavsim.rng import MAX_KEY
 
 _DONE_KEYS = ("done", "terminated", "truncated")
@@ -170,7 +170,7 @@ class UAVTorchRLEnv(EnvBase):
         self._pending = torch.zeros_like(self._pending)
 
     def to(self, device: Any) -> "UAVTorchRLEnv":
-        if torch.device(device).type == self.device.type and torch.device(device).index in (None, self.device.index):
+        if canonical_device(device) == self.device:  # a clear error for a device that does not exist
             return self
         raise ValueError(f"UAVTorchRLEnv lives on {self.device}; build it with device={str(device)!r} "
                          "instead of moving it (the core env's state does not move)")
