@@ -46,8 +46,12 @@ class EnvConfig:
                     raise TypeError(f"EnvConfig.{f.name} must be an int, got {type(value).__name__} {value!r}")
                 object.__setattr__(self, f.name, int(value))  # NumPy integers become plain ints
             if f.type == "float":
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy floats too
                     raise TypeError(f"EnvConfig.{f.name} must be a float, got {type(value).__name__} {value!r}")
+                try:
+                    value = float(value)
+                except OverflowError:  # an int beyond any float
+                    value = math.inf
                 if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
                     raise ValueError(f"EnvConfig.{f.name} must be finite in float32 (|x| <= {FLOAT32_MAX:.4g}), "
                                      f"got {value!r}")
@@ -66,6 +70,9 @@ class EnvConfig:
         need(self.grid_width <= 4096, "grid_width", "<= 4096")
         need(self.num_uavs >= 1, "num_uavs", ">= 1")
         need(self.num_obstacles >= 0, "num_obstacles", ">= 0")
+        # more rectangles than cells only costs memory (4 draws each, per environment and reset)
+        need(self.num_obstacles <= self.grid_height * self.grid_width, "num_obstacles",
+             f"<= the number of cells ({self.grid_height * self.grid_width})")
         need(self.max_steps >= 1, "max_steps", ">= 1")
         need(self.obstacle_min_size >= 1, "obstacle_min_size", ">= 1")
         need(self.obstacle_max_size >= self.obstacle_min_size, "obstacle_max_size",

@@ -71,6 +71,8 @@ def test_bad_mask(env):
         (dict(coverage_reward=float("nan")), "coverage_reward"),
         (dict(coverage_reward=1e39), "coverage_reward"),  # finite in float64, inf in the float32 rewards
         (dict(near_miss_penalty=-1e39), "near_miss_penalty"),
+        (dict(coverage_reward=10**400), "coverage_reward"),  # an int no float can hold
+        (dict(num_obstacles=32 * 32 + 1), "num_obstacles"),  # more rectangles than cells
         (dict(state_pool=33), "state_pool"),
         (dict(launch_size=0), "launch_size"),
     ],
@@ -96,6 +98,11 @@ def test_numpy_integers_are_ints():
     env = UAVSwarmEnv(cfg, num_envs=np.int64(3), seed=np.int64(5), first_env_index=np.uint16(2))
     assert (type(env.num_envs), type(env.seed)) == (int, int) and env.env_index.tolist() == [2, 3, 4]
     assert env.reset()["local"].shape[0] == 3
+
+
+def test_numpy_floats_are_floats():
+    cfg = EnvConfig(coverage_reward=np.float32(2.5), time_penalty=np.float64(0.02))
+    assert cfg == EnvConfig(coverage_reward=2.5, time_penalty=0.02) and type(cfg.coverage_reward) is float
 
 
 def test_unknown_config_field_is_named():
