@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.nodes import EnumNode
+from omegaconf.nodes import BooleanNode, EnumNode
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from uavsim.config import EnvConfig
@@ -161,25 +161,32 @@ def _wrap(err: OmegaConfBaseException, source: str, key_hint: str = "?") -> Exce
     return ValueError(f"config key '{key}' (from {source}): {msg}")
 
 
-def _yaml_off_is_not_false(schema: DictConfig, other: DictConfig) -> DictConfig:
-    """YAML 1.1 reads `off` as False: give enum-typed keys (`train.amp=off`) their string back."""
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off"}  # what OmegaConf reads as a bool, besides bools
+
+
+def _fix_yaml_scalars(schema: DictConfig, other: DictConfig, source: str) -> DictConfig:
+    """YAML 1.1 reads `off` as False: give enum-typed keys (`train.amp=off`) their string back.
+    And OmegaConf reads any int as a bool (`train.anneal_lr=2` would be True): refuse that."""
     data = OmegaConf.to_container(other)
 
-    def walk(node: DictConfig, d: dict) -> None:
+    def walk(node: DictConfig, d: dict, prefix: str) -> None:
         for key, value in d.items():
             child = node._get_node(key) if isinstance(node, DictConfig) and key in node else None
             if isinstance(value, dict) and isinstance(child, DictConfig):
-                walk(child, value)
+                walk(child, value, f"{prefix}{key}.")
             elif isinstance(value, bool) and isinstance(child, EnumNode):
                 d[key] = "off" if value is False else "on"
+            elif isinstance(child, BooleanNode) and not (
+                    isinstance(value, bool) or isinstance(value, str) and value.lower() in _BOOL_WORDS):
+                raise TypeError(f"{source}: {prefix}{key} must be true or false, got {value!r}")
 
-    walk(schema, data)
+    walk(schema, data, "")
     return OmegaConf.create(data)
 
 
 def _merge(base, other, source: str, key_hint: str = "?"):
     try:
-        other = _yaml_off_is_not_false(base, other)
+        other = _fix_yaml_scalars(base, other, source)
         return OmegaConf.merge(base, other)
     except OmegaConfBaseException as err:
         raise _wrap(err, source, key_hint) from None
@@ -194,12 +201,16 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
         cfg = _merge(cfg, OmegaConf.create(base_dict), "the saved config")
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"config file {path} is a directory, expected a YAML file (e.g. configs/default.yaml)")
         if not path.is_file():
             raise ValueError(f"config file {path} does not exist")
         try:
             loaded = OmegaConf.load(path)
         except yaml.YAMLError as err:
             raise ValueError(f"config file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        except (UnicodeDecodeError, OSError) as err:
+            raise ValueError(f"config file {path} cannot be read as text: {err}") from None
         if not isinstance(loaded, DictConfig):
             raise ValueError(f"config file {path} must hold a mapping at the top level")
         cfg = _merge(cfg, loaded, str(path))

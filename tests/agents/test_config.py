@@ -81,6 +81,27 @@ def test_malformed_override_and_missing_file(tmp_path):
         load_config(bad)
 
 
+def test_a_directory_or_a_binary_file_as_config_is_named(tmp_path):
+    with pytest.raises(ValueError, match="is a directory, expected a YAML file"):
+        load_config(tmp_path)
+    binary = tmp_path / "weights.yaml"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(ValueError, match="weights.yaml cannot be read as text"):
+        load_config(binary)
+
+
+@pytest.mark.parametrize("value", ["2", "0", "1.5", "maybe"])
+def test_a_bool_key_takes_true_or_false_only(tmp_path, value):
+    # OmegaConf alone reads any int as a bool: train.anneal_lr=2 would silently be True
+    with pytest.raises(TypeError, match="train.anneal_lr must be true or false"):
+        load_config(None, [f"train.anneal_lr={value}"])
+    f = tmp_path / "c.yaml"
+    f.write_text(f"run:\n  progress: {value}\n")
+    with pytest.raises(TypeError, match="c.yaml: run.progress must be true or false"):
+        load_config(f)
+    assert load_config(None, ["train.anneal_lr=false"]).train.anneal_lr is False
+
+
 def test_resolved_yaml_round_trips(tmp_path):
     cfg = load_config(None, ["train.amp=fp16", "seed=7", "run.dir=somewhere"])
     f = tmp_path / "config.yaml"
