@@ -102,7 +102,7 @@ class TrainConfig:
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
-    max_bad_iterations: int = 3  # consecutive bad iterations -> stop (train_mappo.iteration_problem)
+    max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
 
 
 @dataclass

@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agents import checkpoint as ckpt
-from agents.config import DEVICE_PATTERN, Amp, Config, TrainConfig, load_config, to_dict, to_yaml
+from agents.config import DEVICE_PATTERN, Amp, Config, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
 from agents.learner_state import learner_state, load_learner_state
@@ -36,6 +36,7 @@ from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
 from agents.resume import check_run_dir, resume_config, resume_run_dir
+from agents.run_control import TrainingInterrupted, TrainingStopped, crossed, iteration_problem
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -243,47 +244,6 @@ def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: 
     return out
 
 
-def iteration_problem(m: dict[str, float], cfg: TrainConfig) -> str | None:
-    """What went wrong in an iteration's update, from its metrics, or None.
-
-    A skipped update is a problem, except under fp16 when the loss was finite: then the gradient
-    overflowed the loss scale, and the scaler skips that step and halves the scale by design. Only
-    an fp16 iteration whose every update overflowed is one (the scale cannot find a finite gradient).
-    """
-    skipped, nonfinite = m["skipped_updates"], m["nonfinite_losses"]
-    updates = cfg.update_epochs * cfg.num_minibatches
-    if skipped == 0 or (cfg.amp == Amp.fp16 and nonfinite == 0 and skipped < updates):
-        return None
-    if nonfinite > 0:
-        return f"{round(skipped)} of {updates} updates skipped, {round(nonfinite)} with a non-finite loss"
-    return f"{round(skipped)} of {updates} updates skipped (non-finite gradient)"
-
-
-class TrainingStopped(RuntimeError):
-    """Training cannot go on (repeated non-finite updates); the last good checkpoint is intact."""
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training; the message says where the run can continue from."""
-
-    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None):
-        head = f"interrupted at {env_steps} env steps"
-        if checkpoint is None:
-            msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
-                   f"command and run.dir={run_dir}")
-        elif checkpoint.parent == ckpt.checkpoint_dir(run_dir):
-            msg = f"{head}; last checkpoint {checkpoint}; continue with: python -m agents.train_mappo --resume {run_dir}"
-        else:  # a branch stopped before its first checkpoint: it continues from where it branched
-            msg = (f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
-                   f"python -m agents.train_mappo --resume {checkpoint} run.dir={run_dir}")
-        super().__init__(msg)
-
-
-def _crossed(every: int, before: int, now: int) -> bool:
-    """Whether the step counter passed a multiple of `every` (0: never) going from before to now."""
-    return every > 0 and now // every > before // every
-
-
 def default_run_dir(cfg: Config) -> Path:
     return Path("runs") / f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -386,11 +346,11 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
             # skipped updates left the parameters as they were, and a finished run has a final checkpoint
         else:
             learner.bad_iterations = 0
-        if replicas.is_main and _crossed(cfg.run.eval_interval, before, learner.env_steps):
+        if replicas.is_main and crossed(cfg.run.eval_interval, before, learner.env_steps):
             for tag, value in evaluate_for_tensorboard(learner, logger).items():
                 logger.scalars({tag: value}, learner.env_steps)
         last = learner.iteration == iterations
-        if _crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
+        if crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
             state = learner_state(learner)  # a collective: every rank takes part
             if replicas.is_main:
                 last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints)

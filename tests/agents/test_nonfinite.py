@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agents import checkpoint as ckpt
-from agents import ppo, train_mappo
+from agents import ppo, run_control, train_mappo
 from agents.train_mappo import TrainingStopped, build_learner, train
 
 
@@ -118,7 +118,7 @@ def test_an_overflow_on_another_rank_backs_off_this_ranks_loss_scale_too():
 def test_which_iterations_count_as_bad(make_config, amp, skipped, nonfinite, bad):
     cfg = make_config(f"train.amp={amp}").train
     assert cfg.update_epochs * cfg.num_minibatches == PER_ITERATION
-    problem = train_mappo.iteration_problem({"skipped_updates": float(skipped), "nonfinite_losses": float(nonfinite)},
+    problem = run_control.iteration_problem({"skipped_updates": float(skipped), "nonfinite_losses": float(nonfinite)},
                                             cfg)
     assert (problem is not None) == bad
     if bad:
@@ -137,7 +137,7 @@ def test_fp16_overflow_skips_neither_stop_training_nor_drop_checkpoints(make_con
         if m["skipped_updates"] < PER_ITERATION:
             break
     assert 0 < m["skipped_updates"] < PER_ITERATION and m["nonfinite_losses"] == 0
-    assert train_mappo.iteration_problem(m, cfg.train) is None
+    assert run_control.iteration_problem(m, cfg.train) is None
     assert learner.scaler.get_scale() < 2.0**power
 
     real_scaler = torch.amp.GradScaler

@@ -1,0 +1,51 @@
+"""When a training run stops, and what it says: which iterations went wrong (non-finite updates),
+the errors that end a run (too many bad iterations, Ctrl-C) with where it can continue from, and
+when a step counter crosses an evaluation or checkpoint interval."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents import checkpoint as ckpt
+from agents.config import Amp, TrainConfig
+
+
+def iteration_problem(m: dict[str, float], cfg: TrainConfig) -> str | None:
+    """What went wrong in an iteration's update, from its metrics, or None.
+
+    A skipped update is a problem, except under fp16 when the loss was finite: then the gradient
+    overflowed the loss scale, and the scaler skips that step and halves the scale by design. Only
+    an fp16 iteration whose every update overflowed is one (the scale cannot find a finite gradient).
+    """
+    skipped, nonfinite = m["skipped_updates"], m["nonfinite_losses"]
+    updates = cfg.update_epochs * cfg.num_minibatches
+    if skipped == 0 or (cfg.amp == Amp.fp16 and nonfinite == 0 and skipped < updates):
+        return None
+    if nonfinite > 0:
+        return f"{round(skipped)} of {updates} updates skipped, {round(nonfinite)} with a non-finite loss"
+    return f"{round(skipped)} of {updates} updates skipped (non-finite gradient)"
+
+
+class TrainingStopped(RuntimeError):
+    """Training cannot go on (repeated non-finite updates); the last good checkpoint is intact."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training; the message says where the run can continue from."""
+
+    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None):
+        head = f"interrupted at {env_steps} env steps"
+        if checkpoint is None:
+            msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
+                   f"command and run.dir={run_dir}")
+        elif checkpoint.parent == ckpt.checkpoint_dir(run_dir):
+            msg = f"{head}; last checkpoint {checkpoint}; continue with: python -m agents.train_mappo --resume {run_dir}"
+        else:  # a branch stopped before its first checkpoint: it continues from where it branched
+            msg = (f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
+                   f"python -m agents.train_mappo --resume {checkpoint} run.dir={run_dir}")
+        super().__init__(msg)
+
+
+def crossed(every: int, before: int, now: int) -> bool:
+    """Whether the step counter passed a multiple of `every` (0: never) going from before to now."""
+    return every > 0 and now // every > before // every
