@@ -1,0 +1,92 @@
+"""Checks on an environment state handed to `UAVSwarmEnv.load_state_dict` (a checkpoint's).
+
+A state the env did not write would otherwise fail deep inside a step: an index out of bounds (a
+device-side assert on a GPU), a coverage divided by zero, a global state gone negative. Every
+check runs once per load, never in the step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from uavsim.rng import MAX_KEY
+from uavsim.rules import BLOCKED, COVERED, FREE
+
+if TYPE_CHECKING:
+    from uavsim.env import UAVSwarmEnv
+
+STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
+              "ep_reward", "ep_collisions", "ep_near_misses")
+
+
+def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
+    """The state tensors of `d` (a `state_dict()` output) once they fit `env`: its identity, each
+    tensor's dtype and shape, value ranges, and the running counts against the map. Anything else
+    is a `TypeError` / `ValueError` naming what does not fit."""
+    if not isinstance(d, dict):
+        raise TypeError(f"env state must be the dict from state_dict(), got {type(d).__name__}")
+    mine = {"config": env.config.to_dict(), "seed": env.seed, "num_envs": env.num_envs,
+            "first_env_index": int(env.env_index[0])}
+    for key, value in mine.items():
+        if d.get(key) != value:
+            raise ValueError(f"env state mismatch in {key!r}: checkpoint has {d.get(key)!r}, this env has {value!r}")
+    state = d.get("state")
+    if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
+        raise ValueError(f"env state must hold the tensors {sorted(STATE_KEYS)}")
+    fresh = env._fresh(env.env_index, torch.zeros_like(env.env_index))
+    for k in STATE_KEYS:
+        v = state[k]
+        if not isinstance(v, torch.Tensor) or v.shape != fresh[k].shape or v.dtype != fresh[k].dtype:
+            raise ValueError(f"env state {k!r}: expected {fresh[k].dtype} {tuple(fresh[k].shape)}, "
+                             f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}")
+    state = {k: state[k].to(env.device) for k in STATE_KEYS}
+    _check_ranges(env, state)
+    bad = [k for k, ok in _counts_agree(env, state).items() if not ok]
+    if bad:
+        raise ValueError(f"env state {bad} disagree with the map in 'cells' (counts of free and covered cells, "
+                         "per-block pools, a blocked border) or are not finite / negative: not a state this env wrote")
+    return state
+
+
+def _check_ranges(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> None:
+    """Ranges a step relies on to index its tables."""
+    cfg, pos = env.config, state["pos"]
+    checks = {
+        "cells": bool(((state["cells"] >= FREE) & (state["cells"] <= BLOCKED)).all()),
+        "pos": bool(((pos[..., 0] >= 0) & (pos[..., 0] < cfg.grid_height)
+                     & (pos[..., 1] >= 0) & (pos[..., 1] < cfg.grid_width)).all()),
+        "t": bool(((state["t"] >= 0) & (state["t"] <= cfg.max_steps)).all()),
+        "episode": bool(((state["episode"] >= 0) & (state["episode"] < MAX_KEY)).all()),
+        "covered": bool(((state["covered"] >= 0) & (state["covered"] <= state["free"])).all()),
+    }
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise ValueError(f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
+                         f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
+                         "episode in [0, 2**31), covered in [0, free]): not a state this env wrote")
+
+
+def _counts_agree(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> dict[str, bool]:
+    """What the step keeps as running counts must equal what the map says (a wrong `free` would
+    divide coverage by zero; a wrong pool would corrupt the global state)."""
+    cfg, p, b = env.config, env.config.pad, state["cells"].shape[0]
+    grid = state["cells"].view(b, cfg.grid_height + 2 * p, cfg.grid_width + 2 * p)
+    inside = grid[:, p : p + cfg.grid_height, p : p + cfg.grid_width].reshape(b, -1)
+    border = grid.clone()
+    border[:, p : p + cfg.grid_height, p : p + cfg.grid_width] = BLOCKED
+    blocked, covered = (inside == BLOCKED).to(torch.int32), (inside == COVERED).to(torch.int32)
+    pools = torch.zeros(2, b, cfg.state_pool**2, dtype=torch.int32, device=inside.device)
+    pools[0].index_add_(1, env._block_of_cell, blocked)
+    pools[1].index_add_(1, env._block_of_cell, covered)
+    return {
+        "cells (border)": bool((border == BLOCKED).all()),
+        "free": bool((state["free"] == inside.shape[1] - blocked.sum(1)).all() and (state["free"] > 0).all()),
+        "covered": bool((state["covered"] == covered.sum(1)).all()),
+        "pool_blocked": bool((state["pool_blocked"] == pools[0]).all()),
+        "pool_covered": bool((state["pool_covered"] == pools[1]).all()),
+        "ep_reward": bool(torch.isfinite(state["ep_reward"]).all()),
+        "ep_collisions": bool((state["ep_collisions"] >= 0).all()),
+        "ep_near_misses": bool((state["ep_near_misses"] >= 0).all()),
+    }
