@@ -23,13 +23,24 @@ import yaml
 from uavsim.config import EnvConfig
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-3`` (no dot) as a string; read it as the float it is, as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
 def parse_overrides(items: Sequence[str]) -> dict:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--config expects key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = yaml.load(value, Loader=_Loader)  # a SafeLoader
     return out
 
 
@@ -52,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--out {args.out!r}: the folder {str(Path(args.out).parent)!r} does not exist")
     if not 0 < args.fps < math.inf:
         parser.error(f"--fps must be a finite number > 0, got {args.fps}")
+    if args.steps is not None and args.steps < 0:
+        parser.error(f"--steps must be >= 0, got {args.steps}")
+    if args.trail < 0:
+        parser.error(f"--trail must be >= 0 (0: no trail), got {args.trail}")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         parser.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
     try:
@@ -61,9 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
-    from uavsim.video import record_episode, write_video
+    from uavsim.video import check_video_path, record_episode, write_video
 
     try:
+        check_video_path(args.out, args.fps)  # the GIF frame-length limit and an --out that is a folder
         env = UAVSwarmEnv(cfg, num_envs=1, device=args.device, seed=args.seed, first_env_index=args.env_index)
         policy = GreedyFrontierPolicy(env) if args.policy == "greedy" else RandomPolicy(env, seed=args.seed)
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)

@@ -6,21 +6,38 @@ reference point evaluated on the very same episodes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from uavsim import rules
 from uavsim.env import UAVSwarmEnv
+from uavsim.render import check_int
 from uavsim.rules import BLOCKED, FREE
+
+
+def _check_env(env: Any) -> UAVSwarmEnv:
+    if not isinstance(env, UAVSwarmEnv):
+        raise TypeError(f"env must be a UAVSwarmEnv, got {type(env).__name__}")
+    return env
+
+
+def _generator(env: UAVSwarmEnv, seed: Any) -> torch.Generator:
+    generator = torch.Generator(device=env.device)
+    generator.manual_seed(check_int("seed", seed, 0, 2**64))  # torch takes seeds below 2**64
+    return generator
 
 
 class RandomPolicy:
     """Uniform random actions from its own ``torch.Generator`` (never the global RNG)."""
 
     def __init__(self, env: UAVSwarmEnv, seed: int = 0):
-        self.generator = torch.Generator(device=env.device)
-        self.generator.manual_seed(seed)
+        self.device = _check_env(env).device
+        self.generator = _generator(env, seed)
 
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
+        if _check_env(env).device != self.device:  # the generator draws on one device only
+            raise ValueError(f"this RandomPolicy draws on {self.device}, got an env on {env.device}")
         return torch.randint(0, env.num_actions, (env.num_envs, env.num_uavs), generator=self.generator,
                              device=env.device)
 
@@ -40,14 +57,30 @@ class GreedyFrontierPolicy:
     NOISE = 0.25  # < CROWD_COST: random tie-breaks among equally good moves
 
     def __init__(self, env: UAVSwarmEnv, seed: int = 0, check_every: int = 8):
-        cfg = env.config
-        self.check_every = check_every
+        cfg = _check_env(env).config
+        self.check_every = check_int("check_every", check_every, 1)
+        self.layout = self._layout(env)  # checked at every call: the tables below hold only for it
         self.hp, self.wp = cfg.grid_height + 2 * cfg.pad, cfg.grid_width + 2 * cfg.pad
         self.moves = env._moves  # [A, 2]
         self.move_offsets = self.moves[:, 0] * self.wp + self.moves[:, 1]  # [A] in padded flat cells
         self.shifts = rules.move_table(cfg)[1:].tolist()  # host copy for torch.roll: no device read per call
-        self.generator = torch.Generator(device=env.device)
-        self.generator.manual_seed(seed)
+        self.generator = _generator(env, seed)
+
+    @staticmethod
+    def _layout(env: UAVSwarmEnv) -> dict[str, Any]:
+        """What the tables built in ``__init__`` depend on: the padded grid and the move set."""
+        cfg = env.config
+        return {"grid_height": cfg.grid_height, "grid_width": cfg.grid_width, "pad": cfg.pad, "moves": cfg.moves,
+                "device": env.device}
+
+    def _check_same_layout(self, env: Any) -> None:
+        """Python-level comparisons only: no device sync per call."""
+        got = self._layout(_check_env(env))
+        if got != self.layout:
+            built = ", ".join(f"{k}={v}" for k, v in self.layout.items() if got[k] != v)
+            called = ", ".join(f"{k}={v}" for k, v in got.items() if self.layout[k] != v)
+            raise ValueError(f"this GreedyFrontierPolicy was built for an env with {built}, called with {called}: "
+                             "build one policy per env layout")
 
     def distance_field(self, cells: torch.Tensor, probes: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, Hp * Wp]`` float32 moves to the nearest uncovered free cell (inf: unreachable).
@@ -77,6 +110,7 @@ class GreedyFrontierPolicy:
         return dist.view(b, -1)
 
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
+        self._check_same_layout(env)
         state = env.state
         here = env._flat(state["pos"])  # [B, N]
         targets = here[:, :, None] + self.move_offsets  # [B, N, A]

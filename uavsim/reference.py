@@ -17,7 +17,7 @@ from uavsim.config import EnvConfig
 from uavsim.rng import MAX_KEY, below, hash32
 
 
-def _check_key(name: str, value: Any) -> int:
+def check_key(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not 0 <= int(value) < MAX_KEY:
@@ -36,8 +36,8 @@ class ReferenceEnv:
         self.config = cfg = config if config is not None else EnvConfig()
         if not isinstance(cfg, EnvConfig):
             raise TypeError(f"config must be an EnvConfig, got {type(cfg).__name__}")
-        self.seed = _check_key("seed", seed)
-        self.env_index = _check_key("env_index", env_index)
+        self.seed = check_key("seed", seed)
+        self.env_index = check_key("env_index", env_index)
         self.num_uavs, self.num_actions = cfg.num_uavs, cfg.num_actions
         self.local_obs_dim, self.state_dim = cfg.local_obs_dim, cfg.state_dim
         self.episode = -1  # index of the current episode; the first reset makes it 0
@@ -104,6 +104,9 @@ class ReferenceEnv:
             raise ValueError(f"actions must have shape ({self.num_uavs},), got {a.shape}")
         if not np.issubdtype(a.dtype, np.integer):
             raise TypeError(f"actions must be integers, got dtype {a.dtype}")
+        if not isinstance(actions, np.ndarray) and any(isinstance(x, (bool, np.bool_)) for x in actions):
+            # beside integers, NumPy would quietly read True as action 1
+            raise TypeError(f"actions must be integers, got a {type(actions).__name__} holding bools")
         if a.min() < 0 or a.max() >= self.num_actions:
             raise ValueError(
                 f"actions must be in [0, {self.num_actions}), got values {a.min()}..{a.max()}"

@@ -7,7 +7,9 @@ lighter tint, UAVs as coloured squares (one hue each), optional trajectories as 
 from __future__ import annotations
 
 import colorsys
-from typing import TYPE_CHECKING
+import numbers
+from collections import abc
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -34,6 +36,41 @@ def check_cell_px(cell_px: object) -> int:
     if isinstance(cell_px, bool) or not isinstance(cell_px, int) or cell_px < 2:
         raise ValueError(f"cell_px must be an int >= 2, got {cell_px!r}")
     return cell_px
+
+
+def _bound(n: int) -> str:
+    """``2**64`` rather than its 20 digits."""
+    return f"2**{n.bit_length() - 1}" if n >= 2**16 and n & (n - 1) == 0 else str(n)
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as a plain int if it is an integer (NumPy's too, never a bool) in ``[low, high)``
+    (``high`` None: no upper bound); else a `TypeError` / `ValueError` naming ``name``."""
+    span = f">= {low}" if high is None else f"in [{low}, {_bound(high)})"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int {span}, got {type(value).__name__} {value!r:.40}")
+    if value < low or (high is not None and value >= high):
+        raise ValueError(f"{name} must be {span}, got {value}")
+    return int(value)
+
+
+def check_env_index(env: "UAVSwarmEnv", env_index: Any) -> int:
+    """``env_index`` as a plain int if it names one environment of ``env``."""
+    return check_int("env_index", env_index, 0, env.num_envs)
+
+
+def _env_index_list(env: "UAVSwarmEnv", env_indices: Any) -> list[int]:
+    """A sequence, 1-D array or 1-D tensor of environment indices as a list of plain ints."""
+    if hasattr(env_indices, "dtype") and hasattr(env_indices, "shape"):  # NumPy array or torch tensor
+        dtype = str(env_indices.dtype)  # by name: this module draws for torch-free workers too
+        if len(env_indices.shape) != 1 or "int" not in dtype:
+            raise TypeError(f"env_indices must be 1-D integers, got {dtype} of shape {tuple(env_indices.shape)}")
+        env_indices = env_indices.tolist()  # the image is drawn on the host anyway
+    elif isinstance(env_indices, (str, bytes)) or not isinstance(env_indices, abc.Sequence):
+        raise TypeError(f"env_indices must be a sequence of ints, got {type(env_indices).__name__}")
+    if len(env_indices) == 0:
+        raise ValueError("env_indices must not be empty")
+    return [check_int(f"env_indices[{k}]", i, 0, env.num_envs) for k, i in enumerate(env_indices)]
 
 
 def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int = 8,
@@ -74,8 +111,7 @@ def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int
 def env_codes(env: "UAVSwarmEnv", env_index: int) -> tuple[np.ndarray, np.ndarray]:
     """``(codes [H, W], pos [N, 2])`` of one environment of a batched env, on the host."""
     cfg, p = env.config, env.config.pad
-    if not 0 <= env_index < env.num_envs:
-        raise ValueError(f"env_index must be in [0, {env.num_envs}), got {env_index}")
+    env_index = check_env_index(env, env_index)
     state = env.state
     grid = state["cells"][env_index].view(cfg.grid_height + 2 * p, -1)[p : p + cfg.grid_height, p : p + cfg.grid_width]
     return grid.cpu().numpy().copy(), state["pos"][env_index].cpu().numpy().copy()  # CPU arrays would alias the state
@@ -86,13 +122,17 @@ def render_env(env: "UAVSwarmEnv", env_index: int = 0, cell_px: int = 8, trail: 
     return render_grid(env.config, codes, pos, cell_px, trail)
 
 
-def render_tiled(env: "UAVSwarmEnv", env_indices: list[int], cols: int | None = None, cell_px: int = 4,
+def render_tiled(env: "UAVSwarmEnv", env_indices: Sequence[int], cols: int | None = None, cell_px: int = 4,
                  gap: int = 2) -> np.ndarray:
-    """Several environments side by side in a grid of tiles, white gaps between them."""
-    if not env_indices:
-        raise ValueError("env_indices must not be empty")
+    """Several environments side by side in a grid of tiles, white gaps between them.
+
+    ``env_indices``: a sequence, 1-D array or 1-D tensor of ints; ``cols``: tiles per row (None:
+    about the square root of their number); ``gap``: pixels between tiles.
+    """
+    env_indices = _env_index_list(env, env_indices)
+    cols = int(np.ceil(np.sqrt(len(env_indices)))) if cols is None else check_int("cols", cols, 1)
+    gap = check_int("gap", gap, 0)
     tiles = [render_env(env, i, cell_px) for i in env_indices]
-    cols = cols or int(np.ceil(np.sqrt(len(tiles))))
     rows = -(-len(tiles) // cols)
     th, tw = tiles[0].shape[:2]
     out = np.full((rows * (th + gap) - gap, cols * (tw + gap) - gap, 3), 255, dtype=np.uint8)

@@ -26,7 +26,7 @@ import torch
 from uavsim.adapters._frames import render_reference
 from uavsim.env import UAVSwarmEnv
 from uavsim.reference import ReferenceEnv
-from uavsim.render import render_tiled
+from uavsim.render import check_cell_px, check_int, render_tiled
 
 Policy = Callable[[UAVSwarmEnv], torch.Tensor]  # env -> actions [B, N] int64 on the env's device
 
@@ -66,8 +66,9 @@ def record_episode(env: UAVSwarmEnv, policy: Policy, env_index: int = 0, max_ste
     if isinstance(env_index, bool) or not isinstance(env_index, numbers.Integral) or not 0 <= env_index < env.num_envs:
         raise ValueError(f"env_index must be an int in [0, {env.num_envs}), got {env_index!r}")
     env_index = int(env_index)
-    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 0):
-        raise ValueError(f"max_steps must be None or an int >= 0, got {max_steps!r}")
+    if max_steps is not None:
+        max_steps = check_int("max_steps", max_steps, 0)
+    trail, cell_px = check_int("trail", trail, 0), check_cell_px(cell_px)  # before the episode is reset
     _start(env, env_index)
     ref = ReferenceEnv(env.config, seed=env.seed, env_index=int(env.env_index[env_index]))
     ref.episode = int(env.state["episode"][env_index]) - 1  # the next reset plays the batched env's episode
@@ -110,7 +111,8 @@ def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: 
     Drawn from the batched env after each step, so an episode that ended in a step shows the next
     episode's start in that frame. ``env_indices`` defaults to the first (up to) 16 environments.
     """
-    indices = list(range(min(env.num_envs, 16))) if env_indices is None else list(env_indices)
+    num_steps = check_int("num_steps", num_steps, 0)
+    indices = list(range(min(env.num_envs, 16))) if env_indices is None else env_indices  # render_tiled checks them
     try:
         env.state
     except RuntimeError:
@@ -131,33 +133,72 @@ def _check_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
     return stack
 
 
-def _check_fps(fps: float) -> None:
-    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < math.inf:
+# A GIF frame's delay is a 16-bit count of 1/100 s: at most 655.35 s.
+_GIF_MAX_DELAY = 0xFFFF
+
+
+def _gif_delay(ms: float) -> int:
+    return int(ms / 10)  # Pillow's GIF writer takes milliseconds and truncates them so
+
+
+def _check_fps(fps: float, gif: bool = False) -> None:
+    if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not 0 < fps < math.inf:
         raise ValueError(f"fps must be a finite number > 0, got {fps!r}")
+    if gif and _gif_delay(1000.0 / fps) > _GIF_MAX_DELAY:  # Pillow would raise an OverflowError
+        raise ValueError(f"fps must be > {100 / 65536} for a GIF (a GIF frame lasts at most 655.35 s), got {fps!r}")
+
+
+def _check_gif_runs(stack: np.ndarray, fps: float) -> None:
+    """Pillow writes a run of identical frames as one frame lasting the whole run: at a low fps
+    that frame can outlast what a GIF frame can hold."""
+    same = (stack[1:] == stack[:-1]).all(axis=(1, 2, 3))
+    run = longest = 1
+    for s in same:
+        run = run + 1 if s else 1
+        longest = max(longest, run)
+    total = sum([1000.0 / fps] * longest)  # Pillow adds the durations up in this order
+    if _gif_delay(total) > _GIF_MAX_DELAY:
+        raise ValueError(f"at fps={fps!r} the {longest} identical frames in a row, which a GIF shows as one frame, "
+                         f"would last {total / 1000:.1f} s, more than a GIF frame can (655.35 s): raise fps")
+
+
+def check_video_path(path: str | Path, fps: float = 8.0) -> Path:
+    """``path`` as a `Path` if `write_video` can write there at ``fps``: a ``.gif`` or ``.mp4`` name,
+    in a folder that exists, that is not itself a folder. Callers check before spending an episode."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".gif", ".mp4"):
+        raise ValueError(f"video path must end in .gif or .mp4, got {path.name!r}")
+    if path.is_dir():
+        raise ValueError(f"video path {str(path)!r} is a folder, not a file")
+    if not path.resolve().parent.is_dir():
+        raise ValueError(f"video path {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+    _check_fps(fps, gif=suffix == ".gif")
+    return path
 
 
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = 8.0) -> Path:
     """Write frames to ``path``: ``.gif`` (loops forever) or ``.mp4`` (H.264, needs imageio-ffmpeg)."""
     import imageio.v2 as imageio
 
-    path = Path(path)
+    path = check_video_path(path, fps)
     stack = _check_frames(frames)
-    _check_fps(fps)
-    suffix = path.suffix.lower()
-    if suffix == ".gif":
-        imageio.mimwrite(path, list(stack), format="GIF", duration=1000.0 / fps, loop=0)
-    elif suffix == ".mp4":
-        try:
-            import imageio_ffmpeg  # noqa: F401
-        except ImportError as e:
-            raise ImportError("writing MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
-                              "or write a .gif") from e
-        h, w = stack.shape[1:3]  # H.264 with yuv420p needs even sides: pad with white
-        stack = np.pad(stack, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), constant_values=255)
-        imageio.mimwrite(path, list(stack), format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1,
-                         quality=8)
-    else:
-        raise ValueError(f"video path must end in .gif or .mp4, got {path.name!r}")
+    if path.suffix.lower() == ".gif":
+        # Encoded in memory first: an encoder that fails leaves no open file writer behind (imageio's
+        # would retry, and fail again, from its __del__).
+        path.write_bytes(gif_bytes(stack, fps))
+        return path
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError as e:
+        raise ImportError("writing MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
+                          "or write a .gif") from e
+    path.open("wb").close()  # a path ffmpeg cannot open is an OSError here: ffmpeg itself only prints it
+    h, w = stack.shape[1:3]  # H.264 with yuv420p needs even sides: pad with white
+    stack = np.pad(stack, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), constant_values=255)
+    imageio.mimwrite(path, list(stack), format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1, quality=8)
+    if path.stat().st_size == 0:
+        raise OSError(f"ffmpeg wrote nothing to {str(path)!r} (see its messages above)")
     return path
 
 
@@ -171,7 +212,8 @@ def gif_bytes(frames: Sequence[np.ndarray], fps: float = 8.0) -> bytes:
     import imageio.v2 as imageio
 
     stack = _check_frames(frames)
-    _check_fps(fps)
+    _check_fps(fps, gif=True)
+    _check_gif_runs(stack, fps)
     buffer = io.BytesIO()
     imageio.mimwrite(buffer, list(stack), format="GIF", duration=1000.0 / fps, loop=0)
     return buffer.getvalue()

@@ -36,7 +36,7 @@ from gymnasium import spaces
 from uavsim.adapters._frames import render_reference
 from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.config import EnvConfig
-from uavsim.reference import ReferenceEnv
+from uavsim.reference import ReferenceEnv, check_key
 from uavsim.render import check_cell_px
 
 
@@ -74,6 +74,8 @@ class CoverageReferenceEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         if options:
             raise ValueError(f"CoverageReferenceEnv.reset takes no options, got {sorted(options)}")
+        if seed is not None:  # checked before gymnasium's own check, which raises its own error type
+            seed = check_key("seed", seed)
         super().reset(seed=seed)
         if seed is not None:
             self._ref = ReferenceEnv(self.config, seed=seed, env_index=self.env_index)

@@ -55,17 +55,31 @@ def to_numpy(x: Any) -> Any:
     return x
 
 
-def as_action_tensor(actions: Any, device: torch.device) -> Any:
+def as_action_tensor(actions: Any, device: torch.device, num_actions: int) -> Any:
     """Tensors pass through untouched (the core env checks them); NumPy arrays / lists of integers
-    become int64 tensors on ``device``. Non-integer arrays are a `TypeError`."""
+    become int64 tensors on ``device``. Non-integer arrays (bool included) are a `TypeError`."""
     if isinstance(actions, torch.Tensor):
         return actions
     if isinstance(actions, (np.ndarray, list, tuple)):
         a = np.asarray(actions)
+        if isinstance(actions, (list, tuple)) and _holds_bool(actions):  # NumPy would read True as action 1
+            raise TypeError(f"actions must be integers, got a {type(actions).__name__} holding bools")
         if not np.issubdtype(a.dtype, np.integer):
             raise TypeError(f"actions must be integers, got a {type(actions).__name__} of dtype {a.dtype}")
+        if a.dtype.kind == "u" and a.size and a.max() > _INT64_MAX:  # int64 would wrap these to negatives
+            bad = np.unique(a[a > _INT64_MAX])[:8].tolist()
+            raise ValueError(f"actions must be in [0, {num_actions}), got values {bad}")
         return torch.as_tensor(a.astype(np.int64, copy=False), device=device)
     raise TypeError(f"actions must be a torch.Tensor or a NumPy array of integers, got {type(actions).__name__}")
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _holds_bool(actions: list | tuple) -> bool:
+    """Whether a (nested) list holds a bool; a list is on the host already, so looking at each
+    element costs no device sync (tensors and arrays are judged by their dtype)."""
+    return any(isinstance(x, (bool, np.bool_)) for x in np.asarray(actions, dtype=object).flat)
 
 
 class CoverageVectorEnv(VectorEnv):
@@ -108,6 +122,9 @@ class CoverageVectorEnv(VectorEnv):
         return to_numpy(x) if self.output == "numpy" else x
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"options must be None or a dict such as {{'reset_mask': mask}}, "
+                            f"got {type(options).__name__}")
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:
@@ -128,7 +145,8 @@ class CoverageVectorEnv(VectorEnv):
         return self._out(obs), {}
 
     def step(self, actions: Any):
-        obs, reward, terminated, truncated, info = self.swarm.step(as_action_tensor(actions, self.device))
+        actions = as_action_tensor(actions, self.device, self.config.num_actions)
+        obs, reward, terminated, truncated, info = self.swarm.step(actions)
         done = terminated | truncated
         everywhere = torch.ones_like(done)
         step_info = {"uav_rewards": reward, "coverage": info["coverage"], "collisions": info["collisions"],
@@ -154,4 +172,4 @@ class CoverageVectorEnv(VectorEnv):
 
     def render_env(self, env_index: int = 0, cell_px: int | None = None) -> np.ndarray:
         """RGB uint8 image of one environment, whatever ``render_mode`` is."""
-        return self.swarm.render(env_index, cell_px or self.cell_px)
+        return self.swarm.render(env_index, self.cell_px if cell_px is None else cell_px)  # 0 is an error

@@ -90,6 +90,8 @@ class CoverageParallelEnv(ParallelEnv):
         for agent in self.agents:
             if np.ndim(actions[agent]) != 0:
                 raise ValueError(f"the action of {agent} must be one integer, got shape {np.shape(actions[agent])}")
+            if np.asarray(actions[agent]).dtype == np.bool_:  # beside integers, NumPy would read True as 1
+                raise TypeError(f"the action of {agent} must be an integer, got {actions[agent]!r}")
         joint = np.array([actions[agent] for agent in self.possible_agents])
         obs, reward, terminated, truncated, info = self._ref.step(joint)  # the reference checks dtype and range
         ended = terminated or truncated
