@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from agents.placement import Stage, StagePipeline, WorkerPool, inventory_report
+from agents.placement.dp import check_devices
 from benchmarks.placement_report import machine_info, markdown, versions
 
 SCHEMA_VERSION = 1
@@ -246,6 +247,10 @@ def main(argv: list[str] | None = None) -> dict:
         devices = [d.strip() for d in args.devices.split(",") if d.strip()]
         if not devices:
             parser.error(f"--devices names no device: {args.devices!r} (e.g. cpu,cpu or cuda:0,cuda:1)")
+        try:  # checked before the inventory and the first pool, as the pool would check it later
+            devices = check_devices(devices)
+        except (TypeError, ValueError) as exc:
+            parser.error(f"--devices {args.devices!r}: {exc}")
     elif torch.cuda.is_available() and torch.cuda.device_count() > 0:
         devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     else:

@@ -10,6 +10,8 @@ import os
 
 import torch
 
+from .checks import is_int
+
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
@@ -21,10 +23,10 @@ def as_device(device: str | int | torch.device, *, what: str = "device") -> torc
     """
     if isinstance(device, bool):
         raise TypeError(f"{what} must be a str, int or torch.device, got bool {device!r}")
-    if isinstance(device, int):
+    if is_int(device):  # NumPy integers too
         if device < 0:
             raise ValueError(f"{what} index must be >= 0, got {device}")
-        return torch.device("cuda", device)
+        return torch.device("cuda", int(device))
     if isinstance(device, torch.device):
         dev = device
     elif isinstance(device, str):

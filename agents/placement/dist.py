@@ -10,6 +10,7 @@ from typing import Literal
 
 import torch
 
+from .checks import is_int, is_real
 from .devices import as_device, device_key
 
 _VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -32,8 +33,9 @@ class DistEnv:
     def __post_init__(self):
         for name in ("rank", "local_rank", "world_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_int(value):
                 raise TypeError(f"DistEnv.{name} must be an int, got {type(value).__name__} {value!r}")
+            object.__setattr__(self, name, int(value))  # frozen; a NumPy int is stored as a Python int
         if self.world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {self.world_size}")
         if not 0 <= self.rank < self.world_size:
@@ -124,6 +126,9 @@ def init_distributed(
     Sets the CUDA device first (NCCL needs it). Does nothing to the process group for a single
     un-launched process or when one is already initialised. Returns ``(env, device)``.
     """
+    if not is_real(timeout_s) or not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    timeout_s = float(timeout_s)  # timedelta refuses NumPy floats
     env = read_dist_env() if env is None else env
     dev = pick_device(env) if device is None else torch.device(device_key(device))  # "cuda" is cuda:0
     if dev.type == "cuda":

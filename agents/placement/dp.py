@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 import torch.multiprocessing as tmp
 
+from .checks import check_int, is_real
 from .devices import device_key, visible_device_token
 from .dp_run import MapRun
 from .dp_slot import Slot, shutdown
@@ -26,15 +27,54 @@ from .dp_worker import worker_main
 _ENV_LOCK = threading.Lock()  # os.environ is patched around Process.start(); one start at a time
 
 
-def _check_map_args(retries: Any, on_error: Any, item_timeout: Any) -> None:
+def _check_map_args(retries: Any, on_error: Any, item_timeout: Any) -> tuple[int, float | None]:
+    """``(retries, item_timeout)`` as Python numbers, or a ValueError naming the bad argument."""
     if on_error not in ("raise", "collect"):
         raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
-    if item_timeout is not None and (
-        isinstance(item_timeout, bool) or not isinstance(item_timeout, (int, float)) or not item_timeout > 0
-    ):
+    retries = check_int(retries, "retries", 0)
+    if item_timeout is None:
+        return retries, None
+    if not is_real(item_timeout) or not item_timeout > 0:
         raise ValueError(f"item_timeout must be a positive number of seconds or None, got {item_timeout!r}")
+    return retries, float(item_timeout)
+
+
+def check_devices(devices: Any) -> list[str]:
+    """The canonical keys of a worker device list (``["cuda:0", "cpu"]``), or a ValueError/TypeError
+    saying what is wrong with it: not a list, a device string torch cannot parse, a GPU not here."""
+    if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
+        raise ValueError(
+            f"devices must be a non-empty list such as ['cuda:0', 'cuda:1'] or ['cpu', 'cpu'], got {devices!r}"
+        )
+    keys = [device_key(d) for d in devices]
+    cuda = sorted({int(k.split(":")[1]) for k in keys if k != "cpu"})
+    if cuda and not torch.cuda.is_available():
+        raise ValueError(f"devices {keys} ask for CUDA, but torch.cuda.is_available() is False here")
+    if cuda and cuda[-1] >= torch.cuda.device_count():
+        raise ValueError(f"cuda:{cuda[-1]} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return keys
+
+
+def _check_pool_args(
+    make_worker: Any, devices: Any, threads_per_worker: Any, prefetch: Any, restarts: Any
+) -> tuple[list[str], int, int, int]:
+    """``(device keys, threads_per_worker, prefetch, restarts)``, checked before any worker starts."""
+    if not callable(make_worker):
+        raise TypeError(f"make_worker must be callable, got {type(make_worker).__name__}")
+    try:
+        pickle.dumps(make_worker)
+    except Exception as exc:
+        raise TypeError(
+            "make_worker must be picklable to reach the spawned workers (a module-level function "
+            f"or a functools.partial of one, not a lambda or closure); pickling failed: {exc}"
+        ) from exc
+    keys = check_devices(devices)
+    prefetch = check_int(prefetch, "prefetch", 1)
+    restarts = check_int(restarts, "restarts", 0)
+    if threads_per_worker is None:
+        threads_per_worker = max(1, (os.cpu_count() or 1) // len(keys))
+    threads_per_worker = check_int(threads_per_worker, "threads_per_worker", 1, allow_none=True)
+    return keys, threads_per_worker, prefetch, restarts
 
 
 class WorkerPool:
@@ -59,35 +99,9 @@ class WorkerPool:
         prefetch: int = 2,
         restarts: int = 1,
     ):
-        if not callable(make_worker):
-            raise TypeError(f"make_worker must be callable, got {type(make_worker).__name__}")
-        try:
-            pickle.dumps(make_worker)
-        except Exception as exc:
-            raise TypeError(
-                "make_worker must be picklable to reach the spawned workers (a module-level function "
-                f"or a functools.partial of one, not a lambda or closure); pickling failed: {exc}"
-            ) from exc
-        if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
-            raise ValueError(
-                f"devices must be a non-empty list such as ['cuda:0', 'cuda:1'] or ['cpu', 'cpu'], got {devices!r}"
-            )
-        keys = [device_key(d) for d in devices]
-        cuda = sorted({int(k.split(":")[1]) for k in keys if k != "cpu"})
-        if cuda and not torch.cuda.is_available():
-            raise ValueError(f"devices {keys} ask for CUDA, but torch.cuda.is_available() is False here")
-        if cuda and cuda[-1] >= torch.cuda.device_count():
-            raise ValueError(
-                f"cuda:{cuda[-1]} requested but only {torch.cuda.device_count()} CUDA device(s) are visible"
-            )
-        for value, what, low in ((prefetch, "prefetch", 1), (restarts, "restarts", 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{what} must be an int >= {low}, got {value!r}")
-        if threads_per_worker is None:
-            threads_per_worker = max(1, (os.cpu_count() or 1) // len(keys))
-        if isinstance(threads_per_worker, bool) or not isinstance(threads_per_worker, int) or threads_per_worker < 1:
-            raise ValueError(f"threads_per_worker must be a positive int or None, got {threads_per_worker!r}")
-
+        keys, threads_per_worker, prefetch, restarts = _check_pool_args(
+            make_worker, devices, threads_per_worker, prefetch, restarts
+        )
         self.devices = keys
         self.threads_per_worker = threads_per_worker
         self.prefetch = prefetch
@@ -123,15 +137,18 @@ class WorkerPool:
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
             try:
+                # a start that raises (too many open files, a script that starts workers when
+                # imported) propagates as it is: shutdown() skips a process that never started
                 s.proc.start()
             finally:
+                # drop the parent's copy of the write end, so the pipe reports EOF once the child
+                # is gone (or at once, when it never started)
+                child_end.close()
                 for k, v in saved.items():
                     if v is None:
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
-        # drop the parent's copy of the write end, so the pipe reports EOF once the child is gone
-        child_end.close()
         s.state, s.running_since, s.kill_reason, s.init_error, s.timed_out_item = "starting", None, None, None, None
 
     def close(self, timeout: float = 10.0) -> None:
@@ -170,7 +187,7 @@ class WorkerPool:
         """
         if self._closed:
             raise RuntimeError("this WorkerPool is closed")
-        _check_map_args(retries, on_error, item_timeout)
+        retries, item_timeout = _check_map_args(retries, on_error, item_timeout)
         run = MapRun(self, list(items), retries, item_timeout, progress, desc)
         try:
             results, failures = run.execute()
@@ -203,7 +220,10 @@ def dp_map(
     and ``restarts``, and :meth:`WorkerPool.map` for the rest. ``devices=["cpu", "cpu"]`` runs two
     CPU workers.
     """
+    # every argument is checked even when there is nothing to map: a bad call fails the first
+    # time it runs, not on the first non-empty batch
     _check_map_args(retries, on_error, item_timeout)
+    _check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts)
     items = list(items)
     if not items:
         return []

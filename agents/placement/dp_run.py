@@ -114,6 +114,7 @@ class MapRun:
         now = time.monotonic()
         if kind == "ready":
             slot.state = "ready"
+            slot.died_starting = None
             slot.running_since = now if slot.inflight else None
             return
         if kind == "init_error":
@@ -174,6 +175,8 @@ class MapRun:
             )
             return
         timed_out, slot.timed_out_item = slot.timed_out_item, None
+        if slot.state != "ready":
+            slot.died_starting = reason.splitlines()[0]
         if slot.state != "ready" or (timed_out is not None and timed_out not in held):
             # died while building its model (a crash, not an exception), or killed for an item that
             # finished before the kill landed: none of the held items ran over, none loses an attempt
@@ -187,7 +190,9 @@ class MapRun:
         restart = slot.restarts_used < self.pool.restarts
         warnings.warn(
             WorkerDiedWarning(
-                f"worker {slot.index} on {slot.device} (pid {pid}) died ({reason.splitlines()[0]})"
+                f"worker {slot.index} on {slot.device} (pid {pid}) died "
+                + ("before it was ready " if slot.state != "ready" else "")
+                + f"({reason.splitlines()[0]})"
                 + (f" while running item {held[0]}" if held else "")
                 + (f"; {len(held) - 1} queued item(s) requeued" if len(held) > 1 else "")
                 + (f"; restarting ({slot.restarts_used + 1}/{self.pool.restarts})" if restart else "; not restarted")
@@ -248,8 +253,14 @@ class MapRun:
                 f"every worker failed in make_worker ({len(slots)} of {len(slots)}); "
                 f"first traceback:\n{slots[0].init_error}"
             )
+        why = ""
+        if all(s.died_starting is not None for s in slots):
+            # a crash before make_worker returned, or a child that never reached worker_main: the
+            # workers' own output (stderr) holds the reason, which the parent never receives
+            why = (f"; every worker died before it was ready ({slots[0].died_starting}), their own output says "
+                   "why (a script that starts workers needs an `if __name__ == \"__main__\":` guard)")
         for index in list(self.retry) + list(self.pending):
-            summary = "no live worker left to run this item (all died and used up their restarts)"
+            summary = "no live worker left to run this item (all died and used up their restarts)" + why
             text = summary
             if index in self.last_error:
                 summary += f"; last attempt: {self.last_error[index][0]}"

@@ -24,6 +24,9 @@ class Slot:
     timed_out_item: int | None = None  # the item the parent killed this worker for
     restarts_used: int = 0
     init_error: str | None = None
+    # how the worker last died before it was ready (a crash, not a make_worker exception); kept
+    # across restarts until one gets ready, so a map with no worker left can say what went wrong
+    died_starting: str | None = None
 
 
 def release(slot: Slot) -> None:
@@ -50,12 +53,23 @@ def shutdown(slots: list[Slot], timeout: float) -> None:
     for s in slots:
         if s.proc is None:
             continue
-        s.proc.join(max(0.0, deadline - time.monotonic()))
-        if s.proc.is_alive():
-            s.proc.terminate()
-            s.proc.join(2.0)
-        if s.proc.is_alive():
-            s.proc.kill()
-            s.proc.join(2.0)
+        if _started(s.proc):
+            _stop(s.proc, deadline)
         release(s)
         s.state = "dead"
+
+
+def _started(proc: Any) -> bool:
+    """Whether ``proc.start()`` succeeded. A process whose start raised has no pid, and joining
+    it raises an AssertionError that would hide the error that stopped it from starting."""
+    return proc.pid is not None
+
+
+def _stop(proc: Any, deadline: float) -> None:
+    proc.join(max(0.0, deadline - time.monotonic()))
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(2.0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(2.0)

@@ -148,6 +148,8 @@ def inventory(method: Literal["auto", "nvml", "cuda"] = "auto") -> Inventory:
 def inventory_report(inv: Inventory | None = None) -> str:
     """One table, one row per CUDA device plus a host row, for printing at program start."""
     inv = inventory() if inv is None else inv
+    if not isinstance(inv, Inventory):
+        raise TypeError(f"inv must be an Inventory (from inventory()) or None, got {type(inv).__name__}")
     header = ("device", "name", "total", "free", "used", "this process (alloc/reserved)")
     rows = [header]
     for d in inv.devices:

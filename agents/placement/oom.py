@@ -11,9 +11,10 @@ import functools
 import gc
 import inspect
 from collections.abc import Callable
-from typing import Any
 
 import torch
+
+from .checks import check_int, is_real
 
 # Messages of out-of-memory RuntimeErrors that are not torch.OutOfMemoryError instances (older
 # torch builds, the CPU allocator, cuDNN/cuBLAS failing to get a workspace, other backends).
@@ -53,12 +54,6 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _check_positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a positive int, got {value!r}")
-    return value
-
-
 def oom_backoff(
     function: Callable | None = None,
     *,
@@ -83,12 +78,17 @@ def oom_backoff(
         return functools.partial(oom_backoff, start=start, factor=factor, min_size=min_size, on_backoff=on_backoff)
     if not callable(function):
         raise TypeError(f"oom_backoff decorates a callable, got {type(function).__name__}")
-    _check_positive_int(start, "start")
-    _check_positive_int(min_size, "min_size")
+    # checked here, not at the first back-off: a bad hook would otherwise surface only once the
+    # GPU is full, as an error about the hook instead of the out-of-memory one
+    if on_backoff is not None and not callable(on_backoff):
+        raise TypeError(f"on_backoff must be a callable (old, new, message) or None, got {type(on_backoff).__name__}")
+    start = check_int(start, "start", 1)
+    min_size = check_int(min_size, "min_size", 1)
     if min_size > start:
         raise ValueError(f"min_size ({min_size}) must be <= start ({start})")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0.0 < factor < 1.0:
+    if not is_real(factor) or not 0.0 < factor < 1.0:
         raise ValueError(f"factor must be a float in (0, 1), got {factor!r}")
+    factor = float(factor)
     params = [
         p
         for p in inspect.signature(function).parameters.values()

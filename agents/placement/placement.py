@@ -7,11 +7,12 @@ after the whole-model placement (see docs/placement.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import torch
 
+from .checks import is_int, is_real
 from .devices import device_key, format_bytes
 from .meminfo import inventory
 
@@ -27,11 +28,26 @@ class PlacementError(ValueError):
 
 
 def _check_bytes(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """``value`` as a Python int number of bytes (NumPy integers converted), >= 0."""
+    if not is_int(value):
         raise TypeError(f"{what} must be an int number of bytes, got {type(value).__name__} {value!r}")
     if value < 0:
         raise ValueError(f"{what} must be >= 0 bytes, got {value}")
-    return value
+    return int(value)
+
+
+def _check_mapping(value, what: str, expected: str) -> None:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a {expected} dict, got {type(value).__name__}")
+
+
+def _by_device(memory: Mapping, what: str, value: str) -> dict[str, int]:
+    """``{canonical device: bytes}`` of the mapping ``what``; two names of one device ("cuda" and
+    "cuda:0") are an error, since one of their two values would be dropped silently."""
+    out = {device_key(d): _check_bytes(b, f"{value} of {d!r}") for d, b in memory.items()}
+    if len(out) != len(memory):
+        raise ValueError(f"the keys of {what} name a device twice ({list(memory)}): 'cuda' is 'cuda:0'")
+    return out
 
 
 def _capacities(devices, headroom) -> dict[str, int]:
@@ -39,11 +55,12 @@ def _capacities(devices, headroom) -> dict[str, int]:
     if devices is None:
         free = inventory().free()
     elif isinstance(devices, Mapping):
-        free = {device_key(d): _check_bytes(b, f"free memory of {d!r}") for d, b in devices.items()}
-        if len(free) != len(devices):  # "cuda" and "cuda:0" name one device
-            raise ValueError(f"devices name a device twice ({list(devices)}): 'cuda' is 'cuda:0'")
+        free = _by_device(devices, "devices", "free memory")
     elif isinstance(devices, (str, torch.device)):
         raise TypeError("devices must be a list of devices or a {device: free bytes} dict, not one device")
+    elif not isinstance(devices, Iterable):
+        raise TypeError(f"devices must be a list of devices, a {{device: free bytes}} dict or None, "
+                        f"got {type(devices).__name__}")
     else:
         wanted = [device_key(d) for d in devices]
         inv = inventory()
@@ -55,14 +72,15 @@ def _capacities(devices, headroom) -> dict[str, int]:
         free = {d: known[d] for d in wanted}
     if not free:
         raise ValueError("devices is empty; expected at least one device")
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
+    if is_int(headroom):
+        headroom = _check_bytes(headroom, "headroom")
+        return {d: max(0, b - headroom) for d, b in free.items()}
+    if not is_real(headroom):
         raise TypeError(f"headroom must be a float fraction or an int of bytes, got {headroom!r}")
-    if isinstance(headroom, float):
-        if not 0.0 <= headroom < 1.0:
-            raise ValueError(f"headroom as a fraction must be in [0, 1), got {headroom}")
-        return {d: int(b * (1.0 - headroom)) for d, b in free.items()}
-    _check_bytes(headroom, "headroom")
-    return {d: max(0, b - headroom) for d, b in free.items()}
+    headroom = float(headroom)  # np.float32 too: a non-integer number is a fraction
+    if not 0.0 <= headroom < 1.0:
+        raise ValueError(f"headroom as a fraction must be in [0, 1), got {headroom}")
+    return {d: int(b * (1.0 - headroom)) for d, b in free.items()}
 
 
 def _greedy(order, sizes, caps, strategy, left, count, placed) -> str | None:
@@ -210,6 +228,8 @@ def remaining_memory(
     headroom: float | int = 0.1,
 ) -> dict[str, int]:
     """``{device: bytes}`` still usable after ``placement`` (same headroom rule as :func:`place_models`)."""
+    _check_mapping(sizes, "sizes", "{name: bytes}")
+    _check_mapping(placement, "placement", "{name: device}")
     left = _capacities(devices, headroom)
     for name, dev in placement.items():
         key = device_key(dev)
@@ -223,8 +243,6 @@ def remaining_memory(
 
 def to_max_memory(memory: Mapping[str, int]) -> dict[int | str, int]:
     """Convert ``{"cuda:1": bytes, "cpu": bytes}`` to accelerate's ``max_memory`` (``{1: bytes, "cpu": bytes}``)."""
-    out: dict[int | str, int] = {}
-    for dev, b in memory.items():
-        key = device_key(dev)
-        out["cpu" if key == "cpu" else int(key.split(":")[1])] = _check_bytes(b, f"memory of {dev!r}")
-    return out
+    _check_mapping(memory, "memory", "{device: bytes}")
+    by_device = _by_device(memory, "memory", "memory")
+    return {"cpu" if k == "cpu" else int(k.split(":")[1]): b for k, b in by_device.items()}

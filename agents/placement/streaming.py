@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from .checks import check_int, is_real
 from .devices import as_device
 from .meminfo import memory_in_use
 from .oom import free_memory, is_oom_error
@@ -45,17 +46,9 @@ def _as_float(loss: Any) -> float | None:
         if loss.numel() != 1:
             raise ValueError(f"step must return a scalar loss, got a tensor of shape {tuple(loss.shape)}")
         return float(loss.detach().item())
-    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+    if is_real(loss):  # a NumPy loss (np.float32) too
         return float(loss)
     raise TypeError(f"step must return a scalar loss (tensor, float or None), got {type(loss).__name__}")
-
-
-def _check_int(value: Any, what: str, minimum: int, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
-        raise ValueError(f"{what} must be {expected}, got {value!r}")
 
 
 def stream_train(
@@ -73,9 +66,10 @@ def stream_train(
     """Call ``step(batch)`` once per batch of ``batches`` on ``device``; keep nothing but the losses.
 
     ``step`` does one optimisation step (zero grads, forward, backward, optimizer step) on a batch
-    already on ``device`` and returns its scalar loss (tensor or float) or None; the loss is turned
-    into a float at once so no autograd graph survives the step. Batches are tensors or
-    dicts/lists/tuples of tensors sharing the leading dimension (see ``agents.placement.tensors``).
+    already on ``device`` and returns its scalar loss (tensor, Python or NumPy number) or None;
+    the loss is turned into a float at once so no autograd graph survives the step. Batches are
+    tensors or dicts/lists/tuples of tensors sharing the leading dimension (see
+    ``agents.placement.tensors``).
 
     With ``split_on_oom``, a batch whose step runs out of memory is retried as two halves (and so
     on down to ``min_micro_batch`` rows); later batches are cut to the size that worked, so the
@@ -84,9 +78,9 @@ def stream_train(
     (rarely needed: the cache is reused, not leaked). ``max_steps`` stops early.
     """
     dev = as_device(device)
-    _check_int(max_steps, "max_steps", 0, allow_none=True)
-    _check_int(min_micro_batch, "min_micro_batch", 1)
-    _check_int(empty_cache_every, "empty_cache_every", 0)
+    max_steps = check_int(max_steps, "max_steps", 0, allow_none=True)
+    min_micro_batch = check_int(min_micro_batch, "min_micro_batch", 1)
+    empty_cache_every = check_int(empty_cache_every, "empty_cache_every", 0)
     if not callable(step):
         raise TypeError(f"step must be callable, got {type(step).__name__}")
 

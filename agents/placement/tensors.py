@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from .checks import check_int
+
 
 def _rebuild(obj: Any, values: list) -> Any:
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # named tuple: positional constructor
@@ -82,8 +84,7 @@ def split_batch(batch: Any, chunk: int) -> list[Any]:
     Non-tensor leaves are repeated in every piece; a list or tuple of as many plain values as the
     batch has rows (per-sample data) is a `ValueError`, since repeating it would misalign it.
     """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    chunk = check_int(chunk, "chunk", 1)
     n = batch_len(batch)
     if n > 1:
         _refuse_sample_lists(batch, n)

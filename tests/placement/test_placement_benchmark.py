@@ -74,3 +74,25 @@ def test_devices_naming_no_device_is_rejected(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--devices names no device" in proc.stderr and not list(tmp_path.iterdir())
 
+
+
+@pytest.mark.parametrize("devices, match", [
+    ("gpu,gpu", "--devices 'gpu,gpu': device 'gpu' is not a device string"),
+    ("cpu,mps", "only 'cpu' and 'cuda' are supported"),
+])
+def test_devices_that_are_not_devices_are_rejected_before_any_work(tmp_path, devices, match):
+    # used to print the inventory, then a ValueError traceback from the first pool, exit 1
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.placement", "--quick", "--devices", devices,
+                           "--out-dir", str(tmp_path)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and match in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("placement.py: error:")
+    assert proc.stdout == "" and not list(tmp_path.iterdir())  # no inventory printed, nothing written
+
+
+def test_gpus_this_machine_does_not_have_are_rejected_before_any_work(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.placement", "--quick", "--devices", "cuda:0,cuda:1",
+                           "--out-dir", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "ask for CUDA, but torch.cuda.is_available() is False" in proc.stderr, proc.stderr
+    assert proc.stdout == "" and not list(tmp_path.iterdir())

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -129,3 +130,14 @@ def test_a_bare_cuda_device_is_cuda_0(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", selected.append)  # no GPU here: record what would be set
     env, dev = init_distributed(DistEnv(), "cuda")
     assert dev == torch.device("cuda", 0) and selected == [torch.device("cuda", 0)]
+
+
+def test_numpy_numbers_are_accepted_and_bools_are_not():
+    env = DistEnv(rank=np.int64(1), local_rank=np.int32(1), world_size=np.int64(2), is_distributed=True)
+    assert env == DistEnv(rank=1, local_rank=1, world_size=2, is_distributed=True) and type(env.rank) is int
+    with pytest.raises(TypeError, match="DistEnv.rank must be an int, got bool"):
+        DistEnv(rank=False)
+    # timedelta refuses a NumPy float: it is converted before it gets there
+    assert init_distributed(DistEnv(), "cpu", timeout_s=np.float32(30.0)) == (DistEnv(), torch.device("cpu"))
+    with pytest.raises(ValueError, match="timeout_s"):
+        init_distributed(DistEnv(), "cpu", timeout_s=0)

@@ -6,6 +6,7 @@ import collections
 import signal
 import warnings
 
+import numpy as np
 import placement_helpers as h
 import pytest
 import torch
@@ -180,3 +181,93 @@ def test_cuda_workers_return_cpu_tensors():
     for r in out:
         assert r["device"] == "cuda:0"  # each worker sees only its own GPU, as cuda:0
         assert r["ones"].device.type == "cpu" and r["ones"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_empty_items_still_check_the_worker_and_devices():
+    # an empty batch used to return [] before anything was checked, so a bad call passed until
+    # the first non-empty one
+    with pytest.raises(ValueError, match="'gpu' is not a device string"):
+        dp_map(h.make_identity, [], ["gpu"])
+    with pytest.raises(TypeError, match="picklable"):
+        dp_map(lambda device: device, [], CPU2)
+    with pytest.raises(ValueError, match="non-empty list"):
+        dp_map(h.make_identity, [], [])
+    with pytest.raises(ValueError, match="prefetch"):
+        dp_map(h.make_identity, [], CPU2, prefetch=0)
+
+
+@pytest.fixture
+def failing_start(monkeypatch):
+    """Process.start of the spawn context raising EMFILE from its ``fail_from``-th call on (0-based);
+    the processes that did start are listed, to check that they are stopped."""
+    import multiprocessing.context
+
+    real_start = multiprocessing.context.SpawnProcess.start
+    state = {"fail_from": 0, "calls": 0, "started": []}
+
+    def start(self):
+        state["calls"] += 1
+        if state["calls"] > state["fail_from"]:
+            raise OSError(24, "Too many open files")
+        real_start(self)
+        state["started"].append(self)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    return state
+
+
+def test_a_worker_that_cannot_start_raises_the_real_error(failing_start):
+    # shutdown used to join the never-started process: "AssertionError: can only join a started process"
+    with pytest.raises(OSError, match="Too many open files"):
+        dp_map(h.make_identity, [1, 2], CPU2, progress=False)
+    failing_start.update(fail_from=1, calls=0)  # the first worker starts, the second cannot
+    with pytest.raises(OSError, match="Too many open files"):
+        WorkerPool(h.make_identity, CPU2)
+    [first] = failing_start["started"]
+    assert not first.is_alive()  # the worker that did start was stopped
+
+
+def test_a_restart_that_cannot_start_raises_the_real_error(failing_start):
+    failing_start["fail_from"] = 1  # the worker starts once; its restart cannot
+    with pytest.warns(WorkerDiedWarning, match="restarting"):
+        with pytest.raises(OSError, match="Too many open files"):
+            dp_map(h.make_always_die, range(3), ["cpu"], progress=False)
+    assert not failing_start["started"][0].is_alive()
+
+
+@pytest.mark.time_limit(180)
+def test_a_script_without_a_main_guard_gets_the_real_error_in_its_workers(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    script = tmp_path / "unguarded.py"
+    # spawned workers import the script, which starts a pool again while they are bootstrapping
+    script.write_text(
+        "import placement_helpers as h\n"
+        "from agents.placement import dp_map\n"
+        "out = dp_map(h.make_identity, [1], ['cpu'], on_error='collect', progress=False)\n"
+        "print('ERROR:', out[0].error)\n"
+    )
+    path = os.pathsep.join([str(repo), str(Path(__file__).resolve().parent)])
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=170)
+    assert "can only join a started process" not in proc.stderr
+    assert "bootstrapping phase" in proc.stderr  # the workers' own error, printed by them
+    assert "died before it was ready" in proc.stderr  # the parent's WorkerDiedWarning
+    error = [line for line in proc.stdout.splitlines() if line.startswith("ERROR:")]
+    assert len(error) == 1 and "every worker died before it was ready" in error[0] and "__main__" in error[0]
+
+
+def test_numpy_numbers_are_accepted_and_bools_are_not():
+    out = dp_map(h.make_identity, [1, 2], ["cpu"], threads_per_worker=np.int64(1), prefetch=np.int64(1),
+                 restarts=np.int64(0), retries=np.int64(0), item_timeout=np.float32(30.0), progress=False)
+    assert out == [1, 2]
+    with pytest.raises(ValueError, match="retries"):
+        dp_map(h.make_identity, [1], CPU2, retries=True)
+    with pytest.raises(ValueError, match="item_timeout"):
+        dp_map(h.make_identity, [1], CPU2, item_timeout=np.float32(0))
+    with pytest.raises(ValueError, match="restarts"):
+        WorkerPool(h.make_identity, CPU2, restarts=False)

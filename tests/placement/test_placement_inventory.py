@@ -6,6 +6,7 @@ import ctypes
 import platform
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,3 +119,19 @@ def test_process_rss_without_proc_or_psutil_reads_the_peak_in_the_platforms_unit
     assert current <= rss and abs(rss - peak_kib * 1024) < 64 * 2**20
     monkeypatch.setattr(meminfo.sys, "platform", "darwin")  # macOS reports bytes
     assert abs(meminfo.process_rss() * 1024 - rss) < 64 * 2**20
+
+
+def test_inventory_report_of_something_else_is_a_type_error():
+    # it used to raise AttributeError: 'int' object has no attribute 'devices'
+    with pytest.raises(TypeError, match="inv must be an Inventory .* got int"):
+        inventory_report(5)
+    with pytest.raises(TypeError, match="got dict"):
+        inventory_report({"cuda:0": GiB})
+
+
+def test_numpy_device_indices_are_accepted_and_bools_are_not():
+    assert as_device(np.int64(2)) == torch.device("cuda", 2) and device_key(np.int32(1)) == "cuda:1"
+    with pytest.raises(TypeError, match="bool"):
+        as_device(True)
+    with pytest.raises(ValueError, match=">= 0"):
+        as_device(np.int64(-1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -263,3 +264,42 @@ def test_per_sample_lists_are_refused_rather_than_misaligned_on_back_off():
     # a list that is not per-sample (here: 2 values for 4 rows) is still repeated in every piece
     pieces = split_batch({"x": torch.zeros(4, 1), "names": ["a", "b"]}, 2)
     assert [p["names"] for p in pieces] == [["a", "b"], ["a", "b"]]
+
+
+def test_a_backoff_hook_that_is_not_callable_is_refused_at_decoration():
+    # it used to be accepted and fail at the first back-off: "'int' object is not callable"
+    with pytest.raises(TypeError, match="on_backoff must be a callable .* got int"):
+        oom_backoff(lambda b: b, on_backoff=5)
+    with pytest.raises(TypeError, match="on_backoff must be a callable .* got str"):
+        oom_backoff(on_backoff="print")(lambda b: b)
+
+
+def test_numpy_numbers_are_accepted_and_bools_are_not():
+    tried = []
+
+    @oom_backoff(start=np.int64(8), min_size=np.int32(2), factor=np.float32(0.5))
+    def fits_at_2(batch_size):
+        tried.append(batch_size)
+        if batch_size > 2:
+            raise cuda_oom(batch_size)
+        return batch_size
+
+    assert fits_at_2() == 2 and tried == [8, 4, 2] and all(type(b) is int for b in tried)
+    with pytest.raises(ValueError, match="start"):
+        oom_backoff(lambda b: b, start=True)
+
+    pieces = split_batch(torch.arange(5), np.int64(2))
+    assert [p.tolist() for p in pieces] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(ValueError, match="chunk"):
+        split_batch(torch.arange(5), True)
+
+    losses = iter([np.float32(0.5), np.float64(0.25), np.int64(1)])
+    stats = stream_train(lambda b: next(losses), [torch.zeros(2, 1)] * 3, max_steps=np.int64(3),
+                         min_micro_batch=np.int64(1))
+    assert stats.losses == [0.5, 0.25, 1.0] and all(type(v) is float for v in stats.losses)
+    with pytest.raises(TypeError, match="scalar loss"):
+        stream_train(lambda b: np.bool_(True), [torch.zeros(2, 1)])
+    with pytest.raises(TypeError, match="scalar loss"):
+        stream_train(lambda b: True, [torch.zeros(2, 1)])
+    with pytest.raises(ValueError, match="max_steps"):
+        stream_train(lambda b: None, [], max_steps=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -220,3 +221,41 @@ def test_aliases_pins_and_sizes_are_checked():
         place_models({"a": 1}, {"cuda:0": 10}, headroom=0.0, pinned=["a"])
     with pytest.raises((TypeError, ValueError), match="size of 'a'"):
         remaining_memory({"a": 2.5}, {"a": "cuda:0"}, {"cuda:0": 10}, headroom=0.0)
+
+
+def test_to_max_memory_refuses_two_names_of_one_device():
+    # {"cuda": 5, "cuda:0": 7} used to become {0: 7}, one of the two values dropped silently
+    with pytest.raises(ValueError, match=r"the keys of memory name a device twice \(\['cuda', 'cuda:0'\]\)"):
+        to_max_memory({"cuda": 5, "cuda:0": 7})
+    assert to_max_memory({"cuda": 5, "cpu": 7}) == {0: 5, "cpu": 7}
+
+
+def test_arguments_of_the_wrong_type_are_named():
+    # each used to end in an AttributeError ('list' object has no attribute 'items')
+    with pytest.raises(TypeError, match=r"placement must be a \{name: device\} dict, got list"):
+        remaining_memory({"a": 1}, ["a"], {"cuda:0": 10})
+    with pytest.raises(TypeError, match=r"sizes must be a \{name: bytes\} dict, got list"):
+        remaining_memory([1], {"a": "cuda:0"}, {"cuda:0": 10})
+    with pytest.raises(TypeError, match=r"devices must be a list of devices, a \{device: free bytes\} dict or None"):
+        remaining_memory({"a": 1}, {"a": "cuda:0"}, 5)
+    with pytest.raises(TypeError, match=r"memory must be a \{device: bytes\} dict, got list"):
+        to_max_memory([("cuda:0", 1)])
+
+
+def test_numpy_numbers_are_accepted_and_bools_are_not():
+    free = {"cuda:0": np.int64(100), "cuda:1": np.int64(100)}
+    sizes = {"a": np.int64(60), "b": np.int32(30)}
+    assert place_models(sizes, free, headroom=np.float32(0.1)) == {"a": "cuda:0", "b": "cuda:1"}
+    with pytest.raises(PlacementError, match="'a' needs 60 B"):
+        place_models(sizes, free, headroom=np.int64(50))  # an integer headroom is bytes
+    left = remaining_memory(sizes, {"a": "cuda:0"}, free, headroom=np.float64(0.0))
+    assert left == {"cuda:0": 40, "cuda:1": 100} and all(type(v) is int for v in left.values())
+    assert to_max_memory({"cuda:1": np.uint64(7)}) == {1: 7}
+    with pytest.raises(TypeError, match="size of model 'a' must be an int"):
+        place_models({"a": np.bool_(True)}, free)
+    with pytest.raises(TypeError, match="size of model 'a' must be an int"):
+        place_models({"a": True}, free)
+    with pytest.raises(TypeError, match="headroom"):
+        place_models(sizes, free, headroom=False)
+    with pytest.raises(TypeError, match="headroom"):
+        place_models(sizes, free, headroom="10%")

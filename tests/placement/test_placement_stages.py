@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,7 +127,36 @@ def test_a_stage_whose_gpu_cannot_be_selected_fails_the_pipeline_instead_of_hang
         raise RuntimeError(f"CUDA error: invalid device ordinal ({dev})")
 
     monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    # a machine that reports two GPUs, so the pipeline's own up-front check passes and the
+    # failure comes from selecting the GPU in the stage's thread
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     pipe = StagePipeline([Stage(lambda x: x, name="policy"), Stage(lambda x: x, device, name="generator")])
     with pytest.raises(StageError, match="stage 'generator' failed to start: RuntimeError: CUDA error"):
         pipe.run(range(4))
     assert selected == [torch.device("cuda", 0 if device == "cuda" else 1)]  # bare "cuda" spelled out as cuda:0
+
+
+def test_a_stage_on_a_gpu_this_process_cannot_see_is_refused_before_any_thread_starts(monkeypatch):
+    # on a CPU-only torch, set_device in the stage's thread used to fail with
+    # "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"stage 'generator' asks for cuda:0, but CUDA is not available"):
+        StagePipeline([Stage(lambda x: x, name="policy"), Stage(lambda x: x, "cuda", name="generator")])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"stage 'reward' asks for cuda:1, but only 1 CUDA device\(s\) are visible"):
+        StagePipeline([Stage(lambda x: x, "cuda:1", name="reward")])
+    assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only case of the fuzzing report")
+def test_a_cuda_stage_on_a_cpu_only_machine_says_cuda_is_not_available():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        StagePipeline([Stage(lambda x: x, device="cuda")]).run([1])
+
+
+def test_numpy_queue_size_is_accepted_and_bools_are_not():
+    assert StagePipeline([lambda x: x + 1], queue_size=np.int64(1)).run([1, 2]) == [2, 3]
+    with pytest.raises(ValueError, match="queue_size"):
+        StagePipeline([lambda x: x], queue_size=True)
