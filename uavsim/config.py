@@ -74,6 +74,7 @@ class EnvConfig:
         need(self.num_obstacles <= self.grid_height * self.grid_width, "num_obstacles",
              f"<= the number of cells ({self.grid_height * self.grid_width})")
         need(self.max_steps >= 1, "max_steps", ">= 1")
+        need(self.max_steps < 2**31, "max_steps", "< 2**31 (step counts are compared on the device as int64)")
         need(self.obstacle_min_size >= 1, "obstacle_min_size", ">= 1")
         need(self.obstacle_max_size >= self.obstacle_min_size, "obstacle_max_size",
              f">= obstacle_min_size ({self.obstacle_min_size})")
@@ -96,6 +97,13 @@ class EnvConfig:
         need(self.collision_penalty >= 0, "collision_penalty", ">= 0")
         need(self.near_miss_penalty >= 0, "near_miss_penalty", ">= 0")
         need(0 < self.target_coverage <= 1, "target_coverage", "in (0, 1]")
+        # A UAV's reward per step lies within +-(the sum of the four); its episode return, a float32
+        # sum of max_steps rewards, must stay finite.
+        per_step = self.coverage_reward + self.time_penalty + self.collision_penalty + self.near_miss_penalty
+        need(per_step * self.max_steps <= FLOAT32_MAX, "coverage_reward",
+             f"such that (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps "
+             f"<= {FLOAT32_MAX:.4g}, or an episode's return overflows float32 (the sum is {per_step:.4g}, "
+             f"max_steps {self.max_steps})")
         need(self.state_pool >= 1, "state_pool", ">= 1")
         need(self.state_pool <= min(self.grid_height, self.grid_width), "state_pool",
              f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})")

@@ -59,6 +59,18 @@ def canonical_device(device: Any) -> torch.device:
     return dev
 
 
+def _next(episode: torch.Tensor) -> torch.Tensor:
+    """The next episode index; after 2**31 episodes (the RNG's key range) the maps repeat from 0."""
+    return (episode + 1) % MAX_KEY
+
+
+def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
+    """``[B]`` float32 mean over UAVs of ``ep_reward [B, N]``. Summed in float64, where the sum of a
+    few float32 values is exact (unless they differ by more than ~2**25 in magnitude), so the order
+    of the additions, which differs between torch's and NumPy's reductions, cannot change it."""
+    return (ep_reward.double().sum(1) / ep_reward.shape[1]).float()
+
+
 def _as_long(x, device) -> torch.Tensor:
     return torch.as_tensor(x, dtype=torch.int64, device=device)
 
@@ -75,7 +87,9 @@ class UAVSwarmEnv:
             ``first_env_index + b`` (distributed ranks use disjoint ranges).
         check_action_range: validate that actions lie in ``[0, num_actions)``; this reads a
             value back from the device (a sync per step), so trainers that sample valid actions
-            turn it off. Shape, dtype and device are always checked (free).
+            turn it off. Off, a bad action goes undetected: a negative one indexes the move table
+            from its end (-1 moves like the last action), a larger one raises an IndexError (a
+            device-side assert on a GPU). Shape, dtype and device are always checked (free).
         reset_mode: ``"dense"``, ``"sparse"`` or ``None`` (pick by device), see module docstring.
     """
 
@@ -236,7 +250,7 @@ class UAVSwarmEnv:
         if mask is None or self._state is None:
             if mask is not None:
                 raise RuntimeError("the first reset must reset every environment (mask=None)")
-            episode = torch.zeros_like(self.env_index) if self._state is None else self._state["episode"] + 1
+            episode = torch.zeros_like(self.env_index) if self._state is None else _next(self._state["episode"])
             self._state = self._fresh(self.env_index, episode)
         else:
             self._check_mask(mask)
@@ -284,7 +298,7 @@ class UAVSwarmEnv:
             "coverage": coverage, "collisions": collided, "near_misses": near,
             "final_obs": self._observe(s),
             # Copies: the reset below overwrites the state in place.
-            "episode_return": s["ep_reward"].mean(1), "episode_length": s["t"].clone(),
+            "episode_return": mean_return(s["ep_reward"]), "episode_length": s["t"].clone(),
             "episode_coverage": coverage, "episode_collisions": s["ep_collisions"].clone(),
             "episode_near_misses": s["ep_near_misses"].clone(),
         }
@@ -297,7 +311,7 @@ class UAVSwarmEnv:
         """Begin the next episode where ``mask``; return observations of all envs if ``obs`` given."""
         s = self._state
         if self.reset_mode == "dense":
-            fresh = self._fresh(self.env_index, s["episode"] + 1)
+            fresh = self._fresh(self.env_index, _next(s["episode"]))
             self._state = {k: torch.where(mask.view(-1, *([1] * (v.dim() - 1))), fresh[k], v) for k, v in s.items()}
             if obs is None:
                 return None
@@ -306,7 +320,7 @@ class UAVSwarmEnv:
         ids = mask.nonzero().squeeze(1)  # host sync on a GPU: that is why CUDA defaults to "dense"
         if ids.numel() == 0:  # the shape is known on the host already: skip all the copies
             return obs
-        fresh = self._fresh(self.env_index[ids], s["episode"][ids] + 1)
+        fresh = self._fresh(self.env_index[ids], _next(s["episode"][ids]))
         for k, v in s.items():
             v.index_copy_(0, ids, fresh[k])
         if obs is None:

@@ -57,9 +57,7 @@ class ReferenceEnv:
 
     def reset(self) -> dict[str, np.ndarray]:
         cfg, p = self.config, self.config.pad
-        self.episode += 1
-        if self.episode >= MAX_KEY:
-            raise OverflowError("episode index reached 2**31")
+        self.episode = (self.episode + 1) % MAX_KEY  # after 2**31 episodes the maps repeat, as in the batched env
         lo, hi = cfg.obstacle_min_size, cfg.obstacle_max_size
         grid = np.zeros((cfg.grid_height, cfg.grid_width), dtype=bool)
         for k in range(cfg.num_obstacles):
@@ -152,7 +150,8 @@ class ReferenceEnv:
             "coverage": coverage,
             "collisions": collided,
             "near_misses": near,
-            "episode_return": self.episode_reward.mean(dtype=np.float32),
+            # float64 sum, as the batched env: exact for a few float32 values, whatever the order
+            "episode_return": np.float32(self.episode_reward.astype(np.float64).sum() / cfg.num_uavs),
             "episode_length": self.t,
             "episode_coverage": coverage,
             "episode_collisions": self.episode_collisions,

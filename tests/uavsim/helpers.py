@@ -53,7 +53,7 @@ def run_lockstep(cfg: EnvConfig, num_envs: int, seed: int, steps: int, reset_mod
                 assert int(info["episode_collisions"][i]) == r_info["episode_collisions"], where
                 assert int(info["episode_near_misses"][i]) == r_info["episode_near_misses"], where
                 assert info["episode_coverage"][i].numpy() == r_info["episode_coverage"], where
-                np.testing.assert_allclose(info["episode_return"][i].numpy(), r_info["episode_return"], rtol=1e-6)
+                assert info["episode_return"][i].numpy() == r_info["episode_return"], where
                 r_obs = ref.reset()
             ref_obs[i] = r_obs
         assert_obs_equal(info["final_obs"], final, f"final_obs after step {t}")

@@ -73,6 +73,9 @@ def test_bad_mask(env):
         (dict(near_miss_penalty=-1e39), "near_miss_penalty"),
         (dict(coverage_reward=10**400), "coverage_reward"),  # an int no float can hold
         (dict(num_obstacles=32 * 32 + 1), "num_obstacles"),  # more rectangles than cells
+        (dict(max_steps=2**63), "max_steps"),  # would wrap on the device
+        (dict(time_penalty=3.4e38, collision_penalty=3.4e38, max_steps=3), "coverage_reward"),  # -inf rewards
+        (dict(coverage_reward=1e37), "coverage_reward"),  # finite per step, x 200 steps an infinite return
         (dict(state_pool=33), "state_pool"),
         (dict(launch_size=0), "launch_size"),
     ],

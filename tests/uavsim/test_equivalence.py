@@ -36,3 +36,33 @@ def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode):
 def test_equivalence_through_partial_resets(reset_mode):
     ended = run_lockstep(SMALL_8_MOVES, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1)
     assert ended > 0
+
+
+def test_episode_return_and_the_episode_counter_match_the_reference_exactly_at_their_limits():
+    # The mean over UAVs is summed in float64 on both sides: torch's and NumPy's float32 reductions
+    # add in different orders and used to differ in the last bit on the default task. And both wrap
+    # the episode index at the end of the RNG's key range (the reference used to raise, torch to run
+    # past it).
+    import numpy as np
+    import torch
+
+    from uavsim.env import UAVSwarmEnv
+    from uavsim.reference import ReferenceEnv
+    from uavsim.rng import MAX_KEY
+
+    cfg = EnvConfig(max_steps=1)
+    env, ref = UAVSwarmEnv(cfg, num_envs=1, seed=2), ReferenceEnv(cfg, seed=2)
+    env.reset()
+    ref.reset()  # both play episode 0's map; relabel it as two episodes before the key range ends
+    state = env.state_dict()
+    state["state"]["episode"][:] = MAX_KEY - 2
+    env.load_state_dict(state)
+    ref.episode = MAX_KEY - 2
+    for step in range(4):  # one-step episodes: the next ones are MAX_KEY - 1, 0, 1, 2
+        actions = (torch.arange(cfg.num_uavs) + step) % cfg.num_actions
+        obs, _, _, _, info = env.step(actions.view(1, -1))
+        _, _, _, _, r_info = ref.step(actions.numpy())
+        assert info["episode_return"][0].numpy() == r_info["episode_return"]
+        r_obs = ref.reset()
+        assert int(env.state["episode"][0]) == ref.episode == (MAX_KEY - 1 + step) % MAX_KEY
+        assert np.array_equal(obs["state"][0].numpy(), r_obs["state"])
