@@ -6,7 +6,9 @@ checks ranges. Any bad input is a `ValueError` / `TypeError` that names the key:
 
     unknown key      -> ValueError("unknown config key 'train.lrr' ...")
     wrong type       -> TypeError("config key 'env.num_envs': Value 'abc' ... Integer")
-    out of range     -> ValueError("config key 'train.clip_coef' must be > 0, got -0.1")
+    out of range     -> ValueError("config key 'train.clip_coef' must be finite and > 0, got -0.1")
+    bool key         -> TypeError("override 'train.anneal_lr=2': train.anneal_lr must be true or false, got 2")
+                        (true/false, also yes/no/on/off; OmegaConf alone would read any int as a bool)
 
 The `env` section is every field of `uavsim.EnvConfig` (generated from it, so the two never drift)
 plus `num_envs`. Counts of time are environment steps: one step of one environment.

@@ -33,7 +33,8 @@ class Logger:
 
     def hyperparameters(self, flat: dict[str, object], step: int = 0) -> None:
         """A Markdown table of every config value (CleanRL's `hyperparameters` text), at `step`
-        (a resumed run logs its possibly overridden config at the step it resumed from)."""
+        (a resumed run logs its possibly overridden config one step after the step it resumed from,
+        where TensorBoard's purge hides the copy an earlier, killed resume logged)."""
         if self.writer is None:
             return
         rows = "\n".join(f"|{k}|{v}|" for k, v in flat.items())

@@ -33,7 +33,9 @@ class TrainingStopped(RuntimeError):
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during training; the message says where the run can continue from."""
 
-    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None):
+    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None, resumed_from: Path | None = None):
+        """`checkpoint`: the newest one the run can continue from (None: none); `resumed_from`:
+        the checkpoint this process started from, if it resumed."""
         head = f"interrupted at {env_steps} env steps"
         if checkpoint is None:
             msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
@@ -43,7 +45,16 @@ class TrainingInterrupted(KeyboardInterrupt):
         else:  # a branch stopped before its first checkpoint: it continues from where it branched
             msg = (f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
                    f"python -m agents.train_mappo --resume {checkpoint} run.dir={run_dir}")
+        if checkpoint is not None and checkpoint == resumed_from:
+            msg += " and the overrides you resumed with (no checkpoint holds them yet)"
         super().__init__(msg)
+
+
+def stopped_message(bad_iterations: int, last_good: Path | None) -> str:
+    """What `TrainingStopped` says: how many bad iterations, and where the run can continue from."""
+    where = (f"the last good checkpoint is {last_good}" if last_good is not None
+             else "no checkpoint was written yet: start again with other settings (e.g. a lower learning rate)")
+    return f"training stopped: non-finite loss/gradient in {bad_iterations} consecutive iterations; {where}"
 
 
 def crossed(every: int, before: int, now: int) -> bool:

@@ -36,7 +36,7 @@ from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
 from agents.resume import check_run_dir, resume_config, resume_run_dir
-from agents.run_control import TrainingInterrupted, TrainingStopped, crossed, iteration_problem
+from agents.run_control import TrainingInterrupted, TrainingStopped, crossed, iteration_problem, stopped_message
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -109,7 +109,7 @@ class Learner:
     replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
-    bad_iterations: int = 0  # consecutive iterations with a skipped (non-finite) update
+    bad_iterations: int = 0  # consecutive bad iterations (run_control.iteration_problem)
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
@@ -306,7 +306,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         _loop(learner, logger, timer, bar, run_dir, source, iterations)
     except KeyboardInterrupt:
         newest = ckpt.list_checkpoints(run_dir)
-        raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source) from None
+        raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source, source) from None
     finally:
         bar.close()
         logger.close()
@@ -338,9 +338,7 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
             if replicas.is_main:
                 tqdm.write(msg, file=sys.stderr)
             if learner.bad_iterations >= cfg.train.max_bad_iterations:
-                raise TrainingStopped(
-                    f"training stopped: non-finite loss/gradient in {learner.bad_iterations} consecutive "
-                    f"iterations; the last good checkpoint is {last_good}")
+                raise TrainingStopped(stopped_message(learner.bad_iterations, last_good))
             if learner.iteration < iterations:
                 continue  # never checkpoint an iteration that went wrong, except the last below:
             # skipped updates left the parameters as they were, and a finished run has a final checkpoint

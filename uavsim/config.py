@@ -18,6 +18,9 @@ class EnvConfig:
 
     Grid cells are addressed (row, col) with row 0 at the top. The launch area is the
     `launch_size` x `launch_size` square in the top-left corner, kept free of obstacles.
+    Besides the obvious ranges: `num_obstacles` <= the number of cells, `max_steps` < 2**31, and
+    (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps within
+    float32, so that no reward and no episode return can overflow.
     """
 
     grid_height: int = 32

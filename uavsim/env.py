@@ -65,9 +65,10 @@ def _next(episode: torch.Tensor) -> torch.Tensor:
 
 
 def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
-    """``[B]`` float32 mean over UAVs of ``ep_reward [B, N]``. Summed in float64, where the sum of a
-    few float32 values is exact (unless they differ by more than ~2**25 in magnitude), so the order
-    of the additions, which differs between torch's and NumPy's reductions, cannot change it."""
+    """``[B]`` float32 mean over UAVs of ``ep_reward [B, N]``, as ``rules.mean_return``. Summed in
+    float64, where the sum of a few float32 values is exact (unless they differ by more than ~2**25
+    in magnitude), so the order of the additions, which differs between torch's and NumPy's
+    reductions, cannot change it."""
     return (ep_reward.double().sum(1) / ep_reward.shape[1]).float()
 
 

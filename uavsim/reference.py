@@ -150,8 +150,7 @@ class ReferenceEnv:
             "coverage": coverage,
             "collisions": collided,
             "near_misses": near,
-            # float64 sum, as the batched env: exact for a few float32 values, whatever the order
-            "episode_return": np.float32(self.episode_reward.astype(np.float64).sum() / cfg.num_uavs),
+            "episode_return": rules.mean_return(self.episode_reward),
             "episode_length": self.t,
             "episode_coverage": coverage,
             "episode_collisions": self.episode_collisions,

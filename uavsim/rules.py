@@ -9,6 +9,8 @@ World
     Outside the map counts as blocked.
 
 Episode start (``seed``, ``env_index``, ``episode`` fix everything, through ``uavsim.rng``)
+    * The episode index counts from 0, modulo 2**31 (the RNG's key range): after 2**31 episodes an
+      environment's maps repeat.
     * ``num_obstacles`` rectangles. Obstacle ``k`` uses draws ``4k .. 4k+3``:
       height ``h = min + below(d0, max - min + 1)``, width ``w`` likewise from ``d1``,
       top row ``below(d2, H - h + 1)``, left column ``below(d3, W - w + 1)``
@@ -34,6 +36,9 @@ Step (all UAVs act at once)
 
     * ``terminated`` when ``coverage >= target_coverage``; ``truncated`` when the episode has
       taken ``max_steps`` steps and is not terminated (the two are never both true).
+    * The episode's return (``info["episode_return"]``) is the mean over UAVs of their float32
+      reward sums, summed in float64 (``mean_return``): exact for a few float32 values, whatever
+      the order of the additions.
 
 Local observation of UAV ``i`` (float32, ``local_obs_dim = 3 * window^2 + 3``)
     Three egocentric ``window x window`` channels (``window = 2 * obs_radius + 1``, rows then
@@ -108,3 +113,9 @@ def obstacle_draw(k: int) -> int:
 def launch_draw(cfg: EnvConfig, j: int) -> int:
     """Draw index of launch cell ``j``'s ordering key."""
     return 4 * cfg.num_obstacles + j
+
+
+def mean_return(episode_reward: np.ndarray) -> np.float32:
+    """The episode's return: the mean of the UAVs' float32 reward sums ``[N]``, summed in float64
+    (the batched env computes the same in torch, ``uavsim.env.mean_return``)."""
+    return np.float32(episode_reward.astype(np.float64).sum() / episode_reward.shape[0])

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from uavsim import rules
 from uavsim.adapters._frames import render_reference
 from uavsim.env import UAVSwarmEnv
 from uavsim.reference import ReferenceEnv
@@ -93,7 +94,7 @@ def record_episode(env: UAVSwarmEnv, policy: Policy, env_index: int = 0, max_ste
         _check_same(final, ref_obs, env_index, "the last step")
     return EpisodeRecording(
         frames=frames, steps=ref.t, ended=terminated or truncated, terminated=terminated,
-        coverage=float(info["coverage"]), episode_return=float(ref.episode_reward.mean(dtype=np.float32)),
+        coverage=float(info["coverage"]), episode_return=float(rules.mean_return(ref.episode_reward)),
         collisions=ref.episode_collisions, near_misses=ref.episode_near_misses)
 
 

@@ -143,3 +143,20 @@ def test_record_episode_takes_a_numpy_env_index():
     rec = record_episode(env, RandomPolicy(env, seed=0), np.int64(1), max_steps=2)
     assert rec.steps == 2
 
+
+
+def test_a_recording_reports_the_episode_as_the_env_does():
+    # the recorded episode's statistics are the env's own info for that episode, bit for bit
+    for seed in range(6):
+        env = UAVSwarmEnv(SMALL, num_envs=2, seed=seed)
+        rec = record_episode(env, RandomPolicy(env, seed=seed), env_index=1, trail=0)
+        replay = UAVSwarmEnv(SMALL, num_envs=2, seed=seed)
+        replay.reset()
+        policy = RandomPolicy(replay, seed=seed)
+        while True:
+            _, _, terminated, truncated, info = replay.step(policy(replay))
+            if terminated[1] or truncated[1]:
+                break
+        assert rec.episode_return == float(info["episode_return"][1])
+        assert (rec.steps, rec.collisions, rec.near_misses) == (
+            int(info["episode_length"][1]), int(info["episode_collisions"][1]), int(info["episode_near_misses"][1]))

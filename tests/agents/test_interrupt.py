@@ -47,7 +47,7 @@ def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monke
     err = capsys.readouterr().err
     assert f"run directory: {run}" in err
     assert f"interrupted at 64 env steps; last checkpoint {run / 'checkpoints' / 'ckpt_000000000064.pt'}" in err
-    assert f"continue with: python -m agents.train_mappo --resume {run}" in err
+    assert err.strip().endswith(f"continue with: python -m agents.train_mappo --resume {run}")  # nothing to re-pass
     assert "Traceback" not in err
     monkeypatch.undo()
     assert train_mappo.main(["--resume", str(run)]) == 0
@@ -75,6 +75,8 @@ def test_a_killed_resume_leaves_config_yaml_and_the_logged_config_as_the_checkpo
     ctrl_c_at_iteration(2, monkeypatch)  # the resumed run writes no checkpoint before Ctrl-C
     assert train_mappo.main(["--resume", str(run), "train.total_env_steps=160", "train.ent_coef=0.05",
                              "run.checkpoint_interval=1000"]) == 130
+    assert (f"--resume {run} and the overrides you resumed with (no checkpoint holds them yet)"
+            in capsys.readouterr().err)
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["train"]["ent_coef"] == 0.01 and saved["train"]["total_env_steps"] == 64  # the checkpoint's
     assert saved == ckpt.load_latest(run)[1]["config"]
@@ -94,7 +96,7 @@ def test_a_branch_interrupted_before_its_first_checkpoint_continues_from_where_i
     ctrl_c_at_iteration(1, monkeypatch)
     assert train_mappo.main(["--resume", str(first), f"run.dir={branch}"]) == 130
     err = capsys.readouterr().err
-    assert f"--resume {first} run.dir={branch}" in err
+    assert f"--resume {first} run.dir={branch} and the overrides you resumed with" in err
     assert (branch / "config.yaml").exists()  # a run without checkpoints has its config from the start
     monkeypatch.undo()
     assert train_mappo.main(["--resume", str(first), f"run.dir={branch}"]) == 0
@@ -108,3 +110,11 @@ def test_ctrl_c_before_the_loop_exits_130_without_a_traceback(tmp_path, monkeypa
     assert train_mappo.main([*TINY, f"run.dir={tmp_path / 'run'}"]) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_a_run_stopped_before_any_checkpoint_says_so():
+    from agents.run_control import stopped_message
+
+    assert stopped_message(3, None).endswith("no checkpoint was written yet: start again with other settings "
+                                             "(e.g. a lower learning rate)")
+    assert "None" not in stopped_message(3, None)
