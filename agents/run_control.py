@@ -33,18 +33,23 @@ class TrainingStopped(RuntimeError):
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during training; the message says where the run can continue from."""
 
-    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None, resumed_from: Path | None = None):
+    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None, resumed_from: Path | None = None,
+                 world_size: int = 1, is_main: bool = True):
         """`checkpoint`: the newest one the run can continue from (None: none); `resumed_from`:
-        the checkpoint this process started from, if it resumed."""
+        the checkpoint this process started from, if it resumed. Under torchrun every rank raises
+        it and only the main one (`is_main`) says it."""
+        self.is_main = is_main
         head = f"interrupted at {env_steps} env steps"
+        launcher = ("python -m agents.train_mappo" if world_size == 1
+                    else f"torchrun (the same {world_size} ranks) -m agents.train_mappo")
         if checkpoint is None:
             msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
                    f"command and run.dir={run_dir}")
         elif checkpoint.parent == ckpt.checkpoint_dir(run_dir):
-            msg = f"{head}; last checkpoint {checkpoint}; continue with: python -m agents.train_mappo --resume {run_dir}"
+            msg = f"{head}; last checkpoint {checkpoint}; continue with: {launcher} --resume {run_dir}"
         else:  # a branch stopped before its first checkpoint: it continues from where it branched
             msg = (f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
-                   f"python -m agents.train_mappo --resume {checkpoint} run.dir={run_dir}")
+                   f"{launcher} --resume {checkpoint} run.dir={run_dir}")
         if checkpoint is not None and checkpoint == resumed_from:
             msg += " and the overrides you resumed with (no checkpoint holds them yet)"
         super().__init__(msg)

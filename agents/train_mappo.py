@@ -306,7 +306,8 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         _loop(learner, logger, timer, bar, run_dir, source, iterations)
     except KeyboardInterrupt:
         newest = ckpt.list_checkpoints(run_dir)
-        raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source, source) from None
+        raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source, source,
+                                  replicas.world_size, replicas.is_main) from None
     finally:
         bar.close()
         logger.close()
@@ -384,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         learner = train(cfg, resume=args.resume)
     except KeyboardInterrupt as err:  # Ctrl-C: say where to continue from, exit like an interrupted shell command
-        print(f"\n{str(err) or 'interrupted'}", file=sys.stderr)
+        if getattr(err, "is_main", True):
+            print(f"\n{str(err) or 'interrupted'}", file=sys.stderr)
         return 130
     except (TrainingStopped, ckpt.CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)

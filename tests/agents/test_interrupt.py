@@ -118,3 +118,25 @@ def test_a_run_stopped_before_any_checkpoint_says_so():
     assert stopped_message(3, None).endswith("no checkpoint was written yet: start again with other settings "
                                              "(e.g. a lower learning rate)")
     assert "None" not in stopped_message(3, None)
+
+
+def test_under_torchrun_the_message_names_torchrun_and_only_the_main_rank_says_it(tmp_path, capsys):
+    from agents.run_control import TrainingInterrupted
+
+    run = tmp_path / "run"
+    newest = run / "checkpoints" / "ckpt_000000000064.pt"
+    err = TrainingInterrupted(96, run, newest, None, world_size=2, is_main=True)
+    assert str(err).endswith(f"continue with: torchrun (the same 2 ranks) -m agents.train_mappo --resume {run}")
+    assert not TrainingInterrupted(96, run, newest, None, world_size=2, is_main=False).is_main
+
+
+def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatch, capsys):
+    from agents.run_control import TrainingInterrupted
+
+    for is_main in (True, False):
+        def interrupted(*args, is_main=is_main, **kwargs):
+            raise TrainingInterrupted(96, tmp_path, None, None, world_size=2, is_main=is_main)
+
+        monkeypatch.setattr(train_mappo, "train", interrupted)
+        assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 130
+        assert ("interrupted at 96 env steps" in capsys.readouterr().err) == is_main
