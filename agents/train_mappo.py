@@ -3,6 +3,7 @@
     python -m agents.train_mappo                                    # configs/default.yaml
     python -m agents.train_mappo --config configs/smoke.yaml train.amp=bf16 seed=3
     python -m agents.train_mappo --resume runs/mappo-0-20250101-120000
+    python -m agents.train_mappo --print-config train.amp=off      # every key and its value, no training
 
 Reads top to bottom: seeding and setup, the learner state, one training iteration (collect ->
 GAE -> value normalization -> PPO epochs x minibatches), then the loop with logging, evaluation
@@ -363,6 +364,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(default: configs/default.yaml)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR_OR_CKPT",
                    help="continue a run from its newest checkpoint (or the given checkpoint file)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (every key, with its value) as YAML and exit without training")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.amp=bf16")
     return p.parse_intermixed_args(argv)  # --config may come before, between or after the overrides
 
@@ -382,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(to_yaml(cfg), end="")
+        return 0
     try:
         learner = train(cfg, resume=args.resume)
     except KeyboardInterrupt as err:  # Ctrl-C: say where to continue from, exit like an interrupted shell command

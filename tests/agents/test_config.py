@@ -114,3 +114,15 @@ def test_derived_sizes():
                              "train.num_minibatches=4", "train.total_env_steps=1000"])
     assert cfg.batch_size == 16 * 8 * 3 and cfg.minibatch_size == 96
     assert cfg.env_steps_per_iteration == 128 and cfg.num_iterations == 7
+
+
+def test_print_config_shows_every_key_and_trains_nothing(tmp_path, capsys):
+    from agents import train_mappo
+
+    assert train_mappo.main(["--print-config", "--config", "configs/smoke.yaml", "train.amp=off",
+                             f"run.dir={tmp_path / 'run'}"]) == 0
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out)
+    assert load_config(printed) == load_config("configs/smoke.yaml", ["train.amp=off", f"run.dir={tmp_path / 'run'}"])
+    assert not (tmp_path / "run").exists()
+    assert train_mappo.main(["--print-config", "train.amp=fast"]) == 2  # still checked
