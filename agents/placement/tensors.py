@@ -1,7 +1,10 @@
 """Moving and splitting nested batches (tensors inside dicts, lists and tuples).
 
 A *batch* is a tensor, or a dict / list / tuple (named tuples included) whose leaves are tensors or
-plain Python values; the tensors of one batch share their leading (batch) dimension.
+plain Python values; the tensors of one batch share their leading (batch) dimension. A list is
+read as fields, each holding the whole batch: a list of per-sample tensors must be stacked first
+(a list of same-shape images would otherwise be split along its channels, which nothing here can
+tell apart from a list of fields such as ``[input_ids, attention_mask]``).
 """
 
 from __future__ import annotations
