@@ -24,7 +24,7 @@ def _check_env(env: Any) -> UAVSwarmEnv:
 
 def _generator(env: UAVSwarmEnv, seed: Any) -> torch.Generator:
     generator = torch.Generator(device=env.device)
-    generator.manual_seed(check_int("seed", seed, 0, 2**64))  # torch takes seeds below 2**64
+    generator.manual_seed(check_int("seed", seed, -(2**63), 2**64))  # the range torch's manual_seed takes
     return generator
 
 

@@ -66,8 +66,10 @@ def _env_index_list(env: "UAVSwarmEnv", env_indices: Any) -> list[int]:
         if len(env_indices.shape) != 1 or "int" not in dtype:
             raise TypeError(f"env_indices must be 1-D integers, got {dtype} of shape {tuple(env_indices.shape)}")
         env_indices = env_indices.tolist()  # the image is drawn on the host anyway
-    elif isinstance(env_indices, (str, bytes)) or not isinstance(env_indices, abc.Sequence):
+    elif isinstance(env_indices, (str, bytes, abc.Mapping)) or not isinstance(env_indices, abc.Iterable):
         raise TypeError(f"env_indices must be a sequence of ints, got {type(env_indices).__name__}")
+    else:  # a generator, a range, a set: drawn in the order it gives
+        env_indices = list(env_indices)
     if len(env_indices) == 0:
         raise ValueError("env_indices must not be empty")
     return [check_int(f"env_indices[{k}]", i, 0, env.num_envs) for k, i in enumerate(env_indices)]

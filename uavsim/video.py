@@ -18,7 +18,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -113,7 +113,9 @@ def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: 
     episode's start in that frame. ``env_indices`` defaults to the first (up to) 16 environments.
     """
     num_steps = check_int("num_steps", num_steps, 0)
-    indices = list(range(min(env.num_envs, 16))) if env_indices is None else env_indices  # render_tiled checks them
+    indices = list(range(min(env.num_envs, 16))) if env_indices is None else env_indices
+    if not hasattr(indices, "shape") and isinstance(indices, Iterable):  # a generator is read once, here
+        indices = list(indices)  # (render_tiled checks the values)
     try:
         env.state
     except RuntimeError:
@@ -142,11 +144,13 @@ def _gif_delay(ms: float) -> int:
     return int(ms / 10)  # Pillow's GIF writer takes milliseconds and truncates them so
 
 
-def _check_fps(fps: float, gif: bool = False) -> None:
+def _check_fps(fps: float, gif: bool = False) -> float:
+    """``fps`` as a Python float (the encoders refuse NumPy floats), if a video can play at it."""
     if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not 0 < fps < math.inf:
         raise ValueError(f"fps must be a finite number > 0, got {fps!r}")
     if gif and _gif_delay(1000.0 / fps) > _GIF_MAX_DELAY:  # Pillow would raise an OverflowError
         raise ValueError(f"fps must be > {100 / 65536} for a GIF (a GIF frame lasts at most 655.35 s), got {fps!r}")
+    return float(fps)
 
 
 def _check_gif_runs(stack: np.ndarray, fps: float) -> None:
@@ -194,12 +198,17 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = 8.0
     except ImportError as e:
         raise ImportError("writing MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
                           "or write a .gif") from e
-    path.open("wb").close()  # a path ffmpeg cannot open is an OSError here: ffmpeg itself only prints it
+    fps = _check_fps(fps)
     h, w = stack.shape[1:3]  # H.264 with yuv420p needs even sides: pad with white
     stack = np.pad(stack, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), constant_values=255)
-    imageio.mimwrite(path, list(stack), format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1, quality=8)
-    if path.stat().st_size == 0:
-        raise OSError(f"ffmpeg wrote nothing to {str(path)!r} (see its messages above)")
+    path.open("wb").close()  # a path ffmpeg cannot open is an OSError here: ffmpeg itself only prints it
+    try:
+        imageio.mimwrite(path, list(stack), format="FFMPEG", fps=fps, codec="libx264", macro_block_size=1, quality=8)
+        if path.stat().st_size == 0:
+            raise OSError(f"ffmpeg wrote nothing to {str(path)!r} (see its messages above)")
+    except BaseException:
+        path.unlink(missing_ok=True)  # no empty or half-written video left under the name
+        raise
     return path
 
 
@@ -213,7 +222,7 @@ def gif_bytes(frames: Sequence[np.ndarray], fps: float = 8.0) -> bytes:
     import imageio.v2 as imageio
 
     stack = _check_frames(frames)
-    _check_fps(fps, gif=True)
+    fps = _check_fps(fps, gif=True)
     _check_gif_runs(stack, fps)
     buffer = io.BytesIO()
     imageio.mimwrite(buffer, list(stack), format="GIF", duration=1000.0 / fps, loop=0)

@@ -160,3 +160,29 @@ def test_a_recording_reports_the_episode_as_the_env_does():
         assert rec.episode_return == float(info["episode_return"][1])
         assert (rec.steps, rec.collisions, rec.near_misses) == (
             int(info["episode_length"][1]), int(info["episode_collisions"][1]), int(info["episode_near_misses"][1]))
+
+
+def test_numpy_fps_and_index_iterables_work_as_python_ones(recording, tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    frames = recording.frames[:4]
+    for suffix in (".gif", ".mp4"):
+        path = write_video(frames, tmp_path / f"np{suffix}", fps=np.float32(8))
+        assert path.stat().st_size > 0
+    env = UAVSwarmEnv(SMALL, num_envs=3, seed=0)
+    from_generator = record_tiled(env, RandomPolicy(env, seed=0), 2, env_indices=(i for i in (0, 2)), cell_px=2)
+    env = UAVSwarmEnv(SMALL, num_envs=3, seed=0)
+    from_list = record_tiled(env, RandomPolicy(env, seed=0), 2, env_indices=[0, 2], cell_px=2)
+    assert all(np.array_equal(a, b) for a, b in zip(from_generator, from_list))
+
+
+def test_a_failed_mp4_write_leaves_no_file(recording, tmp_path, monkeypatch):
+    pytest.importorskip("imageio_ffmpeg")
+    import imageio.v2 as imageio
+
+    def encoder_fails(*args, **kwargs):
+        raise RuntimeError("encoder failed")
+
+    monkeypatch.setattr(imageio, "mimwrite", encoder_fails)
+    with pytest.raises(RuntimeError, match="encoder failed"):
+        write_video(recording.frames[:2], tmp_path / "x.mp4")
+    assert not (tmp_path / "x.mp4").exists()

@@ -101,8 +101,9 @@ def test_policies_check_env_and_seed(env, policy_cls):
         policy_cls(env, seed=1.5)
     with pytest.raises(TypeError, match="seed must be an int"):
         policy_cls(env, seed=True)
-    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\)"):
-        policy_cls(env, seed=-1)
+    with pytest.raises(ValueError, match=r"seed must be in \[-9223372036854775808, 2\*\*64\)"):
+        policy_cls(env, seed=2**64)
+    policy_cls(env, seed=-1)  # torch's manual_seed takes negative seeds
 
 
 def test_random_policy_takes_a_numpy_seed(env):
