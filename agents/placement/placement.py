@@ -163,10 +163,11 @@ def place_models(
     """
     if not isinstance(sizes, Mapping):
         raise TypeError(f"sizes must be a {{name: bytes}} mapping, got {type(sizes).__name__}")
-    for name, b in sizes.items():
+    for name in sizes:
         if not isinstance(name, str):
             raise TypeError(f"model names must be str, got {type(name).__name__} {name!r}")
-        _check_bytes(b, f"size of model {name!r}")
+    # Python ints from here on: NumPy's unsigned ones would wrap in the subtractions below
+    sizes = {name: _check_bytes(b, f"size of model {name!r}") for name, b in sizes.items()}
     if strategy not in ("spread", "pack"):
         raise ValueError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
     caps = _capacities(devices, headroom)

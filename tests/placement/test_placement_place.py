@@ -259,3 +259,13 @@ def test_numpy_numbers_are_accepted_and_bools_are_not():
         place_models(sizes, free, headroom=False)
     with pytest.raises(TypeError, match="headroom"):
         place_models(sizes, free, headroom="10%")
+
+
+def test_numpy_unsigned_sizes_place_as_python_ints():
+    import numpy as np
+
+    free = {"cuda:0": 138, "cuda:1": 84, "cuda:2": 117, "cuda:3": 7}
+    sizes = {"m0": 44, "m1": 0, "m2": 68}
+    as_uint64 = {k: np.uint64(v) for k, v in sizes.items()}
+    assert place_models(as_uint64, {k: np.uint64(v) for k, v in free.items()}, headroom=0) == place_models(
+        sizes, free, headroom=0)
