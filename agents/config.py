@@ -166,6 +166,14 @@ def _wrap(err: OmegaConfBaseException, source: str, key_hint: str = "?") -> Exce
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off"}  # what OmegaConf reads as a bool, besides bools
 
 
+def _bool_like(value: object) -> bool:
+    """A value a bool key may take: a bool, 0 or 1, a bool word, or an `${...}` interpolation
+    (resolved and type-checked by OmegaConf later)."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return True
+    return isinstance(value, str) and (value.lower() in _BOOL_WORDS or value.startswith("${"))
+
+
 def _fix_yaml_scalars(schema: DictConfig, other: DictConfig, source: str) -> DictConfig:
     """YAML 1.1 reads `off` as False: give enum-typed keys (`train.amp=off`) their string back.
     And OmegaConf reads any int as a bool (`train.anneal_lr=2` would be True): refuse that."""
@@ -178,8 +186,7 @@ def _fix_yaml_scalars(schema: DictConfig, other: DictConfig, source: str) -> Dic
                 walk(child, value, f"{prefix}{key}.")
             elif isinstance(value, bool) and isinstance(child, EnumNode):
                 d[key] = "off" if value is False else "on"
-            elif isinstance(child, BooleanNode) and not (
-                    isinstance(value, bool) or isinstance(value, str) and value.lower() in _BOOL_WORDS):
+            elif isinstance(child, BooleanNode) and not _bool_like(value):
                 raise TypeError(f"{source}: {prefix}{key} must be true or false, got {value!r}")
 
     walk(schema, data, "")

@@ -11,7 +11,13 @@ from pathlib import Path
 
 def dir_problem(path: str | Path) -> str | None:
     """Why `path` cannot be used as an output directory (created if missing), or None."""
-    p = Path(path)
+    try:
+        return _dir_problem(Path(path))
+    except OSError as err:  # a folder on the way that cannot even be looked into (no search permission)
+        return f"{path} cannot be used: {err.strerror or err}"
+
+
+def _dir_problem(p: Path) -> str | None:
     if p.exists() and not p.is_dir():
         return f"{p} exists and is not a directory"
     existing = p
@@ -31,6 +37,9 @@ def dir_problem(path: str | Path) -> str | None:
 def file_problem(path: str | Path) -> str | None:
     """Why `path` cannot be written as an output file (its folder created if missing), or None."""
     p = Path(path)
-    if p.is_dir():
-        return f"{p} is a directory, expected a file path"
+    try:
+        if p.is_dir():
+            return f"{p} is a directory, expected a file path"
+    except OSError as err:
+        return f"{p} cannot be used: {err.strerror or err}"
     return dir_problem(p.parent)

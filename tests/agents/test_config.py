@@ -90,7 +90,7 @@ def test_a_directory_or_a_binary_file_as_config_is_named(tmp_path):
         load_config(binary)
 
 
-@pytest.mark.parametrize("value", ["2", "0", "1.5", "maybe"])
+@pytest.mark.parametrize("value", ["2", "-1", "1.5", "maybe"])
 def test_a_bool_key_takes_true_or_false_only(tmp_path, value):
     # OmegaConf alone reads any int as a bool: train.anneal_lr=2 would silently be True
     with pytest.raises(TypeError, match="train.anneal_lr must be true or false"):
@@ -100,6 +100,12 @@ def test_a_bool_key_takes_true_or_false_only(tmp_path, value):
     with pytest.raises(TypeError, match="c.yaml: run.progress must be true or false"):
         load_config(f)
     assert load_config(None, ["train.anneal_lr=false"]).train.anneal_lr is False
+
+
+def test_a_bool_key_takes_0_1_and_interpolations():
+    assert load_config(None, ["train.anneal_lr=0"]).train.anneal_lr is False
+    assert load_config(None, ["train.anneal_lr=1"]).train.anneal_lr is True
+    assert load_config(None, ["train.norm_adv=false", "train.anneal_lr=${train.norm_adv}"]).train.anneal_lr is False
 
 
 def test_resolved_yaml_round_trips(tmp_path):

@@ -27,3 +27,15 @@ def test_files_in_the_way_are_named(tmp_path):
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc, which refuses new folders even to root")
 def test_a_place_that_refuses_writes_is_named():
     assert dir_problem("/proc/run").startswith("/proc/run cannot be written: /proc")
+
+
+def test_a_folder_that_cannot_be_looked_into_is_a_reason_not_an_exception(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    def no_search_permission(self, *args, **kwargs):  # as os.stat under a mode-000 folder, for any user
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "exists", no_search_permission)
+    monkeypatch.setattr(Path, "is_dir", no_search_permission)
+    assert dir_problem(tmp_path / "locked" / "run") == f"{tmp_path / 'locked' / 'run'} cannot be used: Permission denied"
+    assert file_problem(tmp_path / "locked" / "out.json").endswith("cannot be used: Permission denied")
