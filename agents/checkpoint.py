@@ -51,8 +51,11 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int) -> Path:
-    """Write `payload` as `ckpt_<env_steps>.pt` atomically; delete all but the newest `keep`."""
+def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int,
+                    beside: dict[str, str] | None = None) -> Path:
+    """Write `payload` as `ckpt_<env_steps>.pt` atomically; delete all but the newest `keep`.
+    `beside`: text files to (re)write in `run_dir` with it (`{"config.yaml": ...}`), also atomically.
+    A Ctrl-C waits until all of this is done, so the files agree with the newest checkpoint."""
     missing = [k for k in REQUIRED_KEYS if k not in payload]
     if missing:
         raise ValueError(f"checkpoint payload lacks {missing}")
@@ -78,10 +81,22 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int) -> 
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    for old in list_checkpoints(run_dir)[:-keep]:
-        old.unlink(missing_ok=True)
-    _remove_orphaned_temporaries(d)
+        for name, text in (beside or {}).items():
+            _write_text_atomically(Path(run_dir) / name, text)
+        for old in list_checkpoints(run_dir)[:-keep]:
+            old.unlink(missing_ok=True)
+        _remove_orphaned_temporaries(d)
     return path
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ when a step counter crosses an evaluation or checkpoint interval."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agents import checkpoint as ckpt
@@ -27,21 +28,38 @@ def iteration_problem(m: dict[str, float], cfg: TrainConfig) -> str | None:
 
 
 class TrainingStopped(RuntimeError):
-    """Training cannot go on (repeated non-finite updates); the last good checkpoint is intact."""
+    """Training cannot go on (repeated non-finite updates); the last good checkpoint is intact.
+    Under torchrun every rank raises it and only the main one (`is_main`) says it (only it knows
+    the checkpoints)."""
+
+    def __init__(self, message: str, is_main: bool = True):
+        super().__init__(message)
+        self.is_main = is_main
+
+
+def launcher_command(world_size: int) -> str:
+    """The command that starts the trainer the way this run was started (torchrun sets
+    LOCAL_WORLD_SIZE: ranks per node)."""
+    if world_size == 1:
+        return "python -m agents.train_mappo"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    nodes = max(1, world_size // max(1, local))
+    if nodes == 1:
+        return f"torchrun --standalone --nproc_per_node={local} -m agents.train_mappo"
+    return f"torchrun --nnodes={nodes} --nproc_per_node={local} (your rendezvous options) -m agents.train_mappo"
 
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during training; the message says where the run can continue from."""
 
     def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None, resumed_from: Path | None = None,
-                 world_size: int = 1, is_main: bool = True):
+                 launcher: str = "python -m agents.train_mappo", is_main: bool = True):
         """`checkpoint`: the newest one the run can continue from (None: none); `resumed_from`:
         the checkpoint this process started from, if it resumed. Under torchrun every rank raises
-        it and only the main one (`is_main`) says it."""
+        it and only the main one (`is_main`) says it; `launcher`: how the run was started
+        (`launcher_command`)."""
         self.is_main = is_main
         head = f"interrupted at {env_steps} env steps"
-        launcher = ("python -m agents.train_mappo" if world_size == 1
-                    else f"torchrun (the same {world_size} ranks) -m agents.train_mappo")
         if checkpoint is None:
             msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
                    f"command and run.dir={run_dir}")

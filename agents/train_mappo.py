@@ -37,7 +37,8 @@ from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
 from agents.resume import check_run_dir, resume_config, resume_run_dir
-from agents.run_control import TrainingInterrupted, TrainingStopped, crossed, iteration_problem, stopped_message
+from agents.run_control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
+                                 stopped_message)
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -308,7 +309,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     except KeyboardInterrupt:
         newest = ckpt.list_checkpoints(run_dir)
         raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source, source,
-                                  replicas.world_size, replicas.is_main) from None
+                                  launcher_command(replicas.world_size), replicas.is_main) from None
     finally:
         bar.close()
         logger.close()
@@ -340,7 +341,7 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
             if replicas.is_main:
                 tqdm.write(msg, file=sys.stderr)
             if learner.bad_iterations >= cfg.train.max_bad_iterations:
-                raise TrainingStopped(stopped_message(learner.bad_iterations, last_good))
+                raise TrainingStopped(stopped_message(learner.bad_iterations, last_good), replicas.is_main)
             if learner.iteration < iterations:
                 continue  # never checkpoint an iteration that went wrong, except the last below:
             # skipped updates left the parameters as they were, and a finished run has a final checkpoint
@@ -353,8 +354,9 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
         if crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
             state = learner_state(learner)  # a collective: every rank takes part
             if replicas.is_main:
-                last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints)
-                (run_dir / "config.yaml").write_text(to_yaml(cfg))  # the config --resume will continue
+                # config.yaml: the config --resume will continue, written with the checkpoint
+                last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints,
+                                                 beside={"config.yaml": to_yaml(cfg)})
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -395,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{str(err) or 'interrupted'}", file=sys.stderr)
         return 130
     except (TrainingStopped, ckpt.CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        if getattr(err, "is_main", True):
+            print(f"error: {err}", file=sys.stderr)
         return 1
     except ValueError as err:  # settings that only fail once used (e.g. run.device=cuda without a GPU)
         print(f"error: {err}", file=sys.stderr)

@@ -98,6 +98,25 @@ def test_ctrl_c_during_a_write_finishes_the_checkpoint_first(tmp_path, monkeypat
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
 
 
+def test_ctrl_c_waits_for_the_files_beside_and_the_pruning_too(tmp_path, monkeypatch):
+    import signal
+
+    ckpt.save_checkpoint(tmp_path, payload(100), keep=1, beside={"config.yaml": "old\n"})
+    real_replace = os.replace
+
+    def replace_interrupted(src, dst):  # Ctrl-C right after the checkpoint's rename
+        real_replace(src, dst)
+        if str(dst).endswith(".pt"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(tmp_path, payload(200), keep=1, beside={"config.yaml": "new\n"})
+    assert (tmp_path / "config.yaml").read_text() == "new\n"  # agrees with the newest checkpoint
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000200.pt"]  # pruned to keep=1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "config.yaml"]  # no temporaries
+
+
 def test_a_failed_write_leaves_no_temporary_and_no_checkpoint(tmp_path, monkeypatch):
     ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
 

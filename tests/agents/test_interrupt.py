@@ -120,23 +120,34 @@ def test_a_run_stopped_before_any_checkpoint_says_so():
     assert "None" not in stopped_message(3, None)
 
 
-def test_under_torchrun_the_message_names_torchrun_and_only_the_main_rank_says_it(tmp_path, capsys):
-    from agents.run_control import TrainingInterrupted
+def test_under_torchrun_the_message_names_torchrun_and_only_the_main_rank_says_it(tmp_path, monkeypatch):
+    from agents.run_control import TrainingInterrupted, launcher_command
 
     run = tmp_path / "run"
     newest = run / "checkpoints" / "ckpt_000000000064.pt"
-    err = TrainingInterrupted(96, run, newest, None, world_size=2, is_main=True)
-    assert str(err).endswith(f"continue with: torchrun (the same 2 ranks) -m agents.train_mappo --resume {run}")
-    assert not TrainingInterrupted(96, run, newest, None, world_size=2, is_main=False).is_main
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    err = TrainingInterrupted(96, run, newest, None, launcher_command(2), is_main=True)
+    assert str(err).endswith(f"continue with: torchrun --standalone --nproc_per_node=2 -m agents.train_mappo "
+                             f"--resume {run}")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert launcher_command(16).startswith("torchrun --nnodes=2 --nproc_per_node=8 ")
+    assert launcher_command(1) == "python -m agents.train_mappo"
+    assert not TrainingInterrupted(96, run, newest, None, launcher_command(2), is_main=False).is_main
 
 
 def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatch, capsys):
-    from agents.run_control import TrainingInterrupted
+    from agents.run_control import TrainingInterrupted, TrainingStopped
 
     for is_main in (True, False):
         def interrupted(*args, is_main=is_main, **kwargs):
-            raise TrainingInterrupted(96, tmp_path, None, None, world_size=2, is_main=is_main)
+            raise TrainingInterrupted(96, tmp_path, None, None, is_main=is_main)
+
+        def stopped(*args, is_main=is_main, **kwargs):
+            raise TrainingStopped("training stopped: ...", is_main=is_main)
 
         monkeypatch.setattr(train_mappo, "train", interrupted)
         assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 130
         assert ("interrupted at 96 env steps" in capsys.readouterr().err) == is_main
+        monkeypatch.setattr(train_mappo, "train", stopped)
+        assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 1
+        assert ("training stopped" in capsys.readouterr().err) == is_main

@@ -45,8 +45,8 @@ def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path,
 
     real_save = ckpt.save_checkpoint
 
-    def save_then_die(run_dir, payload, keep):
-        path = real_save(run_dir, payload, keep)
+    def save_then_die(run_dir, payload, keep, beside=None):
+        path = real_save(run_dir, payload, keep, beside)
         if payload["env_steps"] == 128:
             raise Killed  # the process dies right after writing this checkpoint
         return path

@@ -113,7 +113,9 @@ def test_load_state_dict_rejects_a_map_without_free_cells():
 
 @pytest.mark.parametrize(("device", "error", "message"), [
     ("gpu", ValueError, "'gpu' is not a device name: expected 'cpu', 'cuda' or 'cuda:N'"),
-    (0, TypeError, "device must be a string such as 'cpu'"),
+    (True, TypeError, "device must be a string such as 'cpu'"),
+    pytest.param(0, ValueError, "torch sees no CUDA device",  # torch's convention: an int is a CUDA index
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")),
     (None, TypeError, "device must be a string such as 'cpu'"),
     ("meta", ValueError, "runs on 'cpu' or 'cuda' devices, got 'meta'"),
     ("mps", ValueError, "runs on 'cpu' or 'cuda' devices, got 'mps'"),
