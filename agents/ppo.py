@@ -19,7 +19,6 @@ from torch import nn
 
 from agents.config import TrainConfig
 from agents.networks import Actor, Critic, categorical
-from agents.value_norm import ValueNorm
 
 
 @dataclass

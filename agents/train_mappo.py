@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -27,67 +26,22 @@ import torch
 from tqdm import tqdm
 
 from agents import checkpoint as ckpt
-from agents.config import DEVICE_PATTERN, Amp, Config, load_config, to_dict, to_yaml
+from agents.config import Amp, Config, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
 from agents.learner_state import learner_state, load_learner_state
 from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
 from agents.networks import Actor, Critic, make_actor
-from agents.placement.dist import pick_device as placement_pick_device
-from agents.placement.dist import read_dist_env
 from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
 from agents.resume import check_run_dir, resume_config, resume_run_dir
 from agents.run_control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
                                  stopped_message)
 from agents.rollout import EpisodeStats, Storage, collect
+from agents.setup import amp_dtype, make_autocast, pick_device, setup_process  # noqa: F401 -- re-exported
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
-from uavsim.host_memory import retain_freed_memory
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
-
-
-# -- setup ---------------------------------------------------------------------------------------
-def pick_device(name: str, what: str = "run.device") -> torch.device:
-    """`auto`, `cuda`, `cpu` through the placement helpers (cuda:LOCAL_RANK under torchrun), or an
-    explicit `cuda:N`; anything else, or a GPU that is not there, is a `ValueError` naming `what`."""
-    if name in ("auto", "cuda", "cpu"):
-        try:
-            return placement_pick_device(read_dist_env(), prefer=name)
-        except ValueError as err:
-            raise ValueError(f"{what}={name!r}: {err}") from None
-    if DEVICE_PATTERN.fullmatch(name) is None:
-        raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {name!r}")
-    if not torch.cuda.is_available() or int(name[5:]) >= torch.cuda.device_count():
-        raise ValueError(f"{what}={name!r} but CUDA is not available"
-                         + (f" ({torch.cuda.device_count()} GPU(s) visible)" if torch.cuda.is_available() else ""))
-    return torch.device(name)
-
-
-def amp_dtype(amp: Amp) -> torch.dtype:
-    """The dtype the networks compute in: float32, or autocast's bfloat16/float16."""
-    return {Amp.off: torch.float32, Amp.bf16: torch.bfloat16, Amp.fp16: torch.float16}[amp]
-
-
-def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
-    """A factory of autocast contexts for forward passes (`nullcontext` when AMP is off)."""
-    if amp == Amp.off:
-        return contextlib.nullcontext
-    return lambda: torch.autocast(device_type=device.type, dtype=amp_dtype(amp))
-
-
-def setup_process(cfg: Config) -> None:
-    """The entry point's process-wide settings: explicit seeding (library code draws from
-    `torch.Generator`s instead), determinism, torch's thread count, and glibc keeping freed host
-    memory for the next large tensor (`uavsim.host_memory`; `run.retain_host_memory`)."""
-    torch.manual_seed(cfg.seed)
-    if cfg.run.retain_host_memory:
-        retain_freed_memory()
-    if cfg.run.deterministic:  # cuBLAS needs this before its first use to be deterministic
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    if cfg.run.torch_threads > 0:
-        torch.set_num_threads(cfg.run.torch_threads)
-    torch.use_deterministic_algorithms(cfg.run.deterministic)
 
 
 @dataclass
@@ -174,7 +128,7 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
 
     Returns 0-dim device tensors; nothing here reads a tensor on the host.
     """
-    cfg, tc = learner.cfg, learner.cfg.train
+    tc = learner.cfg.train
     if tc.anneal_lr:
         frac = 1.0 - learner.iteration / num_iterations(learner)
         for group in learner.optimizer.param_groups:

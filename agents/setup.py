@@ -1,0 +1,57 @@
+"""A training process's setup: which device (`run.device`), which precision (`train.amp`), and the
+process-wide settings only an entry point may change (seed, determinism, threads, the allocator)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable
+
+import torch
+
+from agents.config import DEVICE_PATTERN, Amp, Config
+from agents.placement.dist import pick_device as placement_pick_device
+from agents.placement.dist import read_dist_env
+from uavsim.host_memory import retain_freed_memory
+
+
+def pick_device(name: str, what: str = "run.device") -> torch.device:
+    """`auto`, `cuda`, `cpu` through the placement helpers (cuda:LOCAL_RANK under torchrun), or an
+    explicit `cuda:N`; anything else, or a GPU that is not there, is a `ValueError` naming `what`."""
+    if name in ("auto", "cuda", "cpu"):
+        try:
+            return placement_pick_device(read_dist_env(), prefer=name)
+        except ValueError as err:
+            raise ValueError(f"{what}={name!r}: {err}") from None
+    if DEVICE_PATTERN.fullmatch(name) is None:
+        raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {name!r}")
+    if not torch.cuda.is_available() or int(name[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"{what}={name!r} but CUDA is not available"
+                         + (f" ({torch.cuda.device_count()} GPU(s) visible)" if torch.cuda.is_available() else ""))
+    return torch.device(name)
+
+
+def amp_dtype(amp: Amp) -> torch.dtype:
+    """The dtype the networks compute in: float32, or autocast's bfloat16/float16."""
+    return {Amp.off: torch.float32, Amp.bf16: torch.bfloat16, Amp.fp16: torch.float16}[amp]
+
+
+def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of autocast contexts for forward passes (`nullcontext` when AMP is off)."""
+    if amp == Amp.off:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=amp_dtype(amp))
+
+
+def setup_process(cfg: Config) -> None:
+    """The entry point's process-wide settings: explicit seeding (library code draws from
+    `torch.Generator`s instead), determinism, torch's thread count, and glibc keeping freed host
+    memory for the next large tensor (`uavsim.host_memory`; `run.retain_host_memory`)."""
+    torch.manual_seed(cfg.seed)
+    if cfg.run.retain_host_memory:
+        retain_freed_memory()
+    if cfg.run.deterministic:  # cuBLAS needs this before its first use to be deterministic
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if cfg.run.torch_threads > 0:
+        torch.set_num_threads(cfg.run.torch_threads)
+    torch.use_deterministic_algorithms(cfg.run.deterministic)
