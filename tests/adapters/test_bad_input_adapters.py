@@ -55,7 +55,8 @@ def test_vector_step_refuses_a_bool_tensor(vec):
 
 
 def test_vector_step_still_takes_integer_lists(vec):
-    vec.step([[np.int64(1), 0, 2, 0], [0, 0, 0, 4]])
+    obs, reward, terminated, truncated, info = vec.step([[np.int64(1), 0, 2, 0], [0, 0, 0, 4]])
+    assert reward.shape == (2,) and terminated.shape == (2,)
 
 
 def test_vector_step_reports_the_real_uint64_value(vec):
@@ -137,7 +138,10 @@ def test_gif_fps_too_low_for_a_gif_frame(tmp_path, fps):
 
 
 def test_gif_fps_just_above_the_bound_is_written(tmp_path):
-    write_video(distinct_frames(3), tmp_path / "x.gif", fps=0.0016)
+    import imageio.v2 as imageio
+
+    path = write_video(distinct_frames(3), tmp_path / "x.gif", fps=0.0016)
+    assert len(imageio.mimread(path)) == 3
 
 
 def test_gif_identical_frames_merged_into_one_too_long_frame(tmp_path):
@@ -145,6 +149,27 @@ def test_gif_identical_frames_merged_into_one_too_long_frame(tmp_path):
     with pytest.raises(ValueError, match="2 identical frames in a row.*1250.0 s"):
         write_video([FRAME, FRAME], tmp_path / "x.gif", fps=0.0016)
     gif_bytes([FRAME, FRAME], fps=0.004)  # 2 * 250 s fits
+    a, b, c = distinct_frames(3)
+    with pytest.raises(ValueError, match="2 identical frames in a row"):  # the longest run, not the last
+        gif_bytes([a, b, b, c], fps=0.0016)
+
+
+def test_check_video_path_checks_the_fps_for_a_gif(tmp_path):
+    from uavsim.video import check_video_path
+
+    with pytest.raises(ValueError, match="for a GIF"):
+        check_video_path(tmp_path / "x.gif", fps=1e-3)
+    assert check_video_path(tmp_path / "x.mp4", fps=1e-3) == tmp_path / "x.mp4"  # no GIF frame limit for MP4
+
+
+def test_an_mp4_that_ffmpeg_left_empty_is_an_error_and_no_file(tmp_path, monkeypatch):
+    pytest.importorskip("imageio_ffmpeg")
+    import imageio.v2 as imageio
+
+    monkeypatch.setattr(imageio, "mimwrite", lambda *args, **kwargs: None)  # ffmpeg wrote nothing
+    with pytest.raises(OSError, match="ffmpeg wrote nothing"):
+        write_video(distinct_frames(2), tmp_path / "x.mp4")
+    assert not (tmp_path / "x.mp4").exists()
 
 
 def test_video_path_that_is_a_folder(tmp_path):

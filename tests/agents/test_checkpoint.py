@@ -4,12 +4,22 @@ files -- with the previous checkpoint still usable."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
 
 from agents import checkpoint as ckpt
 from agents.train_mappo import build_learner, learner_state, load_learner_state, train_iteration
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal. A job started in the background by a
+    non-interactive shell inherits SIGINT as ignored, and the code rightly keeps ignoring it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def payload(env_steps: int, **extra) -> dict:
@@ -80,9 +90,7 @@ def test_hint_skips_unreadable_older_checkpoints_and_says_how_to_continue(tmp_pa
     assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
 
 
-def test_ctrl_c_during_a_write_finishes_the_checkpoint_first(tmp_path, monkeypatch):
-    import signal
-
+def test_ctrl_c_during_a_write_finishes_the_checkpoint_first(tmp_path, monkeypatch, sigint_raises):
     real_fsync = os.fsync
 
     def fsync_interrupted(fd):  # the user presses Ctrl-C while the file is being written
@@ -98,9 +106,7 @@ def test_ctrl_c_during_a_write_finishes_the_checkpoint_first(tmp_path, monkeypat
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
 
 
-def test_ctrl_c_waits_for_the_files_beside_and_the_pruning_too(tmp_path, monkeypatch):
-    import signal
-
+def test_ctrl_c_waits_for_the_files_beside_and_the_pruning_too(tmp_path, monkeypatch, sigint_raises):
     ckpt.save_checkpoint(tmp_path, payload(100), keep=1, beside={"config.yaml": "old\n"})
     real_replace = os.replace
 
@@ -115,6 +121,63 @@ def test_ctrl_c_waits_for_the_files_beside_and_the_pruning_too(tmp_path, monkeyp
     assert (tmp_path / "config.yaml").read_text() == "new\n"  # agrees with the newest checkpoint
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000200.pt"]  # pruned to keep=1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "config.yaml"]  # no temporaries
+
+
+def test_the_hint_names_the_newest_readable_checkpoint(tmp_path):
+    for steps in (100, 200, 300):
+        newest = ckpt.save_checkpoint(tmp_path, payload(steps), keep=3)
+    newest.write_bytes(b"")
+    with pytest.raises(ckpt.CheckpointError, match=r"newest readable checkpoint before it is \S*ckpt_000000000200\.pt"):
+        ckpt.load_latest(tmp_path)
+
+
+def test_a_file_beside_that_cannot_be_written_keeps_the_old_one_and_leaves_no_temporary(tmp_path, monkeypatch):
+    ckpt.save_checkpoint(tmp_path, payload(100), keep=3, beside={"config.yaml": "old\n"})
+    real_replace = os.replace
+
+    def replace_fails_for_the_config(src, dst):
+        if str(dst).endswith("config.yaml"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace_fails_for_the_config)
+    with pytest.raises(OSError, match="No space"):
+        ckpt.save_checkpoint(tmp_path, payload(200), keep=3, beside={"config.yaml": "new\n"})
+    assert (tmp_path / "config.yaml").read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "config.yaml"]
+
+
+def test_a_checkpoint_saved_from_another_thread_is_written(tmp_path):
+    import threading
+
+    done = []  # signal handlers can only be set in the main thread: the deferral is skipped there
+    thread = threading.Thread(target=lambda: done.append(ckpt.save_checkpoint(tmp_path, payload(100), keep=3)))
+    thread.start()
+    thread.join()
+    assert done and ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
+
+
+def test_ctrl_c_with_the_default_action_still_ends_the_process_after_the_write(tmp_path):
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal
+signal.signal(signal.SIGINT, signal.SIG_DFL)  # a process that never set a Python handler for it
+from agents import checkpoint as ckpt
+from tests.agents.test_checkpoint import payload
+real_fsync = os.fsync
+def fsync_interrupted(fd):
+    os.kill(os.getpid(), signal.SIGINT)
+    real_fsync(fd)
+ckpt.os.fsync = fsync_interrupted
+ckpt.save_checkpoint({str(tmp_path)!r}, payload(100), keep=3)
+print("not reached")
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGINT and "not reached" not in proc.stdout
+    assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
 
 
 def test_a_failed_write_leaves_no_temporary_and_no_checkpoint(tmp_path, monkeypatch):
@@ -140,6 +203,8 @@ def test_a_failed_write_leaves_no_temporary_and_no_checkpoint(tmp_path, monkeypa
     ({"value_norm": {"var": torch.tensor(float("inf"))}}, r"value_norm holds non-finite values in \['var'\]"),
     ({"critic": {"w": [1.0]}}, "critic must be a dict of tensors"),
     ({"optimizer": {}}, "optimizer must be an optimizer state_dict"),
+    ({"optimizer": {"state": {}}}, "optimizer must be an optimizer state_dict"),
+    ({"ranks": [{"env": {}}]}, "ranks must list one"),
     ({"ranks": []}, "ranks must list one"),
     ({"ranks": {}}, "ranks must list one"),
     ({"ranks": [{"env": {}, "rng": {}}], "world_size": 2}, "ranks must list one"),

@@ -102,6 +102,13 @@ def test_a_bool_key_takes_true_or_false_only(tmp_path, value):
     assert load_config(None, ["train.anneal_lr=false"]).train.anneal_lr is False
 
 
+@pytest.mark.parametrize(("word", "value"), [("yes", True), ("off", False), ("True", True), ("NO", False)])
+def test_a_bool_key_takes_the_yaml_bool_words(tmp_path, word, value):
+    f = tmp_path / "c.yaml"
+    f.write_text(f'run:\n  progress: "{word}"\n')  # quoted: a string, as from some YAML writers
+    assert load_config(f).run.progress is value
+
+
 def test_a_bool_key_takes_0_1_and_interpolations():
     assert load_config(None, ["train.anneal_lr=0"]).train.anneal_lr is False
     assert load_config(None, ["train.anneal_lr=1"]).train.anneal_lr is True

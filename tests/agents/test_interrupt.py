@@ -151,3 +151,24 @@ def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatc
         monkeypatch.setattr(train_mappo, "train", stopped)
         assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 1
         assert ("training stopped" in capsys.readouterr().err) == is_main
+
+
+def test_launcher_without_torchrun_variables_and_the_overrides_note_only_when_nothing_was_saved(tmp_path, monkeypatch):
+    from agents.run_control import TrainingInterrupted, launcher_command
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert launcher_command(4) == "torchrun --standalone --nproc_per_node=4 -m agents.train_mappo"
+    run = tmp_path / "run"
+    resumed_from, newer = (run / "checkpoints" / f"ckpt_{s:012d}.pt" for s in (64, 96))
+    assert str(TrainingInterrupted(128, run, newer, resumed_from)).endswith(f"--resume {run}")  # saved since
+    assert str(TrainingInterrupted(96, run, resumed_from, resumed_from)).endswith("(no checkpoint holds them yet)")
+
+
+def test_an_os_error_during_training_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train_mappo, "train", disk_full)
+    assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "error: [Errno 28] No space left on device"

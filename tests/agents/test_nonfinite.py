@@ -111,6 +111,7 @@ def test_an_overflow_on_another_rank_backs_off_this_ranks_loss_scale_too():
     ("off", 0, 0, False),
     ("off", 1, 0, True),  # a non-finite gradient without a scaler is a real problem
     ("bf16", 1, 1, True),
+    ("bf16", 1, 0, True),  # no loss scaler: a non-finite gradient is a problem even with a finite loss
     ("fp16", 3, 0, False),  # overflows with finite losses: the loss scale backing off
     ("fp16", 4, 0, True),  # every update of the iteration overflowed
     ("fp16", 1, 1, True),  # a non-finite loss is a problem under any AMP mode

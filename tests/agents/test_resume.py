@@ -170,3 +170,28 @@ def test_resuming_a_finished_run_without_a_larger_total_says_there_is_nothing_to
 def test_config_may_sit_between_overrides():
     args = parse_args(["run.device=cpu", "--config", "configs/smoke.yaml", "train.total_env_steps=2048"])
     assert args.config == "configs/smoke.yaml" and args.overrides == ["run.device=cpu", "train.total_env_steps=2048"]
+
+
+def test_resume_names_a_checkpoint_whose_saved_config_no_longer_loads(make_config, tmp_path, capsys):
+    import hashlib
+    import io
+
+    train(make_config("train.total_env_steps=32", f"run.dir={tmp_path}"))
+    newest = ckpt.list_checkpoints(tmp_path)[-1]
+    payload = ckpt.load_checkpoint(newest)
+    payload["config"]["train"]["removed_key"] = 1  # a key this code does not know
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    newest.write_bytes(ckpt.MAGIC + hashlib.sha256(buf.getvalue()).digest() + buf.getvalue())
+    assert train_mappo.main(["--resume", str(tmp_path), "train.total_env_steps=64"]) == 2
+    assert f"checkpoint {newest} holds a config this code cannot use" in capsys.readouterr().err
+
+
+def test_resume_into_a_run_directory_that_cannot_be_written_says_to_branch(make_config, tmp_path, monkeypatch):
+    from agents import resume
+
+    train(make_config("train.total_env_steps=32", f"run.dir={tmp_path}"))
+    monkeypatch.setattr(resume, "dir_problem", lambda path: f"{path} cannot be written: read-only file system")
+    args = parse_args(["--resume", str(tmp_path), "train.total_env_steps=64"])
+    with pytest.raises(ValueError, match="read-only file system; pass run.dir=NEW_DIR to continue elsewhere"):
+        train(resolve_config(args), resume=args.resume)

@@ -76,3 +76,23 @@ def test_host_memory_is_bounded_by_the_cgroup_limit(monkeypatch):
     assert meminfo.host_memory() == (512 * GIB, 500 * GIB)
     monkeypatch.setattr(meminfo, "cgroup_memory", lambda: None)
     assert meminfo.host_memory() == (512 * GIB, 500 * GIB)
+
+
+def test_v2_nested_finite_limits_the_tighter_wins(tmp_path):
+    root, proc = v2_tree(tmp_path)
+    write(root / "job/memory.max", str(4 * GIB))
+    write(root / "job/memory.current", str(GIB))
+    write(root / "job/step/memory.max", str(2 * GIB))  # inner and tighter
+    write(root / "job/step/memory.current", str(GIB // 2))
+    assert cgroup_memory(root, proc) == (2 * GIB, 2 * GIB - GIB // 2)
+
+
+def test_hybrid_hierarchy_reads_v1_memory_and_the_unified_v2_mount(tmp_path):
+    root = tmp_path / "cgroup"
+    write(tmp_path / "proc_cgroup", "4:memory,hugetlb:/svc\n0::/svc\n")  # controllers can share a line
+    write(root / "memory/svc/memory.limit_in_bytes", str(8 * GIB))
+    write(root / "memory/svc/memory.usage_in_bytes", "0")
+    assert cgroup_memory(root, tmp_path / "proc_cgroup") == (8 * GIB, 8 * GIB)
+    write(root / "unified/svc/memory.max", str(3 * GIB))
+    write(root / "unified/svc/memory.current", "0")
+    assert cgroup_memory(root, tmp_path / "proc_cgroup") == (3 * GIB, 3 * GIB)

@@ -137,7 +137,17 @@ def test_numpy_numbers_are_accepted_and_bools_are_not():
     assert env == DistEnv(rank=1, local_rank=1, world_size=2, is_distributed=True) and type(env.rank) is int
     with pytest.raises(TypeError, match="DistEnv.rank must be an int, got bool"):
         DistEnv(rank=False)
-    # timedelta refuses a NumPy float: it is converted before it gets there
     assert init_distributed(DistEnv(), "cpu", timeout_s=np.float32(30.0)) == (DistEnv(), torch.device("cpu"))
     with pytest.raises(ValueError, match="timeout_s"):
         init_distributed(DistEnv(), "cpu", timeout_s=0)
+
+
+def test_a_numpy_timeout_reaches_the_process_group_as_seconds(monkeypatch):
+    from datetime import timedelta
+
+    joined = {}
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda **kwargs: joined.update(kwargs))
+    env = DistEnv(rank=0, local_rank=0, world_size=2, is_distributed=True)
+    init_distributed(env, "cpu", timeout_s=np.float32(30.0))  # timedelta itself refuses a NumPy float
+    assert joined["timeout"] == timedelta(seconds=30) and joined["backend"] == "gloo"

@@ -103,6 +103,15 @@ def test_numpy_integers_are_ints():
     assert env.reset()["local"].shape[0] == 3
 
 
+def test_the_new_bounds_sit_exactly_where_they_say():
+    EnvConfig(num_obstacles=32 * 32)  # as many rectangles as cells: allowed
+    EnvConfig(max_steps=2**31 - 1)
+    for kwargs, field in ((dict(max_steps=2**40), "max_steps"), (dict(near_miss_penalty=1e37), "coverage_reward"),
+                          (dict(time_penalty=1e37), "coverage_reward"), (dict(collision_penalty=1e37), "coverage_reward")):
+        with pytest.raises(ValueError, match=f"EnvConfig.{field}"):  # each term of the return bound counts
+            EnvConfig(**kwargs)
+
+
 def test_numpy_floats_are_floats():
     cfg = EnvConfig(coverage_reward=np.float32(2.5), time_penalty=np.float64(0.02))
     assert cfg == EnvConfig(coverage_reward=2.5, time_penalty=0.02) and type(cfg.coverage_reward) is float

@@ -76,6 +76,8 @@ def test_greedy_takes_numpy_integers(env):
 
 
 @pytest.mark.parametrize("other, field", [(SMALL.replace(grid_height=14), "grid_height=12.*grid_height=14"),
+                                          (SMALL.replace(grid_width=14), "grid_width=12.*grid_width=14"),
+                                          (SMALL.replace(obs_radius=5), "pad=3.*pad=5"),  # a wider padded map
                                           (SMALL.replace(moves=8), "moves=4.*moves=8")])
 def test_greedy_refuses_an_env_of_another_layout(env, other, field):
     policy = GreedyFrontierPolicy(env)

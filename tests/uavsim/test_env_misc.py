@@ -77,8 +77,10 @@ def corrupt_first_env(v, value):
 
 @pytest.mark.parametrize("key, corrupt", [
     ("free", lambda v: v + 1),
+    ("free", lambda v: v - 1),
     ("covered", lambda v: v - 1),
     ("pool_blocked", lambda v: v - 7),  # the global state would go negative
+    ("pool_blocked", lambda v: v + 1),  # a wrong count, not a negative one
     ("pool_covered", lambda v: corrupt_first_env(v, 0)),
     ("ep_reward", lambda v: corrupt_first_env(v, float("nan"))),
     ("ep_collisions", lambda v: corrupt_first_env(v, -1)),
@@ -121,7 +123,9 @@ def test_load_state_dict_rejects_a_map_without_free_cells():
     ("mps", ValueError, "runs on 'cpu' or 'cuda' devices, got 'mps'"),
     pytest.param("cuda", ValueError, "torch sees no CUDA device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")),
-    ("cuda:64", ValueError, "cuda:64"),
+    pytest.param("cuda:64", ValueError, "'cuda:64': torch sees", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="the index check needs CUDA (without it: 'no CUDA device')")),
+    (-1, ValueError, "a CUDA device index must be >= 0, got -1"),
 ])
 def test_a_device_the_env_cannot_use_is_a_clear_error(device, error, message):
     with pytest.raises(error, match=re.escape(message)):
@@ -229,3 +233,25 @@ def test_reference_does_not_import_torch():
     code = "import sys; import uavsim.reference as r; r.ReferenceEnv().reset(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("reset_mode", ["dense", "sparse"])
+def test_the_episode_index_wraps_at_the_end_of_the_key_range_in_every_reset_path(reset_mode):
+    from uavsim.rng import MAX_KEY
+
+    cfg = SMALL.replace(max_steps=1)
+    env = UAVSwarmEnv(cfg, num_envs=2, seed=3, reset_mode=reset_mode)
+    env.reset()
+    fresh = UAVSwarmEnv(cfg, num_envs=2, seed=3).reset()  # episode 0's observation
+    for restart in ("autoreset", "reset(mask)", "reset()"):
+        state = env.state_dict()
+        state["state"]["episode"][:] = MAX_KEY - 1
+        env.load_state_dict(state)
+        if restart == "autoreset":
+            obs, *_ = env.step(torch.zeros(2, cfg.num_uavs, dtype=torch.int64))  # one-step episodes end
+        elif restart == "reset(mask)":
+            obs = env.reset(torch.tensor([True, True]))
+        else:
+            obs = env.reset()
+        assert env.state["episode"].tolist() == [0, 0], restart
+        assert torch.equal(obs["state"], fresh["state"]), restart  # episode 0's maps again
