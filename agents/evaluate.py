@@ -29,6 +29,7 @@ from typing import Callable
 import imageio.v2 as imageio
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents.networks import Actor, make_actor
@@ -45,12 +46,14 @@ METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses"
 
 @torch.no_grad()
 def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: int | None = None,
-                 cell_px: int = 8) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+                 cell_px: int = 8, on_step: Callable[[], object] | None = None
+                 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`.
 
     Returns per-environment results (NumPy `[B]` per metric) and, for environment `record`, RGB
     frames of every step with the trajectories so far, ending on the terminal map (host reads are
-    fine here: this is evaluation, not the training loop).
+    fine here: this is evaluation, not the training loop). `on_step()` runs after every step (a
+    progress bar's update).
     """
     cfg, b = env.config, env.num_envs
     obs = env.reset()
@@ -80,6 +83,8 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
             final_pos = final_positions(cfg, info["final_obs"]["state"][record])
             frames.append(render_grid(cfg, cover(cfg, codes, final_pos), final_pos, cell_px, np.stack(trail)))
         ended |= done
+        if on_step is not None:
+            on_step()
         if bool(ended.all()):
             break
     return {k: v.cpu().numpy() for k, v in res.items()}, frames
@@ -120,21 +125,24 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
 
 
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
-                 record: bool = True) -> tuple[dict, list[np.ndarray]]:
-    """Trained policy (argmax and sampled), random and greedy-frontier on the same episodes."""
-    make = lambda: UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # noqa: E731
-    results, frames = {}, []
-    env = make()
-    raw = {}
-    raw["policy"], frames = run_episodes(env, actor_policy(actor, env, True, seed), record=0 if record else None)
-    env = make()
-    raw["policy_sampled"] = run_episodes(env, actor_policy(actor, env, False, seed))[0]
-    env = make()
-    rand = RandomPolicy(env, seed)
-    raw["random"] = run_episodes(env, lambda obs: rand(env))[0]
-    env = make()
-    greedy = GreedyFrontierPolicy(env)
-    raw["greedy"] = run_episodes(env, lambda obs: greedy(env))[0]
+                 record: bool = True, progress: bool | None = False) -> tuple[dict, list[np.ndarray]]:
+    """Trained policy (argmax and sampled), random and greedy-frontier on the same episodes.
+    `progress`: a bar of steps per policy (None: only on a terminal)."""
+    def policies(env: UAVSwarmEnv) -> dict[str, Callable[[dict], torch.Tensor]]:
+        rand, greedy = RandomPolicy(env, seed), GreedyFrontierPolicy(env)
+        return {"policy": actor_policy(actor, env, True, seed), "policy_sampled": actor_policy(actor, env, False, seed),
+                "random": lambda obs: rand(env), "greedy": lambda obs: greedy(env)}
+
+    raw, frames = {}, []
+    disable = None if progress is None else not progress  # tqdm: None disables it off a terminal
+    with tqdm(total=4 * env_cfg.max_steps, unit="step", desc="evaluate", disable=disable, file=sys.stderr) as bar:
+        for i, name in enumerate(("policy", "policy_sampled", "random", "greedy")):
+            env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
+            bar.set_postfix(policy=name)
+            raw[name], drawn = run_episodes(env, policies(env)[name], record=0 if record and i == 0 else None,
+                                            on_step=bar.update)
+            frames = drawn if i == 0 else frames
+            bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
     results = {name: summarize(res) for name, res in raw.items()}
     results["paired_vs_greedy"] = {name: paired_difference(raw[name], raw["greedy"])
                                    for name in ("policy", "policy_sampled")}
@@ -231,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     actor.to(device).eval()
-    results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device)
+    results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device, progress=None)
     results["meta"] = {"checkpoint": str(path), "env_steps": payload["env_steps"],
                        "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -122,3 +122,18 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
     newest.write_bytes(ckpt.MAGIC + hashlib.sha256(buf.getvalue()).digest() + buf.getvalue())
     assert evaluate.main([str(run), "--episodes", "2"]) == 2
     assert f"checkpoint {newest} holds a config this code cannot use" in capsys.readouterr().err
+
+
+def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
+    from agents.evaluate import evaluate_all
+    from agents.networks import make_actor
+    from tests.agents.conftest import tiny_config
+
+    cfg = tiny_config()
+    actor = make_actor(cfg.env_config(), cfg.model, torch.Generator().manual_seed(0))
+    quiet, frames = evaluate_all(actor, cfg.env_config(), 6, 3, torch.device("cpu"), progress=False)
+    assert capsys.readouterr().err == ""
+    shown, shown_frames = evaluate_all(actor, cfg.env_config(), 6, 3, torch.device("cpu"), progress=True)
+    bar = capsys.readouterr().err
+    assert f"{4 * cfg.env.max_steps}/{4 * cfg.env.max_steps}" in bar and "policy=greedy" in bar
+    assert shown == quiet and all(np.array_equal(a, b) for a, b in zip(frames, shown_frames)) and frames
