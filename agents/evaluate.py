@@ -128,10 +128,11 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
                  record: bool = True, progress: bool | None = False) -> tuple[dict, list[np.ndarray]]:
     """Trained policy (argmax and sampled), random and greedy-frontier on the same episodes.
     `progress`: a bar of steps per policy (None: only on a terminal)."""
-    def policies(env: UAVSwarmEnv) -> dict[str, Callable[[dict], torch.Tensor]]:
-        rand, greedy = RandomPolicy(env, seed), GreedyFrontierPolicy(env)
-        return {"policy": actor_policy(actor, env, True, seed), "policy_sampled": actor_policy(actor, env, False, seed),
-                "random": lambda obs: rand(env), "greedy": lambda obs: greedy(env)}
+    def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
+        if name in ("policy", "policy_sampled"):
+            return actor_policy(actor, env, name == "policy", seed)
+        scripted = RandomPolicy(env, seed) if name == "random" else GreedyFrontierPolicy(env)
+        return lambda obs: scripted(env)
 
     raw, frames = {}, []
     disable = None if progress is None else not progress  # tqdm: None disables it off a terminal
@@ -139,7 +140,7 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
         for i, name in enumerate(("policy", "policy_sampled", "random", "greedy")):
             env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
             bar.set_postfix(policy=name)
-            raw[name], drawn = run_episodes(env, policies(env)[name], record=0 if record and i == 0 else None,
+            raw[name], drawn = run_episodes(env, policy(name, env), record=0 if record and i == 0 else None,
                                             on_step=bar.update)
             frames = drawn if i == 0 else frames
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
