@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -33,8 +33,10 @@ from uavsim.config import EnvConfig
 
 
 class Amp(str, enum.Enum):
-    """Autocast mode: `off` (float32), `bf16` (CPU and GPU), `fp16` (with a GradScaler)."""
+    """Autocast mode: `off` (float32), `bf16` (CPU and GPU), `fp16` (with a GradScaler), or `auto`:
+    chosen for the device at start (`agents.machine_defaults`)."""
 
+    auto = "auto"
     off = "off"
     bf16 = "bf16"
     fp16 = "fp16"
@@ -58,10 +60,13 @@ _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 # What `run.device` (and `agents.evaluate --device`) accept.
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
+AUTO = "auto"  # the value of a key the machine decides at start (`agents.machine_defaults`)
+
 
 def _env_section() -> type:
     """`EnvSection`: `num_envs` plus every `EnvConfig` field with the same type and default."""
-    env_fields: list[tuple[str, type, Any]] = [("num_envs", int, field(default=256))]
+    # num_envs: an int, or "auto" (chosen for the device at start)
+    env_fields: list[tuple[str, Any, Any]] = [("num_envs", Union[int, str], field(default=AUTO))]
     for f in dataclasses.fields(EnvConfig):
         kind = f.type if isinstance(f.type, str) else f.type.__name__
         env_fields.append((f.name, _TYPES[kind], field(default=f.default)))
@@ -102,7 +107,7 @@ class TrainConfig:
     norm_adv: bool = True
     value_norm: bool = True
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
-    amp: Amp = Amp.off
+    amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
 
@@ -111,7 +116,7 @@ class TrainConfig:
 class RunConfig:
     dir: Optional[str] = None  # None -> runs/mappo-<seed>-<time>
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
-    torch_threads: int = 2  # 0 leaves torch's default
+    torch_threads: Union[int, str] = AUTO  # auto: the cores this process may use; 0 leaves torch's default
     retain_host_memory: bool = True  # glibc keeps freed memory: no page faults on each step's big tensors
     deterministic: bool = False  # torch.use_deterministic_algorithms; exact resume on CPU
     checkpoint_interval: int = 500_000  # env steps between checkpoints; 0: only the final one
@@ -134,11 +139,24 @@ class Config:
         d.pop("num_envs")
         return EnvConfig.from_dict(d)
 
-    # Derived values: computed, never configured.
+    @property
+    def resolved(self) -> bool:
+        """Whether every `auto` key holds its value for this machine (`agents.machine_defaults`)."""
+        return AUTO not in (self.env.num_envs, self.run.torch_threads) and self.train.amp != Amp.auto
+
+    # Derived values: computed, never configured (the batch geometry needs a resolved env.num_envs).
+    @property
+    def num_envs(self) -> int:
+        """`env.num_envs`, once resolved (`agents.machine_defaults.resolve`)."""
+        if not isinstance(self.env.num_envs, int):
+            raise ValueError(f"env.num_envs is {self.env.num_envs!r}: resolve the config for a device first "
+                             "(agents.machine_defaults.resolve) or set env.num_envs")
+        return self.env.num_envs
+
     @property
     def batch_size(self) -> int:
         """Samples per iteration: num_steps x num_envs x num_uavs (one sample per agent-step)."""
-        return self.train.num_steps * self.env.num_envs * self.env.num_uavs
+        return self.train.num_steps * self.num_envs * self.env.num_uavs
 
     @property
     def minibatch_size(self) -> int:
@@ -146,7 +164,7 @@ class Config:
 
     @property
     def env_steps_per_iteration(self) -> int:
-        return self.train.num_steps * self.env.num_envs
+        return self.train.num_steps * self.num_envs
 
     @property
     def num_iterations(self) -> int:
@@ -255,7 +273,8 @@ def check_config(cfg: Config) -> None:
 
     t, r, m = cfg.train, cfg.run, cfg.model
     need(0 <= cfg.seed < 2**31, "seed", "in [0, 2**31)")
-    need(cfg.env.num_envs >= 1, "env.num_envs", ">= 1")
+    need(cfg.env.num_envs == AUTO or (isinstance(cfg.env.num_envs, int) and cfg.env.num_envs >= 1),
+         "env.num_envs", "auto or an int >= 1")
     need(m.hidden_size >= 1, "model.hidden_size", ">= 1")
     need(m.num_layers >= 1, "model.num_layers", ">= 1")
     need(t.total_env_steps >= 1, "train.total_env_steps", ">= 1")
@@ -270,7 +289,8 @@ def check_config(cfg: Config) -> None:
     need(0 <= t.gae_lambda <= 1, "train.gae_lambda", "in [0, 1]")
     need(0 < t.value_norm_beta < 1, "train.value_norm_beta", "in (0, 1)")
     need(t.max_bad_iterations >= 1, "train.max_bad_iterations", ">= 1")
-    need(r.torch_threads >= 0, "run.torch_threads", ">= 0")
+    need(r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),
+         "run.torch_threads", "auto or an int >= 0 (0: torch's own default)")
     need(r.checkpoint_interval >= 0, "run.checkpoint_interval", ">= 0")
     need(r.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1")
     need(r.eval_interval >= 0, "run.eval_interval", ">= 0")
@@ -281,6 +301,7 @@ def check_config(cfg: Config) -> None:
         cfg.env_config()  # EnvConfig's own range checks
     except (TypeError, ValueError) as err:
         raise type(err)(f"config section 'env': {err}") from None
-    need(cfg.env_steps_per_iteration % t.num_minibatches == 0, "train.num_minibatches",
-         "a divisor of num_steps*num_envs (minibatches take whole environment steps) = "
-         f"{cfg.env_steps_per_iteration}")
+    if cfg.env.num_envs != AUTO:  # else checked once the machine has chosen it
+        need(cfg.env_steps_per_iteration % t.num_minibatches == 0, "train.num_minibatches",
+             "a divisor of num_steps*num_envs (minibatches take whole environment steps) = "
+             f"{cfg.env_steps_per_iteration}")

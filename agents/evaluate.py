@@ -34,7 +34,7 @@ from tqdm import tqdm
 from agents import checkpoint as ckpt
 from agents.networks import Actor, make_actor
 from agents.rollout import agent_ids, policy_step
-from uavsim import rules
+from uavsim import hardware, rules
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     actor.to(device).eval()
+    print(hardware.banner(device, precision="fp32 (evaluation)", environments=f"{args.episodes} (one episode each)"),
+          file=sys.stderr)
     results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device, progress=None)
     results["meta"] = {"checkpoint": str(path), "env_steps": payload["env_steps"],
                        "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}

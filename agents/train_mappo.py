@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 from agents import checkpoint as ckpt
+from agents import machine_defaults
 from agents.config import Amp, Config, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
@@ -39,6 +40,7 @@ from agents.run_control import (TrainingInterrupted, TrainingStopped, crossed, i
 from agents.rollout import EpisodeStats, Storage, collect
 from agents.setup import amp_dtype, make_autocast, pick_device, setup_process  # noqa: F401 -- re-exported
 from agents.value_norm import ValueNorm
+from uavsim import hardware
 from uavsim.env import UAVSwarmEnv
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
@@ -69,6 +71,10 @@ class Learner:
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
+    """The learner of a config whose `auto` values are resolved (`agents.machine_defaults.resolve`)."""
+    if not cfg.resolved:
+        raise ValueError("build_learner needs a resolved config (train.amp, run.torch_threads, env.num_envs not "
+                         "'auto'): pass it through agents.machine_defaults.resolve(cfg, device) first")
     replicas = replicas or Replicas(device=device)
     # Rank r plays environments [r * B, (r + 1) * B) of the seed: disjoint episode streams.
     env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
@@ -207,15 +213,37 @@ def default_run_dir(cfg: Config) -> Path:
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:
     """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint (`resume`)."""
 
-    setup_process(cfg)
     replicas = setup_replicas(cfg.run.device)  # torchrun: join the group; else a single process
     replicas.device = device = replicas.device if replicas.active else pick_device(cfg.run.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # streams, events and new tensors default to this GPU, not cuda:0
     try:
+        cfg, reasons = resolve_for_machine(cfg, device, replicas)
+        setup_process(cfg)
+        if replicas.is_main:
+            print(hardware.banner(device, **reasons, ranks=replicas.world_size), file=sys.stderr)
         return _train(cfg, resume, replicas, device)
     finally:
         replicas.close()
+
+
+def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -> tuple[Config, dict[str, str]]:
+    """`machine_defaults.resolve`; under torchrun rank 0's choices hold for every rank (a timing
+    probe could choose differently on two ranks, and the replicas must compute alike)."""
+    problem = None
+    try:
+        resolved, reasons = machine_defaults.resolve(cfg, device)
+        machine_defaults.check_memory(resolved, device)
+    except ValueError as err:
+        resolved, reasons, problem = cfg, {}, err
+    first = next((p for p in replicas.gather_objects(problem) if p is not None), None)
+    if first is not None:
+        raise first
+    if replicas.active:
+        amp, num_envs = replicas.broadcast_object((resolved.train.amp, resolved.env.num_envs))
+        resolved = dataclasses.replace(resolved, train=dataclasses.replace(resolved.train, amp=amp),
+                                       env=dataclasses.replace(resolved.env, num_envs=num_envs))
+    return resolved, reasons
 
 
 def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: torch.device) -> Learner:
@@ -341,7 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.print_config:
+    if args.print_config:  # the values this machine would run with: `auto` keys resolved
+        try:
+            cfg, _ = machine_defaults.resolve(cfg, pick_device(cfg.run.device))
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(to_yaml(cfg), end="")
         return 0
     try:

@@ -10,50 +10,59 @@ import platform
 import re
 import socket
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from uavsim import hardware
 from uavsim.host_memory import retain_freed_memory
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _HOST: dict[str, Any] = {"host_memory_retained": False}
 
 
-def setup_host(threads: int) -> bool:
+def setup_host(threads: int, device: str | None = None, banner: bool = True) -> bool:
     """The process settings a benchmark runs all of its backends under, alike: torch's thread
     count, and glibc keeping freed memory for the next large tensor (`uavsim.host_memory`, as the
-    trainer does), recorded in `machine_info`. Returns whether the memory setting applied."""
+    trainer does), recorded in `machine_info`. Prints the machine's banner (`uavsim.hardware`).
+    Returns whether the memory setting applied."""
     torch.set_num_threads(threads)
     _HOST["host_memory_retained"] = retain_freed_memory()
+    if banner:
+        print(hardware.banner(device or "cpu"), file=sys.stderr)
     return _HOST["host_memory_retained"]
 
 
-def cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        match = re.search(r"model name\s*:\s*(.+)", text)
-        if match:
-            return match.group(1).strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+cpu_model = hardware.cpu_model
 
 
 def machine_info(device: str | None = None) -> dict[str, Any]:
+    """What a results file holds about the machine: CPU model and class (AVX2 / AVX-512 /
+    AVX512-BF16 / AMX, after any ONEDNN_MAX_CPU_ISA / ATEN_CPU_CAPABILITY cap), torch and its
+    build, threads, and the GPU (name, memory, compute capability, driver, peak bandwidth)."""
     info: dict[str, Any] = {
-        "host": socket.gethostname(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, **_HOST,
-        "python": platform.python_version(), "date": _dt.date.today().isoformat(),
+        "host": socket.gethostname(), "cpu": cpu_model(), "cpu_class": hardware.cpu_class(),
+        "cpu_count": os.cpu_count(), "usable_cores": hardware.usable_cores()[0],
+        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "torch_build": hardware.torch_build(),
+        **{k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ},
+        **_HOST, "python": platform.python_version(), "date": _dt.date.today().isoformat(),
     }
     if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.device(device) if device and "cuda" in device else 0)
-        info["gpu"] = props.name
-        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
-        info["gpu_peak_bandwidth_gbs"] = gpu_peak_bandwidth_gbs(props)
+        dev = torch.device(device) if device and "cuda" in device else torch.device("cuda", 0)
+        info.update(hardware.gpu_info(dev))
+        info["gpu_peak_bandwidth_gbs"] = gpu_peak_bandwidth_gbs(torch.cuda.get_device_properties(dev))
     return info
+
+
+def hardware_label(info: dict[str, Any]) -> str:
+    """How tables name the machine a figure holds for: "H100 80GB HBM3" or "2-core AMD EPYC (AVX2)"."""
+    if info.get("gpu"):
+        return str(info["gpu"])
+    cores = info.get("usable_cores") or info.get("cpu_count")
+    return f"{cores}-core {info['cpu']} ({info.get('cpu_class', 'CPU class not recorded')})"
 
 
 def gpu_peak_bandwidth_gbs(props: Any) -> float | None:
@@ -65,8 +74,8 @@ def gpu_peak_bandwidth_gbs(props: Any) -> float | None:
 
 
 def machine_tag(info: dict[str, Any]) -> str:
-    """A file-name-safe label: the GPU if any, else the CPU, plus the core count."""
-    label = info.get("gpu") or f"{info['cpu']}-{info['cpu_count']}cores"
+    """A file-name-safe label: the GPU if any, else the CPU, its class and the core count."""
+    label = info.get("gpu") or f"{info['cpu']}-{info.get('cpu_class', '')}-{info['cpu_count']}cores"
     return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()[:60]
 
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, out_dir_arg, setup_host, sync, write_results
+from benchmarks.common import (RESULTS_DIR, fmt_rate, hardware_label, machine_info, out_dir_arg, setup_host, sync,
+                               write_results)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,10 +56,11 @@ def worker(args) -> None:
 
     from agents.config import load_config
     from agents.distributed import setup
-    from agents.train_mappo import DEFAULT_CONFIG, build_learner, prepare_batch, read_metrics, train_iteration
+    from agents.train_mappo import (DEFAULT_CONFIG, build_learner, prepare_batch, read_metrics, resolve_for_machine,
+                                    train_iteration)
     from uavsim import EnvConfig, UAVSwarmEnv
 
-    retained = setup_host(1)
+    retained = setup_host(1, banner=os.environ.get("RANK", "0") == "0")
     replicas = setup(args.device)
     device = str(replicas.device)
     rank, world = replicas.rank, replicas.world_size
@@ -78,6 +80,7 @@ def worker(args) -> None:
 
     cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        "run.torch_threads=1", "train.total_env_steps=1000000000"])
+    cfg, _ = resolve_for_machine(cfg, replicas.device, replicas)  # train.amp=auto: rank 0's choice for all
     learner = build_learner(cfg, replicas.device, replicas)
     read_metrics(train_iteration(learner), replicas)  # warm-up
     calls, elapsed = _timed(replicas, device, lambda: read_metrics(train_iteration(learner), replicas), args.seconds)
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None):
 def table(payload: dict[str, Any]) -> str:
     m, s = payload["machine"], payload["settings"]
     lines = [f"# Data-parallel scaling ({'quick' if payload['quick'] else 'full'})", "",
-             f"{m['cpu']} ({m['cpu_count']} cores); device {s['device']}, 1 thread per rank; "
+             f"{hardware_label(m)}; device {s['device']}, 1 thread per rank; "
              f"{s['num_envs_per_rank']} envs per rank, rollout {s['num_steps']}; torch {m['torch']}; {m['date']}", "",
              "| ranks | env-steps/s | x 1 rank | efficiency | agent-steps/s (train) | x 1 rank | efficiency "
              "| flat all-reduce update s | DDP update s |",

@@ -33,6 +33,7 @@ import torch
 from agents.placement import Stage, StagePipeline, WorkerPool, inventory_report
 from agents.placement.dp import check_devices
 from benchmarks.placement_report import machine_info, markdown, versions
+from uavsim import hardware
 
 SCHEMA_VERSION = 1
 
@@ -255,6 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
         devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     else:
         devices = ["cpu", "cpu"]
+    print(hardware.banner(devices[0], workers=", ".join(devices)), file=sys.stderr)
     if args.quick:
         cfg = dict(
             reps=1,

@@ -10,6 +10,8 @@ import re
 import torch
 
 from agents.placement import inventory
+from uavsim import hardware
+
 
 def machine_info(devices: list[str]) -> dict:
     inv = inventory()
@@ -21,6 +23,9 @@ def machine_info(devices: list[str]) -> dict:
     return {
         "tag": tag,
         "cpu_count": os.cpu_count(),
+        "cpu": hardware.cpu_model(),
+        "cpu_class": hardware.cpu_class(),
+        "torch_build": hardware.torch_build(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, fmt_rate, machine_info, out_dir_arg, profile_ops, setup_host, sync, write_results
+from benchmarks.common import (RESULTS_DIR, fmt_rate, hardware_label, machine_info, out_dir_arg, profile_ops, setup_host,
+                               sync, write_results)
 
 
 # Every pipeline's actor sees the local observation only (TorchRL's recipe has no shared-map input).
@@ -65,7 +66,7 @@ def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
                                        f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
                                        f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
                                        "train.total_env_steps=100000000", f"train.compile={str(compiled).lower()}",
-                                       *SAME_TASK])
+                                       "run.torch_threads=0", *SAME_TASK])  # setup_host set the threads
     learner = build_learner(cfg, torch.device(device))
 
     def iteration(timer: PhaseTimer | None = None):
@@ -305,8 +306,9 @@ def profile_table(rows: list[dict[str, Any]]) -> list[str]:
 def table(payload: dict[str, Any]) -> str:
     m, s = payload["machine"], payload["settings"]
     lines = [f"# Training throughput ({'quick' if payload['quick'] else 'full'})", "",
-             f"CPU: {m['cpu']} ({m['cpu_count']} cores, torch threads {s['threads']})"
-             + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}",
+             f"CPU: {hardware_label(m)}, torch threads {s['threads']}"
+             + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']} "
+             f"({m.get('torch_build', '?')} build); {m['date']}",
              f"Batch: {s['num_steps']} steps x {s['num_envs']} envs x 10 UAVs; {s['epochs']} epochs x "
              f"{s['minibatches']} minibatches; hidden {s['hidden']}; median of {s['iterations']} iterations", "",
              "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL (our network modules) "

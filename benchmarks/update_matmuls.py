@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, machine_info, out_dir_arg, setup_host, write_results
+from agents.machine_defaults import CPU_NUM_ENVS
+from benchmarks.common import RESULTS_DIR, hardware_label, machine_info, out_dir_arg, setup_host, write_results
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
@@ -35,7 +36,7 @@ def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
     from agents.config import load_config
     from agents.train_mappo import DEFAULT_CONFIG
 
-    cfg = load_config(DEFAULT_CONFIG)
+    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"])
     env, hidden = cfg.env_config(), cfg.model.hidden_size
     return {"first layer, local obs": (env.local_obs_dim, hidden), "first layer, agent id": (env.num_uavs, hidden),
             "hidden layer": (hidden, hidden), "policy head": (hidden, env.num_actions), "value head": (hidden, 1)}
@@ -45,7 +46,7 @@ def default_minibatch() -> int:
     from agents.config import load_config
     from agents.train_mappo import DEFAULT_CONFIG
 
-    return load_config(DEFAULT_CONFIG).minibatch_size
+    return load_config(DEFAULT_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"]).minibatch_size
 
 
 def time_us(fn, repeats: int) -> float:
@@ -97,7 +98,7 @@ def table(payload: dict[str, Any]) -> str:
     m, s = payload["machine"], payload["settings"]
     threads = sorted({1, s["threads"]})
     lines = [f"# The update's matrix products ({'quick' if payload['quick'] else 'full'})", "",
-             f"CPU: {m['cpu']} ({m['cpu_count']} cores); torch {m['torch']}; {m['date']}; minibatch "
+             f"CPU: {hardware_label(m)}; torch {m['torch']}; {m['date']}; minibatch "
              f"{s['minibatch']} agent-steps; median of {s['repeats']} repeats", "",
              "| dtype | layer | product | shape | " + " | ".join(f"µs, {t} thread(s) | GFLOP/s, {t}" for t in threads)
              + " |", "|---|---|---|---|" + "---:|---:|" * len(threads)]

@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TypeError, ValueError, yaml.YAMLError) as e:
         parser.error(str(e).splitlines()[0])
 
+    from uavsim import hardware
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
     from uavsim.video import check_video_path, record_episode, write_video
@@ -81,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_video_path(args.out, args.fps)  # the GIF frame-length limit and an --out that is a folder
         env = UAVSwarmEnv(cfg, num_envs=1, device=args.device, seed=args.seed, first_env_index=args.env_index)
+        print(hardware.banner(env.device, policy=args.policy), file=sys.stderr)
         policy = GreedyFrontierPolicy(env) if args.policy == "greedy" else RandomPolicy(env, seed=args.seed)
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)
         path = write_video(rec.frames, args.out, fps=args.fps)

@@ -13,7 +13,7 @@ TINY = [
     "env.max_steps=12", "env.launch_size=2", "env.state_pool=4", "env.obs_radius=2", "env.sensor_radius=1",
     "model.hidden_size=16", "train.num_steps=8", "train.num_minibatches=2", "train.update_epochs=2",
     "train.total_env_steps=256", "run.device=cpu", "run.progress=false", "run.eval_interval=0",
-    "run.checkpoint_interval=0", "run.torch_threads=1",
+    "run.checkpoint_interval=0", "run.torch_threads=1", "train.amp=off",
 ]
 
 

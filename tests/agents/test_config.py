@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from agents.config import Amp, CriticKind, load_config, to_yaml
 from uavsim import EnvConfig
@@ -14,10 +15,19 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.mark.parametrize("preset", sorted(p.name for p in CONFIGS.glob("*.yaml")))
-def test_every_preset_loads(preset):
+def test_every_preset_loads(preset, monkeypatch):
+    from agents import machine_defaults
+
     cfg = load_config(CONFIGS / preset)
-    assert cfg.batch_size % cfg.train.num_minibatches == 0
     cfg.env_config()  # a valid EnvConfig
+    # its batch geometry holds once the machine has chosen the `auto` values (a CPU without bf16 here)
+    monkeypatch.setattr(machine_defaults, "bf16_matmul_time_ratio", lambda: 20.0)
+    threads = torch.get_num_threads()
+    try:
+        resolved, _ = machine_defaults.resolve(cfg, torch.device("cpu"), ranks_here=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert resolved.resolved and resolved.batch_size % resolved.train.num_minibatches == 0
 
 
 def test_overrides_are_typed_and_applied():
@@ -35,7 +45,7 @@ def test_env_section_mirrors_env_config():
     cfg = load_config()
     env_fields = {f.name: f.default for f in dataclasses.fields(EnvConfig)}
     mine = dataclasses.asdict(cfg.env)
-    assert mine.pop("num_envs") >= 1
+    assert mine.pop("num_envs") == "auto"
     assert mine == env_fields
 
 
@@ -56,7 +66,7 @@ def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
 
 
 @pytest.mark.parametrize("override, err, key", [
-    ("env.num_envs=abc", TypeError, "env.num_envs"), ("train.update_epochs=1.5", TypeError, "train.update_epochs"),
+    ("env.num_envs=abc", ValueError, "env.num_envs"), ("train.update_epochs=1.5", TypeError, "train.update_epochs"),
     ("train.anneal_lr=maybe", TypeError, "train.anneal_lr"), ("train.amp=fp32", ValueError, "train.amp"),
     ("train.clip_coef=-0.1", ValueError, "train.clip_coef"), ("train.gamma=1.5", ValueError, "train.gamma"),
     ("env.num_envs=0", ValueError, "env.num_envs"), ("run.device=tpu", ValueError, "run.device"),
@@ -67,7 +77,7 @@ def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
 ])
 def test_bad_values_name_the_key(override, err, key):
     with pytest.raises(err, match=key):
-        load_config(None, [override])
+        load_config(None, ["env.num_envs=64", override])  # an explicit num_envs: the batch geometry is checked
 
 
 def test_malformed_override_and_missing_file(tmp_path):
@@ -132,10 +142,10 @@ def test_derived_sizes():
 def test_print_config_shows_every_key_and_trains_nothing(tmp_path, capsys):
     from agents import train_mappo
 
-    assert train_mappo.main(["--print-config", "--config", "configs/smoke.yaml", "train.amp=off",
-                             f"run.dir={tmp_path / 'run'}"]) == 0
+    explicit = ["train.amp=off", "run.torch_threads=1", f"run.dir={tmp_path / 'run'}"]  # nothing left to resolve
+    assert train_mappo.main(["--print-config", "--config", "configs/smoke.yaml", *explicit]) == 0
     printed = tmp_path / "printed.yaml"
     printed.write_text(capsys.readouterr().out)
-    assert load_config(printed) == load_config("configs/smoke.yaml", ["train.amp=off", f"run.dir={tmp_path / 'run'}"])
+    assert load_config(printed) == load_config("configs/smoke.yaml", explicit)
     assert not (tmp_path / "run").exists()
     assert train_mappo.main(["--print-config", "train.amp=fast"]) == 2  # still checked

@@ -26,10 +26,12 @@ def test_quick_run_writes_complete_results(tmp_path):
 
 def test_default_minibatch_is_the_default_configs():
     from agents.config import load_config
+    from agents.machine_defaults import CPU_NUM_ENVS
     from agents.train_mappo import DEFAULT_CONFIG
 
-    cfg = load_config(DEFAULT_CONFIG)
-    assert update_matmuls.default_minibatch() == cfg.train.num_steps * cfg.env.num_envs * cfg.env.num_uavs // cfg.train.num_minibatches
+    cfg = load_config(DEFAULT_CONFIG)  # num_envs: auto, which is CPU_NUM_ENVS on the CPU
+    assert cfg.env.num_envs == "auto"
+    assert update_matmuls.default_minibatch() == cfg.train.num_steps * CPU_NUM_ENVS * cfg.env.num_uavs // cfg.train.num_minibatches
 
 
 def test_bad_arguments_are_rejected(tmp_path):

@@ -1,0 +1,184 @@
+"""The `auto` config values, chosen for the machine a run starts on, and the memory check.
+
+A default tuned on one machine can be 30x slower on another: bf16 autocast is fast on a CPU with
+AMX or AVX512-BF16 and emulated in software on an AVX2 one (measured on a 2-core AMD EPYC, AVX2:
+a bf16 matmul of the update's shape took 20-44x the fp32 time, and the default run 8x longer). So:
+
+    train.amp=auto          CUDA: bf16 at compute capability >= 8.0 (Ampere and later), fp16 with
+                            the GradScaler at 7.x (tensor cores, no bf16), fp32 below. CPU: a
+                            matmul probe of fp32 against bf16 (~0.1 s), bf16 only where it is faster
+                            (flags alone mislead: torch calls AVX-512 without BF16 "bf16 supported").
+    run.torch_threads=auto  the cores this process may use (CPU affinity, cgroup quota), shared
+                            between the ranks torchrun starts on this machine.
+    env.num_envs=auto       CPU: 64 (the measured default). CUDA: the largest power of two up to
+                            8192 (thousands per step keep a large GPU busy) that leaves the run at
+                            least 100 iterations of its budget (PPO learns from updates, not
+                            samples alone) and fits in half of the GPU's free memory. Not yet
+                            measured on a GPU.
+
+An explicit value always wins. `resolve` returns the config with every `auto` replaced and the
+reason for each choice; the trainer saves the resolved config (config.yaml, checkpoints,
+TensorBoard), so a run is reproducible on another machine. `check_memory` refuses, before
+anything is allocated, a run whose rollout storage and update would not fit the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from types import SimpleNamespace
+
+import torch
+
+from agents.config import AUTO, Amp, Config, check_config
+from agents.setup import amp_dtype
+from uavsim import hardware
+
+CPU_NUM_ENVS = 64
+GPU_MAX_NUM_ENVS = 8192
+MIN_ITERATIONS = 100  # env.num_envs=auto on a GPU keeps at least this many iterations in the budget
+GPU_MEMORY_SHARE = 0.5  # env.num_envs=auto keeps the run within this share of the GPU's free memory
+BF16_FASTER = 0.9  # the CPU takes bf16 when its matmul needs at most this share of fp32's time
+
+
+def choose_cuda_amp(capability: tuple[int, int]) -> tuple[Amp, str]:
+    """Precision for a GPU of compute `capability` (major, minor), and why."""
+    cc = f"{capability[0]}.{capability[1]}"
+    if capability >= (8, 0):
+        return Amp.bf16, f"compute capability {cc} >= 8.0 computes bf16 natively"
+    if capability >= (7, 0):
+        return Amp.fp16, f"compute capability {cc} < 8.0 has no bf16 but fp16 tensor cores (with loss scaling)"
+    return Amp.off, f"compute capability {cc} < 7.0 has no tensor cores"
+
+
+def choose_cpu_amp(bf16_time_ratio: float, cpu_class: str) -> tuple[Amp, str]:
+    """Precision for a CPU whose bf16 matmul takes `bf16_time_ratio` x the fp32 time, and why."""
+    if bf16_time_ratio <= BF16_FASTER:
+        return Amp.bf16, f"bf16 matmuls take {bf16_time_ratio:.2f}x the fp32 time on this {cpu_class} CPU"
+    return Amp.off, (f"bf16 matmuls take {bf16_time_ratio:.1f}x the fp32 time on this {cpu_class} CPU "
+                     "(no native bf16: emulated)")
+
+
+def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, repeats: int = 3) -> float:
+    """bf16 / fp32 time of a forward and a weight-gradient product of the update's kind, on the
+    CPU with torch's current thread count (best of `repeats` after a warm-up: robust to a busy
+    machine, where a ratio near 1 would matter least). About 0.1 s where bf16 is emulated."""
+    def best(dtype: torch.dtype) -> float:
+        gen = torch.Generator().manual_seed(0)  # never the global RNG
+        x = torch.randn(rows, inner, generator=gen).to(dtype)
+        w = torch.randn(inner, cols, generator=gen).to(dtype)
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            y = x @ w
+            x.t() @ y  # the weight gradient's shape: the long dimension is the inner one
+            times.append(time.perf_counter() - start)
+        return min(times[1:])
+
+    return best(torch.bfloat16) / best(torch.float32)
+
+
+def choose_threads(usable: int, ranks_here: int) -> int:
+    """Torch threads per process: the usable cores shared by the ranks on this machine."""
+    return max(1, usable // max(1, ranks_here))
+
+
+def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
+    """Bytes a run needs on its device: rollout storage (exact, allocated on the meta device),
+    environment state and one step's transients (from a 2-env instance), and the update's
+    activations (an estimate: each layer's output kept for the backward, in two networks)."""
+    from agents.rollout import Storage  # late: rollout imports the networks
+    from uavsim.env import UAVSwarmEnv
+
+    env_cfg = cfg.env_config()
+    probe_env = UAVSwarmEnv(env_cfg, num_envs=2, device="cpu")
+    obs = probe_env.reset()
+    per_env = sum(v.nbytes for v in probe_env.state.values()) + sum(v.nbytes for v in obs.values())
+    per_env = per_env // 2 * 8  # the state, plus observations and a reset's temporaries of a step
+    meta_env = SimpleNamespace(num_envs=num_envs, num_uavs=env_cfg.num_uavs, num_actions=env_cfg.num_actions,
+                               local_obs_dim=env_cfg.local_obs_dim, state_dim=env_cfg.state_dim,
+                               device=torch.device("meta"))
+    storage = Storage.allocate(cfg.train.num_steps, meta_env, amp_dtype(amp)).nbytes()
+    rows = cfg.train.num_steps * num_envs * env_cfg.num_uavs // cfg.train.num_minibatches
+    layer_bytes = 4 * cfg.model.hidden_size * (cfg.model.num_layers + 1) * 3  # output, activation, grad
+    update = rows * (2 * layer_bytes + 4 * env_cfg.local_obs_dim * 2)
+    return {"storage": storage, "env": per_env * num_envs, "update": update}
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes new allocations can get: the GPU's free memory, or the host's available memory
+    within this process's cgroup limit."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    from agents.placement.meminfo import host_memory
+
+    return host_memory()[1]
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_memory(cfg: Config, device: torch.device, available: int | None = None) -> None:
+    """Refuse a run (ValueError naming env.num_envs / train.num_steps) whose memory would not fit
+    in 90 % of what `device` has available."""
+    need = estimate_memory(cfg, cfg.env.num_envs, cfg.train.amp)
+    available = available_memory(device) if available is None else available
+    if sum(need.values()) > 0.9 * available:
+        parts = ", ".join(f"{k} {_gib(v)}" for k, v in need.items())
+        raise ValueError(
+            f"this run needs about {_gib(sum(need.values()))} on {device} ({parts}) but {_gib(available)} is "
+            f"available: lower env.num_envs (now {cfg.env.num_envs}) or train.num_steps (now {cfg.train.num_steps}), "
+            f"or raise train.num_minibatches (now {cfg.train.num_minibatches}) for a smaller update")
+
+
+def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int | None = None) -> tuple[int, str]:
+    """`env.num_envs=auto`: 64 on the CPU; on a GPU see the module docstring."""
+    if device.type != "cuda":
+        return CPU_NUM_ENVS, "the CPU default"
+    available = available_memory(device) if available is None else available
+    budget = max(1, cfg.train.total_env_steps // (cfg.train.num_steps * MIN_ITERATIONS))
+    num_envs = 1 << (min(GPU_MAX_NUM_ENVS, budget).bit_length() - 1)  # a power of two
+    limit = "the GPU maximum" if num_envs == GPU_MAX_NUM_ENVS else f"{MIN_ITERATIONS} iterations of the budget"
+    while num_envs > 1 and sum(estimate_memory(cfg, num_envs, amp).values()) > GPU_MEMORY_SHARE * available:
+        num_envs //= 2
+        limit = f"{GPU_MEMORY_SHARE:.0%} of the {_gib(available)} free on {device}"
+    return num_envs, f"on {device}: bounded by {limit}"
+
+
+def resolve(cfg: Config, device: torch.device, ranks_here: int | None = None) -> tuple[Config, dict[str, str]]:
+    """`cfg` with every `auto` value chosen for `device`, and a line per key saying what and why.
+
+    Sets torch's thread count first when `run.torch_threads` is auto (the CPU probe measures with
+    the threads the run will use): call it from an entry point only."""
+    reasons: dict[str, str] = {}
+    run, train, env = cfg.run, cfg.train, cfg.env
+    if run.torch_threads == AUTO:
+        usable, why = hardware.usable_cores()
+        ranks_here = ranks_here if ranks_here is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        threads = choose_threads(usable, ranks_here)
+        run = dataclasses.replace(run, torch_threads=threads)
+        torch.set_num_threads(threads)
+        shared = f", shared by {ranks_here} ranks" if ranks_here > 1 else ""
+        reasons["threads"] = f"{threads} (auto: {usable} usable cores, {why}{shared})"
+    else:
+        reasons["threads"] = f"{run.torch_threads} (set)" if run.torch_threads else "torch's default (0, set)"
+    if train.amp == Amp.auto:
+        if device.type == "cuda":
+            amp, why = choose_cuda_amp(torch.cuda.get_device_capability(device))
+        else:
+            amp, why = choose_cpu_amp(bf16_matmul_time_ratio(), hardware.cpu_class())
+        train = dataclasses.replace(train, amp=amp)
+        reasons["precision"] = f"{amp.value} (auto: {why})"
+    else:
+        reasons["precision"] = f"{train.amp.value} (set)"
+    if env.num_envs == AUTO:
+        num_envs, why = choose_num_envs(dataclasses.replace(cfg, train=train), device, train.amp)
+        env = dataclasses.replace(env, num_envs=num_envs)
+        reasons["environments"] = f"{num_envs} (auto: {why})"
+    else:
+        reasons["environments"] = f"{env.num_envs} (set)"
+    resolved = dataclasses.replace(cfg, run=run, train=train, env=env)
+    check_config(resolved)  # the batch geometry, now that num_envs is known
+    return resolved, reasons

@@ -1,0 +1,167 @@
+"""`auto` config values (agents.machine_defaults): each choice, explicit overrides, the memory check."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from agents import machine_defaults as md
+from agents.config import Amp, load_config
+from tests.agents.conftest import tiny_config
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
+
+
+@pytest.fixture
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def auto_config(*overrides: str):
+    return tiny_config("train.amp=auto", "run.torch_threads=auto", "env.num_envs=auto", *overrides)
+
+
+@pytest.mark.parametrize("capability, amp", [((9, 0), Amp.bf16), ((8, 0), Amp.bf16), ((8, 9), Amp.bf16),
+                                             ((7, 5), Amp.fp16), ((7, 0), Amp.fp16), ((6, 1), Amp.off)])
+def test_cuda_precision_follows_compute_capability(capability, amp):
+    chosen, why = md.choose_cuda_amp(capability)
+    assert chosen == amp
+    assert f"{capability[0]}.{capability[1]}" in why
+
+
+@pytest.mark.parametrize("ratio, amp", [(0.4, Amp.bf16), (0.9, Amp.bf16), (0.95, Amp.off), (20.0, Amp.off)])
+def test_cpu_precision_takes_bf16_only_where_it_is_faster(ratio, amp):
+    chosen, why = md.choose_cpu_amp(ratio, "AVX2")
+    assert chosen == amp
+    assert "AVX2" in why and ("emulated" in why) == (amp == Amp.off)
+
+
+def test_the_probe_measures_a_finite_ratio(keep_threads):
+    ratio = md.bf16_matmul_time_ratio(rows=64, inner=32, cols=16, repeats=1)
+    assert math.isfinite(ratio) and ratio > 0
+
+
+def test_resolve_on_a_cpu_with_native_bf16(monkeypatch, keep_threads):
+    monkeypatch.setattr(md, "bf16_matmul_time_ratio", lambda: 0.5)
+    monkeypatch.setattr(md.hardware, "cpu_class", lambda: "AMX")
+    monkeypatch.setattr(md.hardware, "usable_cores", lambda: (3, "test affinity"))
+    cfg, reasons = md.resolve(auto_config(), CPU, ranks_here=1)
+    assert cfg.resolved
+    assert (cfg.train.amp, cfg.run.torch_threads, cfg.env.num_envs) == (Amp.bf16, 3, md.CPU_NUM_ENVS)
+    assert torch.get_num_threads() == 3  # the probe measured with the run's threads
+    assert reasons["precision"].startswith("bf16 (auto:") and "AMX" in reasons["precision"]
+    assert "3 usable cores" in reasons["threads"] and "test affinity" in reasons["threads"]
+    assert reasons["environments"].startswith("64 (auto")
+
+
+def test_resolve_on_a_cpu_without_native_bf16(monkeypatch, keep_threads):
+    monkeypatch.setattr(md, "bf16_matmul_time_ratio", lambda: 22.0)
+    monkeypatch.setattr(md.hardware, "cpu_class", lambda: "AVX2")
+    cfg, reasons = md.resolve(auto_config(), CPU, ranks_here=1)
+    assert cfg.train.amp == Amp.off
+    assert "22.0x" in reasons["precision"] and "AVX2" in reasons["precision"]
+
+
+def test_explicit_values_win_and_skip_the_probe(monkeypatch, keep_threads):
+    def no_probe():
+        raise AssertionError("the probe ran although train.amp was set")
+
+    monkeypatch.setattr(md, "bf16_matmul_time_ratio", no_probe)
+    cfg, reasons = md.resolve(tiny_config("train.amp=bf16", "run.torch_threads=1", "env.num_envs=8"), CPU)
+    assert (cfg.train.amp, cfg.run.torch_threads, cfg.env.num_envs) == (Amp.bf16, 1, 8)
+    assert all(v.endswith("(set)") for v in reasons.values())
+
+
+def test_resolve_on_a_gpu_uses_its_capability(monkeypatch, keep_threads):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(md, "available_memory", lambda device: 16 * 2**30)
+    cfg, reasons = md.resolve(auto_config("run.torch_threads=1", "train.total_env_steps=10000000"), CUDA)
+    assert cfg.train.amp == Amp.fp16 and "7.5" in reasons["precision"]
+    assert cfg.env.num_envs > md.CPU_NUM_ENVS and "cuda:0" in reasons["environments"]
+
+
+@pytest.mark.parametrize("usable, ranks, threads", [(8, 1, 8), (8, 2, 4), (2, 4, 1), (1, 1, 1)])
+def test_threads_are_shared_by_the_ranks_of_a_machine(usable, ranks, threads):
+    assert md.choose_threads(usable, ranks) == threads
+
+
+def test_gpu_environments_keep_a_hundred_iterations_and_a_power_of_two():
+    cfg = auto_config("train.total_env_steps=5000000", "train.num_steps=64")
+    num_envs, why = md.choose_num_envs(cfg, CUDA, Amp.bf16, available=80 * 2**30)
+    assert num_envs == 512 and "100 iterations" in why  # 5M / (64 x 100) = 781 -> 512
+    big = auto_config("train.total_env_steps=1000000000", "train.num_steps=32")
+    assert md.choose_num_envs(big, CUDA, Amp.bf16, available=80 * 2**30)[0] == md.GPU_MAX_NUM_ENVS
+
+
+def test_gpu_environments_shrink_to_the_free_memory():
+    cfg = auto_config("train.total_env_steps=1000000000", "train.num_steps=32")
+    small = 256 * 2**20
+    num_envs, why = md.choose_num_envs(cfg, CUDA, Amp.bf16, available=small)
+    assert num_envs < md.GPU_MAX_NUM_ENVS and "free on cuda:0" in why
+    assert sum(md.estimate_memory(cfg, num_envs, Amp.bf16).values()) <= md.GPU_MEMORY_SHARE * small
+    assert sum(md.estimate_memory(cfg, 2 * num_envs, Amp.bf16).values()) > md.GPU_MEMORY_SHARE * small
+
+
+def test_storage_estimate_is_the_real_allocation():
+    from agents.rollout import Storage
+    from uavsim.env import UAVSwarmEnv
+
+    cfg = tiny_config()
+    env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs)
+    real = Storage.allocate(cfg.train.num_steps, env, torch.bfloat16).nbytes()
+    assert md.estimate_memory(cfg, cfg.env.num_envs, Amp.bf16)["storage"] == real
+
+
+def test_an_oversized_run_is_refused_with_the_keys_to_change():
+    cfg = tiny_config("env.num_envs=100000", "train.num_steps=512")
+    with pytest.raises(ValueError, match=r"env\.num_envs \(now 100000\).*train\.num_steps \(now 512\)"):
+        md.check_memory(cfg, CPU, available=2**30)
+    md.check_memory(tiny_config(), CPU, available=2**30)  # a small run fits
+
+
+def test_the_trainer_refuses_an_oversized_run_before_allocating(tmp_path, capsys):
+    from agents.train_mappo import main
+
+    code = main(["--config", "configs/smoke.yaml", "env.num_envs=200000000", "train.num_steps=4096",
+                 "train.num_minibatches=1", "run.device=cpu", f"run.dir={tmp_path / 'run'}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "env.num_envs (now 200000000)" in err and "available" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_print_config_shows_the_resolved_values(capsys, monkeypatch, keep_threads):
+    from agents.train_mappo import main
+
+    monkeypatch.setattr(md, "bf16_matmul_time_ratio", lambda: 30.0)
+    assert main(["--print-config", "run.device=cpu", "train.amp=auto", "env.num_envs=auto",
+                 "run.torch_threads=auto"]) == 0
+    out = capsys.readouterr().out
+    assert "auto" not in out and "amp: 'off'" in out and f"num_envs: {md.CPU_NUM_ENVS}" in out
+
+
+def test_build_learner_refuses_an_unresolved_config():
+    from agents.train_mappo import build_learner
+
+    with pytest.raises(ValueError, match="resolved config"):
+        build_learner(auto_config(), CPU)
+
+
+@pytest.mark.parametrize("override, match", [("env.num_envs=abc", "env.num_envs"), ("env.num_envs=0", "env.num_envs"),
+                                             ("run.torch_threads=-1", "run.torch_threads"),
+                                             ("run.torch_threads=many", "run.torch_threads"),
+                                             ("train.amp=fp8", "train.amp")])
+def test_auto_keys_refuse_other_values(override, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        load_config(None, [override])
+
+
+def test_an_explicit_geometry_is_checked_once_num_envs_is_known(keep_threads):
+    cfg = auto_config("train.num_steps=3", "train.num_minibatches=5")  # 3 x 64 = 192 is not a multiple of 5
+    with pytest.raises(ValueError, match="train.num_minibatches"):
+        md.resolve(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=Amp.off)), CPU, ranks_here=1)

@@ -1,0 +1,89 @@
+"""`uavsim.hardware`: CPU classes, the banner's fields, the warning about a GPU torch cannot use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from uavsim import hardware
+
+AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+
+
+@pytest.mark.parametrize("flags, aten, onednn, expected", [
+    (AMX, None, None, "AMX"),
+    ({"avx2", "avx512f", "avx512_bf16"}, None, None, "AVX512-BF16"),
+    ({"avx2", "avx512f"}, None, None, "AVX-512"),
+    ({"avx2", "fma"}, None, None, "AVX2"),
+    ({"sse4_2"}, None, None, "baseline"),
+    (AMX, "avx2", "AVX2", "AVX2"),  # how an AMX machine is made to behave like an AVX2 one
+    (AMX, None, "avx512_core_bf16", "AVX512-BF16"),
+    (AMX, "avx2", None, "AVX2"),
+    ({"avx2"}, None, "AVX512_CORE_AMX", "AVX2"),  # a cap never raises the class
+])
+def test_cpu_class_from_flags_and_caps(flags, aten, onednn, expected):
+    assert hardware.classify_cpu(frozenset(flags), aten, onednn) == expected
+
+
+def test_cpu_class_reads_the_caps_from_the_environment(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset(AMX))
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert hardware.cpu_class() == "AMX"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert hardware.cpu_class() == "AVX2"
+
+
+def test_usable_cores_is_at_least_one_and_at_most_the_cpus():
+    cores, why = hardware.usable_cores()
+    import os
+
+    assert 1 <= cores <= (os.cpu_count() or 1) and why
+
+
+def test_cgroup_quota_is_read_from_both_layouts(tmp_path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert hardware._cgroup_cpu_quota(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert hardware._cgroup_cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert hardware._cgroup_cpu_quota(tmp_path) == 2.0
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert hardware._cgroup_cpu_quota(tmp_path) is None
+
+
+def test_banner_names_device_class_build_threads_and_the_callers_fields(monkeypatch):
+    monkeypatch.setattr(hardware, "nvidia_smi_gpus", lambda: ())
+    text = hardware.banner("cpu", precision="fp32 (auto: because)", environments="64 (auto: CPU)")
+    lines = text.splitlines()
+    assert lines[0].startswith("device: cpu ") and hardware.cpu_class() in lines[0] and "usable cores" in lines[0]
+    assert lines[1] == f"torch: {torch.__version__} ({hardware.torch_build()} build), {torch.get_num_threads()} threads"
+    assert "precision: fp32 (auto: because)" in lines and "environments: 64 (auto: CPU)" in lines
+    assert "warning" not in text
+
+
+def test_a_gpu_torch_cannot_use_is_a_warning_with_the_fix(monkeypatch):
+    monkeypatch.setattr(hardware, "nvidia_smi_gpus", lambda: (("NVIDIA RTX 4090", "560.94"),))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(hardware, "torch_build", lambda: "CPU")
+    text = hardware.banner("cpu")
+    assert "warning: an NVIDIA GPU is present (NVIDIA RTX 4090, driver 560.94)" in text
+    assert "CPU-only build" in text and "Install a CUDA build of torch" in text
+
+
+def test_no_warning_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(hardware.shutil, "which", lambda name: None)
+    hardware.nvidia_smi_gpus.cache_clear()
+    try:
+        assert hardware.nvidia_smi_gpus() == ()
+        assert hardware.cuda_unusable_warning() is None
+    finally:
+        hardware.nvidia_smi_gpus.cache_clear()
+
+
+def test_torch_build_names_cpu_or_cuda():
+    build = hardware.torch_build()
+    assert build == "CPU" if torch.version.cuda is None else build == f"CUDA {torch.version.cuda}"
