@@ -5,9 +5,10 @@ AMX or AVX512-BF16 and emulated in software on an AVX2 one (measured on a 2-core
 a bf16 matmul of the update's shape took 20-44x the fp32 time, and the default run 8x longer). So:
 
     train.amp=auto          CUDA: bf16 at compute capability >= 8.0 (Ampere and later), fp16 with
-                            the GradScaler at 7.x (tensor cores, no bf16), fp32 below. CPU: a
-                            matmul probe of fp32 against bf16 (~0.1 s), bf16 only where it is faster
-                            (flags alone mislead: torch calls AVX-512 without BF16 "bf16 supported").
+                            the GradScaler at 7.x (tensor cores, no bf16), fp32 below. CPU: fp32
+                            without AVX-512 (no bf16 instructions); else a one-thread matmul probe
+                            of fp32 against bf16 (~0.1 s) takes bf16 only where it is faster (flags
+                            alone mislead: torch calls AVX-512 without BF16 "bf16 supported").
     run.torch_threads=auto  the cores this process may use (CPU affinity, cgroup quota), shared
                             between the ranks torchrun starts on this machine.
     env.num_envs=auto       CPU: 64 (the measured default). CUDA: the largest power of two up to
@@ -28,6 +29,7 @@ import dataclasses
 import os
 import time
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 
@@ -52,31 +54,46 @@ def choose_cuda_amp(capability: tuple[int, int]) -> tuple[Amp, str]:
     return Amp.off, f"compute capability {cc} < 7.0 has no tensor cores"
 
 
-def choose_cpu_amp(bf16_time_ratio: float, cpu_class: str) -> tuple[Amp, str]:
-    """Precision for a CPU whose bf16 matmul takes `bf16_time_ratio` x the fp32 time, and why."""
-    if bf16_time_ratio <= BF16_FASTER:
-        return Amp.bf16, f"bf16 matmuls take {bf16_time_ratio:.2f}x the fp32 time on this {cpu_class} CPU"
-    return Amp.off, (f"bf16 matmuls take {bf16_time_ratio:.1f}x the fp32 time on this {cpu_class} CPU "
-                     "(no native bf16: emulated)")
+def choose_cpu_amp(cpu_class: str, probe: Callable[[], float]) -> tuple[Amp, str]:
+    """Precision for a CPU of `cpu_class` (`uavsim.hardware.CPU_CLASSES`), and why. A CPU without
+    AVX-512 has no bf16 instructions at all: fp32, no probe. Otherwise `probe()` (the bf16 / fp32
+    matmul time ratio) decides: flags alone mislead, as AVX-512 without BF16 converts in software."""
+    if cpu_class in ("AVX2", "baseline"):
+        return Amp.off, f"this {cpu_class} CPU has no bf16 instructions (bf16 would be emulated, many times slower)"
+    ratio = probe()
+    if ratio <= BF16_FASTER:
+        return Amp.bf16, f"bf16 matmuls take {ratio:.2f}x the fp32 time on this {cpu_class} CPU"
+    return Amp.off, f"bf16 matmuls take {ratio:.1f}x the fp32 time on this {cpu_class} CPU (no native bf16)"
 
 
-def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, repeats: int = 3) -> float:
-    """bf16 / fp32 time of a forward and a weight-gradient product of the update's kind, on the
-    CPU with torch's current thread count (best of `repeats` after a warm-up: robust to a busy
-    machine, where a ratio near 1 would matter least). About 0.1 s where bf16 is emulated."""
-    def best(dtype: torch.dtype) -> float:
-        gen = torch.Generator().manual_seed(0)  # never the global RNG
-        x = torch.randn(rows, inner, generator=gen).to(dtype)
-        w = torch.randn(inner, cols, generator=gen).to(dtype)
-        times = []
-        for _ in range(repeats + 1):
-            start = time.perf_counter()
-            y = x @ w
-            x.t() @ y  # the weight gradient's shape: the long dimension is the inner one
-            times.append(time.perf_counter() - start)
-        return min(times[1:])
+def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, repeats: int = 5) -> float:
+    """bf16 / fp32 time of a forward and a weight-gradient product of the update's kind, on one
+    thread (what a core's arithmetic does, free of the thread wake-ups that made 2-thread timings
+    of the short fp32 product swing 30x on a busy machine). Both dtypes are warmed up first (a
+    process's first products start threads and allocate buffers), then timed alternately; the
+    best of `repeats` each. About 0.1 s where bf16 is emulated."""
+    gen = torch.Generator().manual_seed(0)  # never the global RNG
+    x, w = torch.randn(rows, inner, generator=gen), torch.randn(inner, cols, generator=gen)
+    operands = {torch.float32: (x, w), torch.bfloat16: (x.bfloat16(), w.bfloat16())}
 
-    return best(torch.bfloat16) / best(torch.float32)
+    def timed(dtype: torch.dtype) -> float:
+        a, b = operands[dtype]
+        start = time.perf_counter()
+        a.t() @ (a @ b)  # the forward, then the weight gradient's shape (long inner dimension)
+        return time.perf_counter() - start
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(2):
+            timed(torch.float32), timed(torch.bfloat16)
+        times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
+        for _ in range(repeats):
+            for dtype, spent in times.items():
+                spent.append(timed(dtype))
+    finally:
+        torch.set_num_threads(threads)
+    return min(times[torch.bfloat16]) / min(times[torch.float32])
 
 
 def choose_threads(usable: int, ranks_here: int) -> int:
@@ -168,9 +185,9 @@ def resolve(cfg: Config, device: torch.device, ranks_here: int | None = None) ->
         if device.type == "cuda":
             amp, why = choose_cuda_amp(torch.cuda.get_device_capability(device))
         else:
-            amp, why = choose_cpu_amp(bf16_matmul_time_ratio(), hardware.cpu_class())
+            amp, why = choose_cpu_amp(hardware.cpu_class(), bf16_matmul_time_ratio)
         train = dataclasses.replace(train, amp=amp)
-        reasons["precision"] = f"{amp.value} (auto: {why})"
+        reasons["precision"] = f"{'fp32' if amp == Amp.off else amp.value} (train.amp={amp.value}, auto: {why})"
     else:
         reasons["precision"] = f"{train.amp.value} (set)"
     if env.num_envs == AUTO:

@@ -35,15 +35,27 @@ def test_cuda_precision_follows_compute_capability(capability, amp):
 
 
 @pytest.mark.parametrize("ratio, amp", [(0.4, Amp.bf16), (0.9, Amp.bf16), (0.95, Amp.off), (20.0, Amp.off)])
-def test_cpu_precision_takes_bf16_only_where_it_is_faster(ratio, amp):
-    chosen, why = md.choose_cpu_amp(ratio, "AVX2")
+@pytest.mark.parametrize("cpu_class", ["AVX-512", "AVX512-BF16", "AMX"])
+def test_a_cpu_with_avx512_takes_bf16_only_where_the_probe_finds_it_faster(ratio, amp, cpu_class):
+    chosen, why = md.choose_cpu_amp(cpu_class, lambda: ratio)
     assert chosen == amp
-    assert "AVX2" in why and ("emulated" in why) == (amp == Amp.off)
+    assert cpu_class in why and f"{ratio:.1f}" in why
 
 
-def test_the_probe_measures_a_finite_ratio(keep_threads):
+@pytest.mark.parametrize("cpu_class", ["AVX2", "baseline"])
+def test_a_cpu_without_avx512_is_fp32_without_a_probe(cpu_class):
+    def no_probe():
+        raise AssertionError("probed a CPU that has no bf16 instructions")
+
+    chosen, why = md.choose_cpu_amp(cpu_class, no_probe)
+    assert chosen == Amp.off and cpu_class in why and "no bf16 instructions" in why
+
+
+def test_the_probe_measures_a_finite_ratio_on_one_thread_and_restores_the_threads(keep_threads):
+    torch.set_num_threads(2)
     ratio = md.bf16_matmul_time_ratio(rows=64, inner=32, cols=16, repeats=1)
     assert math.isfinite(ratio) and ratio > 0
+    assert torch.get_num_threads() == 2
 
 
 def test_resolve_on_a_cpu_with_native_bf16(monkeypatch, keep_threads):
@@ -54,7 +66,7 @@ def test_resolve_on_a_cpu_with_native_bf16(monkeypatch, keep_threads):
     assert cfg.resolved
     assert (cfg.train.amp, cfg.run.torch_threads, cfg.env.num_envs) == (Amp.bf16, 3, md.CPU_NUM_ENVS)
     assert torch.get_num_threads() == 3  # the probe measured with the run's threads
-    assert reasons["precision"].startswith("bf16 (auto:") and "AMX" in reasons["precision"]
+    assert reasons["precision"].startswith("bf16 (train.amp=bf16, auto:") and "AMX" in reasons["precision"]
     assert "3 usable cores" in reasons["threads"] and "test affinity" in reasons["threads"]
     assert reasons["environments"].startswith("64 (auto")
 
@@ -63,8 +75,11 @@ def test_resolve_on_a_cpu_without_native_bf16(monkeypatch, keep_threads):
     monkeypatch.setattr(md, "bf16_matmul_time_ratio", lambda: 22.0)
     monkeypatch.setattr(md.hardware, "cpu_class", lambda: "AVX2")
     cfg, reasons = md.resolve(auto_config(), CPU, ranks_here=1)
-    assert cfg.train.amp == Amp.off
-    assert "22.0x" in reasons["precision"] and "AVX2" in reasons["precision"]
+    assert cfg.train.amp == Amp.off  # no probe: an AVX2 CPU has no bf16 instructions
+    assert reasons["precision"].startswith("fp32 (train.amp=off, auto:") and "AVX2" in reasons["precision"]
+    monkeypatch.setattr(md.hardware, "cpu_class", lambda: "AVX-512")
+    cfg, reasons = md.resolve(auto_config(), CPU, ranks_here=1)
+    assert cfg.train.amp == Amp.off and "22.0x" in reasons["precision"]
 
 
 def test_explicit_values_win_and_skip_the_probe(monkeypatch, keep_threads):
