@@ -84,6 +84,7 @@ class ModelConfig:
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
     actor_shared_map: bool = False  # actor also sees the shared coverage map (pooled map + heading); on in default.yaml
+    recurrent: bool = False  # a GRU (hidden_size units) between the actor's encoder and its head (rMAPPO)
 
 
 @dataclass
@@ -109,6 +110,7 @@ class TrainConfig:
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
+    chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
 
 
@@ -301,7 +303,16 @@ def check_config(cfg: Config) -> None:
         cfg.env_config()  # EnvConfig's own range checks
     except (TypeError, ValueError) as err:
         raise type(err)(f"config section 'env': {err}") from None
+    need(t.chunk_length >= 1, "train.chunk_length", ">= 1")
+    if m.recurrent:
+        need(t.num_steps % t.chunk_length == 0, "train.chunk_length",
+             f"a divisor of train.num_steps={t.num_steps} (the rollout is cut into whole chunks)")
     if cfg.env.num_envs != AUTO:  # else checked once the machine has chosen it
         need(cfg.env_steps_per_iteration % t.num_minibatches == 0, "train.num_minibatches",
              "a divisor of num_steps*num_envs (minibatches take whole environment steps) = "
              f"{cfg.env_steps_per_iteration}")
+        if m.recurrent:
+            sequences = t.num_steps // t.chunk_length * cfg.env.num_envs
+            need(sequences % t.num_minibatches == 0, "train.num_minibatches",
+                 "a divisor of the number of sequences, (num_steps / chunk_length) * num_envs = "
+                 f"{sequences} (model.recurrent: minibatches take whole chunks of one environment)")

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents.networks import Actor, make_actor
-from agents.rollout import agent_ids, policy_step
+from agents.rollout import agent_ids, policy_step, reset_where_done
 from uavsim import hardware, rules
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
@@ -119,9 +119,21 @@ def summarize(res: dict[str, np.ndarray]) -> dict[str, float]:
 
 def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+    """`act(obs) -> actions [B, N]` of the trained actor on `env`. A recurrent actor's hidden state
+    is carried from call to call and zeroed where `env`'s episode is at its first step."""
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     gen = torch.Generator(env.device).manual_seed(seed)
-    return lambda obs: policy_step(actor, obs, agent, gen, autocast, deterministic)[0]
+    if not actor.recurrent:
+        return lambda obs: policy_step(actor, obs, agent, gen, autocast, deterministic)[0]
+    hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device)
+
+    def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        nonlocal hidden
+        hidden = reset_where_done(hidden, env.state["t"] == 0)
+        actions, _, _, hidden = policy_step(actor, obs, agent, gen, autocast, deterministic, hidden)
+        return actions
+
+    return act
 
 
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,

@@ -19,11 +19,15 @@ if TYPE_CHECKING:
 
 
 def _rank_state(learner: Learner) -> dict:
-    """What differs between ranks: the environments and the random streams."""
+    """What differs between ranks: the environments, a recurrent actor's hidden states and the
+    random streams."""
     env = learner.env.state_dict()
     env["state"] = {k: v.cpu() for k, v in env["state"].items()}
-    return {"env": env, "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
-                                "torch": torch.get_rng_state(), "device_type": learner.env.device.type}}
+    out = {"env": env, "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
+                               "torch": torch.get_rng_state(), "device_type": learner.env.device.type}}
+    if learner.hidden is not None:
+        out["hidden"] = learner.hidden.cpu()
+    return out
 
 
 def parameter_checksum(learner: Learner) -> float:
@@ -70,6 +74,8 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
         if payload["scaler"]:
             learner.scaler.load_state_dict(payload["scaler"])
         learner.env.load_state_dict(own["env"])
+        if learner.hidden is not None:
+            _load_hidden(learner, own)
         learner.action_gen.set_state(own["rng"]["action"])
         learner.minibatch_gen.set_state(own["rng"]["minibatch"])
         torch.set_rng_state(own["rng"]["torch"])
@@ -78,3 +84,16 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
     learner.env_steps, learner.iteration = int(payload["env_steps"]), int(payload["iteration"])
     learner.bad_iterations = int(payload.get("bad_iterations", 0))
     learner.obs = learner.env.observe()  # the observation is a function of the environment state
+
+
+def _load_hidden(learner: Learner, own: dict) -> None:
+    """The recurrent actor's hidden states `[B, N, H]` of this rank's environments."""
+    hidden = own.get("hidden")
+    if not isinstance(hidden, torch.Tensor):
+        raise ValueError("it holds no hidden states for the recurrent actor")
+    if hidden.shape != learner.hidden.shape or hidden.dtype != learner.hidden.dtype:
+        raise ValueError(f"hidden states are {tuple(hidden.shape)} {hidden.dtype}, this learner's "
+                         f"{tuple(learner.hidden.shape)} {learner.hidden.dtype}")
+    if not torch.isfinite(hidden).all():
+        raise ValueError("hidden states hold non-finite values")
+    learner.hidden.copy_(hidden)

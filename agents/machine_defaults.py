@@ -34,7 +34,6 @@ from typing import Callable
 import torch
 
 from agents.config import AUTO, Amp, Config, check_config
-from agents.setup import amp_dtype
 from uavsim import hardware
 
 CPU_NUM_ENVS = 64
@@ -105,7 +104,7 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     """Bytes a run needs on its device: rollout storage (exact, allocated on the meta device),
     environment state and one step's transients (from a 2-env instance), and the update's
     activations (an estimate: each layer's output kept for the backward, in two networks)."""
-    from agents.rollout import Storage  # late: rollout imports the networks
+    from agents.train_mappo import allocate_storage  # late: the trainer imports this module
     from uavsim.env import UAVSwarmEnv
 
     env_cfg = cfg.env_config()
@@ -116,7 +115,8 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     meta_env = SimpleNamespace(num_envs=num_envs, num_uavs=env_cfg.num_uavs, num_actions=env_cfg.num_actions,
                                local_obs_dim=env_cfg.local_obs_dim, state_dim=env_cfg.state_dim,
                                device=torch.device("meta"))
-    storage = Storage.allocate(cfg.train.num_steps, meta_env, amp_dtype(amp)).nbytes()
+    storage = allocate_storage(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=amp)),
+                               meta_env).nbytes()
     rows = cfg.train.num_steps * num_envs * env_cfg.num_uavs // cfg.train.num_minibatches
     layer_bytes = 4 * cfg.model.hidden_size * (cfg.model.num_layers + 1) * 3  # output, activation, grad
     update = rows * (2 * layer_bytes + 4 * env_cfg.local_obs_dim * 2)

@@ -7,11 +7,14 @@ in both places, and the global state's share of a first layer is computed once p
 
     Actor  : [local obs (L), one-hot agent id (N)]                      -> logits [A]
              + [heading (3), pooled map (2 P^2)] with `model.actor_shared_map` (the default config)
+             with `model.recurrent`: encoder -> GRU (hidden state [H] per UAV) -> head
     Critic : [global state (S), local obs (L), one-hot agent id (N)]    -> value  (mappo)
              [local obs (L), one-hot agent id (N)]                      -> value  (ippo)
 
 The critic's input is MAPPO's "agent-specific global state": the global state concatenated with
-the agent's own observation, so one shared critic can tell the agents' values apart.
+the agent's own observation, so one shared critic can tell the agents' values apart. The critic
+stays feed-forward under `model.recurrent`: what a UAV must remember (where it has been) the global
+state shows, and the critic sees it (see `GRU`).
 """
 
 from __future__ import annotations
@@ -75,9 +78,10 @@ class SplitInputLinear(nn.Module):
 
 
 class _MLP(nn.Module):
-    """`SplitInputLinear` -> activation -> (`num_layers` - 1) x (Linear -> activation) -> head."""
+    """`SplitInputLinear` -> activation -> (`num_layers` - 1) x (Linear -> activation) -> head
+    (no head when `out_dim` is None: the encoder of a recurrent actor)."""
 
-    def __init__(self, dims: list[int], num_agents: int, cfg: ModelConfig, out_dim: int, out_std: float,
+    def __init__(self, dims: list[int], num_agents: int, cfg: ModelConfig, out_dim: int | None, out_std: float,
                  generator: torch.Generator | None):
         super().__init__()
         act = ACTIVATIONS[cfg.activation]
@@ -85,11 +89,58 @@ class _MLP(nn.Module):
         layers: list[nn.Module] = [act()]
         for _ in range(cfg.num_layers - 1):
             layers += [layer_init(nn.Linear(cfg.hidden_size, cfg.hidden_size), generator=generator), act()]
-        layers.append(layer_init(nn.Linear(cfg.hidden_size, out_dim), std=out_std, generator=generator))
+        if out_dim is not None:
+            layers.append(layer_init(nn.Linear(cfg.hidden_size, out_dim), std=out_std, generator=generator))
         self.rest = nn.Sequential(*layers)
 
     def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
         return self.rest(self.first(parts, agent, repeats))
+
+
+class GRU(nn.Module):
+    """One GRU layer, shared by all UAVs: `forward(x [C, R, E], hidden [R, H] float32, starts [C, R]
+    bool | None) -> (outputs [C, R, H] float32, last hidden [R, H] float32)` over `C` steps of `R`
+    independent sequences; where `starts[c]` (c >= 1) is True, an episode began at step c and the
+    hidden state is zeroed before it (`starts[0]` is not read: a sequence's first hidden state comes
+    zeroed already where it should be).
+
+    The parameters are an `nn.GRUCell`'s (same names, shapes and gate order r, z, n), but the step is
+    written out rather than calling the cell: the input product of all `C` steps is one matmul (the
+    cell would do `C` small ones), and the gates and the hidden state stay float32 under autocast
+    (the cell would round the state to bf16 at every step, and the stored state must be exactly
+    what the next step saw). `nn.GRU` does not fit either: it cannot zero the state mid-sequence
+    where one sample's episode ends. Orthogonal weights per gate, zero biases (as rMAPPO).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, generator: torch.Generator | None = None):
+        super().__init__()
+        self.cell = nn.GRUCell(input_size, hidden_size)
+        self.hidden_size = hidden_size
+        with torch.no_grad():
+            for weight in (self.cell.weight_ih, self.cell.weight_hh):
+                for gate in weight.chunk(3, 0):
+                    gate.copy_(nn.init.orthogonal_(torch.empty_like(gate), generator=generator))
+            self.cell.bias_ih.zero_()
+            self.cell.bias_hh.zero_()
+
+    def forward(self, x: torch.Tensor, hidden: torch.Tensor,
+                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        cell = self.cell
+        gi = F.linear(x, cell.weight_ih, cell.bias_ih)  # [C, R, 3H], every step's input product at once
+        outputs = []
+        # unbind, not gi[c]: each indexing's backward would fill a zero gradient of all of gi
+        for c, gi_c in enumerate(gi.unbind(0)):
+            if c > 0 and starts is not None:
+                hidden = torch.where(starts[c, :, None], torch.zeros_like(hidden), hidden)
+            gh = F.linear(hidden, cell.weight_hh, cell.bias_hh)
+            i_r, i_z, i_n = gi_c.float().chunk(3, -1)
+            h_r, h_z, h_n = gh.float().chunk(3, -1)
+            r = torch.sigmoid(i_r + h_r)
+            z = torch.sigmoid(i_z + h_z)
+            n = torch.tanh(i_n + r * h_n)
+            hidden = n + z * (hidden - n)  # (1 - z) * n + z * h
+            outputs.append(hidden)
+        return torch.stack(outputs), hidden
 
 
 class Actor(nn.Module):
@@ -101,6 +152,12 @@ class Actor(nn.Module):
     pooled obstacle and coverage map (its product computed once per state) and each UAV's heading
     to the nearest uncovered block (`agents.features`). UAVs that share one coverage map by
     communication; off, the actor sees its local observation (and id) only.
+
+    With `model.recurrent` (`self.recurrent`) a `GRU` sits between the encoder and the head, and
+    `forward` also takes `hidden [R, H]` float32 (required) and `starts [C, R]` bool | None, reads
+    the `M = C * R` rows as `C` consecutive steps of `R` sequences (step-major), and returns
+    `(logits [M, A], last hidden [R, H] float32)`. The rollout calls it with one step (C = 1), the
+    update with a chunk of `train.chunk_length` steps: the same function, so the same numbers.
     """
 
     def __init__(self, local_dim: int, num_agents: int, num_actions: int, cfg: ModelConfig,
@@ -109,7 +166,21 @@ class Actor(nn.Module):
         self.map_dim = 2 * env_cfg.state_pool**2 if env_cfg is not None else 0
         self.heading = MapHeading(env_cfg) if env_cfg is not None else None
         dims = [local_dim, HEADING_DIM, self.map_dim] if self.map_dim else [local_dim]
-        self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, num_actions, 0.01, generator)
+        self.recurrent = cfg.recurrent
+        self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, None if self.recurrent else num_actions,
+                        0.01, generator)
+        if self.recurrent:
+            self.gru = GRU(cfg.hidden_size, cfg.hidden_size, generator)
+            self.head = layer_init(nn.Linear(cfg.hidden_size, num_actions), std=0.01, generator=generator)
+
+    @property
+    def hidden_size(self) -> int:
+        """Size of a UAV's hidden state (0 for a feed-forward actor)."""
+        return self.gru.hidden_size if self.recurrent else 0
+
+    def initial_hidden(self, num_envs: int, num_agents: int, device: torch.device) -> torch.Tensor:
+        """`[B, N, H]` float32 zeros: the hidden state at an episode's start."""
+        return torch.zeros(num_envs, num_agents, self.hidden_size, dtype=torch.float32, device=device)
 
     def headings(self, state: torch.Tensor) -> torch.Tensor:
         """`[F, N, 3]` float32 headings of every UAV for states `[F, S]` (shared-map actors only).
@@ -119,11 +190,20 @@ class Actor(nn.Module):
         return self.heading(state)
 
     def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
-                state_repeat: int = 1, heading: torch.Tensor | None = None) -> torch.Tensor:
+                state_repeat: int = 1, heading: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
+                starts: torch.Tensor | None = None):
         """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors)."""
         if not self.map_dim:
-            return self.net([local], agent, [1])
-        return self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
+            x = self.net([local], agent, [1])
+        else:
+            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
+        if not self.recurrent:
+            return x
+        if hidden is None:
+            raise ValueError("a recurrent actor needs its hidden state: forward(..., hidden=[R, H] float32)")
+        rows = hidden.shape[0]
+        outputs, hidden = self.gru(x.view(-1, rows, x.shape[-1]), hidden, starts)
+        return self.head(outputs.view(x.shape[0], -1)), hidden
 
 
 def make_actor(env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None) -> Actor:

@@ -1,9 +1,10 @@
 """The PPO update: clipped surrogate, clipped value loss, entropy bonus, epochs x minibatches.
 
 `ppo_loss` is a pure function of tensors (tested on hand-computed values). `update` runs the
-epochs over a flattened rollout and returns its statistics as device tensors; `optimizer_step` is
-the one place gradients are unscaled, clipped and applied (a gradient all-reduce for data-parallel
-training slots in there). Nothing here reads a tensor on the host.
+epochs over a flattened rollout (a recurrent actor's in chunks of `train.chunk_length` steps of one
+environment, each replayed from its stored hidden state) and returns its statistics as device
+tensors; `optimizer_step` is the one place gradients are unscaled, clipped and applied (a gradient
+all-reduce for data-parallel training slots in there). Nothing here reads a tensor on the host.
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, ac
 
 @dataclass
 class Batch:
-    """A flattened rollout. Rows index (t, b, n) in that order; `state` rows index (t, b)."""
+    """A flattened rollout. Rows index (t, b, n) in that order; `state` rows index (t, b).
+    A recurrent actor's also holds the hidden state at each chunk's start, rows (k, b) for chunk k
+    of environment b, and which steps began an episode."""
 
     local: torch.Tensor  # [T*B*N, L] float32, or the AMP dtype
     state: torch.Tensor  # [T*B, S] float32, or the AMP dtype
@@ -131,6 +134,22 @@ class Batch:
     returns: torch.Tensor  # [T*B*N] float32, normalized scale
     advantages: torch.Tensor  # [T*B*N] float32
     num_agents: int
+    num_envs: int = 0  # B
+    hidden: torch.Tensor | None = None  # [T/C*B, N, H] float32, recurrent actors only
+    starts: torch.Tensor | None = None  # [T*B] bool, step t of env b began an episode (recurrent actors only)
+
+    @property
+    def num_sequences(self) -> int:
+        """Chunks of one environment's steps, the recurrent update's unit (T / C * B)."""
+        return self.hidden.shape[0]
+
+
+def chunk_frames(sequences: torch.Tensor, chunk_length: int, num_envs: int) -> torch.Tensor:
+    """`[C, M]` environment-step indices (into `T * B`) of the chunks `sequences [M]` (index k * B + b:
+    chunk k of environment b), step-major."""
+    chunk, env = sequences // num_envs, sequences % num_envs
+    steps = chunk * chunk_length + torch.arange(chunk_length, device=sequences.device)[:, None]  # [C, M]
+    return steps * num_envs + env
 
 
 def frame_rows(frames: torch.Tensor, num_agents: int) -> torch.Tensor:
@@ -146,15 +165,24 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.T
 
     Whole environment steps, as in the rollout: the global state's share of the critic's first
     layer (and the pooled map's of the actor's) is computed once per step, not once per agent.
+    A recurrent actor takes `frames [C, M]` from `chunk_frames`: `M` chunks of `C` steps, each
+    replayed from its stored hidden state, zeroed again where an episode began inside it.
     """
     n = batch.num_agents
-    rows = frame_rows(frames, n)
+    rows = frame_rows(frames.reshape(-1), n)
     agent = rows % n
-    local = batch.local.view(-1, n, batch.local.shape[-1])[frames].reshape(rows.shape[0], -1)
-    state = batch.state[frames] if critic.centralized or actor.map_dim else None
+    local = batch.local.view(-1, n, batch.local.shape[-1])[frames.reshape(-1)].reshape(rows.shape[0], -1)
+    state = batch.state[frames.reshape(-1)] if critic.centralized or actor.map_dim else None
     heading = batch.heading[rows] if actor.map_dim else None
     with autocast():
-        logits = actor(local, agent, state, state_repeat=n, heading=heading)
+        if actor.recurrent:
+            first, c = frames[0], frames.shape[0]
+            sequences = first // (c * batch.num_envs) * batch.num_envs + first % batch.num_envs
+            hidden = batch.hidden[sequences].reshape(-1, batch.hidden.shape[-1])  # [M * N, H]
+            starts = batch.starts[frames].repeat_interleave(n, dim=1)  # [C, M * N]
+            logits, _ = actor(local, agent, state, state_repeat=n, heading=heading, hidden=hidden, starts=starts)
+        else:
+            logits = actor(local, agent, state, state_repeat=n, heading=heading)
         new_value = critic(state, local, agent, state_repeat=n)
     new_logprob, entropy = categorical(logits, batch.actions[rows])
     return rows, new_logprob, entropy, new_value
@@ -207,12 +235,16 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
            loss_fn: LossFn = minibatch_loss) -> dict[str, torch.Tensor]:
     """`update_epochs` passes over `batch` in `num_minibatches` random minibatches of whole
     environment steps (`T * B / num_minibatches` steps, all their agents), each's loss from
-    `loss_fn` (`minibatch_loss`, or its compiled form under `train.compile`).
+    `loss_fn` (`minibatch_loss`, or its compiled form under `train.compile`). A recurrent actor's
+    minibatches are random sets of whole chunks (`T / C * B / num_minibatches` of them).
 
     Returns mean statistics over all minibatches as 0-dim device tensors, and two counts:
     `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`. The random permutations draw from `generator`.
     """
-    n = batch.state.shape[0]  # environment steps; each minibatch takes all agents of its steps
+    recurrent = batch.hidden is not None
+    # the units a minibatch draws: chunks of one environment's steps, or single environment steps;
+    # each minibatch takes all agents of its steps
+    n = batch.num_sequences if recurrent else batch.state.shape[0]
     mb_size = n // cfg.num_minibatches
     device = batch.actions.device
     sums: dict[str, torch.Tensor] = {}
@@ -223,7 +255,10 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
     for _epoch in range(cfg.update_epochs):
         perm = torch.randperm(n, generator=generator, device=device)
         for start in range(0, n, mb_size):
-            loss, stats = loss_fn(actor, critic, batch, perm[start:start + mb_size], cfg, autocast)
+            frames = perm[start:start + mb_size]
+            if recurrent:
+                frames = chunk_frames(frames, cfg.chunk_length, batch.num_envs)
+            loss, stats = loss_fn(actor, critic, batch, frames, cfg, autocast)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             actor_norm, critic_norm, skipped = optimizer_step(

@@ -4,7 +4,9 @@
 `[T, B, ...]` per environment, in the most compact exact dtype (actions `uint8`, flags `bool`;
 observations in the AMP dtype under AMP, the dtype the networks' autocast would cast them to).
 `collect` fills it for T steps; episode statistics accumulate in `EpisodeStats`, on the device too,
-and the trainer reads them once per iteration.
+and the trainer reads them once per iteration. A recurrent actor's hidden state `[B, N, H]` is
+carried from step to step (and iteration to iteration), zeroed where an episode ended, and stored
+at the start of every chunk of `train.chunk_length` steps, where the update's sequences start.
 """
 
 from __future__ import annotations
@@ -35,16 +37,22 @@ class Storage:
     rewards: torch.Tensor  # [T, B, N] float32
     terminated: torch.Tensor  # [T, B] bool
     truncated: torch.Tensor  # [T, B] bool
+    hidden: torch.Tensor  # [T / C, B, N, H] float32  the actor's hidden state at each chunk's start (H = 0: none)
 
     @classmethod
-    def allocate(cls, num_steps: int, env: UAVSwarmEnv, obs_dtype: torch.dtype = torch.float32) -> "Storage":
+    def allocate(cls, num_steps: int, env: UAVSwarmEnv, obs_dtype: torch.dtype = torch.float32,
+                 hidden_size: int = 0, chunk_length: int = 1) -> "Storage":
         """`obs_dtype`: float32, or the AMP dtype, which the networks' autocast casts observations
         to anyway (the same rounding), so storing them cast loses nothing the networks would see
-        and halves the update's gathers."""
+        and halves the update's gathers. `hidden_size`: a recurrent actor's (0: feed-forward);
+        its state is kept once per chunk of `chunk_length` steps only, since the update starts
+        its sequences there and recomputes the steps within (a chunk-th of the memory)."""
         if env.num_actions > 256:
             raise ValueError(f"uint8 action storage needs num_actions <= 256, got {env.num_actions}")
         if obs_dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise TypeError(f"obs_dtype must be float32, bfloat16 or float16, got {obs_dtype}")
+        if chunk_length < 1 or num_steps % chunk_length:
+            raise ValueError(f"chunk_length must divide num_steps={num_steps}, got {chunk_length}")
         t, b, n, dev = num_steps, env.num_envs, env.num_uavs, env.device
         f32 = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=dev)  # noqa: E731
         obs = lambda *shape: torch.zeros(*shape, dtype=obs_dtype, device=dev)  # noqa: E731
@@ -56,7 +64,12 @@ class Storage:
             logprobs=f32(t, b, n), values=f32(t, b, n), next_values=f32(t, b, n), rewards=f32(t, b, n),
             terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             truncated=torch.zeros(t, b, dtype=torch.bool, device=dev),
+            hidden=f32(t // chunk_length, b, n, hidden_size),
         )
+
+    @property
+    def chunk_length(self) -> int:
+        return self.actions.shape[0] // self.hidden.shape[0]
 
     def nbytes(self) -> int:
         return sum(getattr(self, f.name).nbytes for f in fields(self))
@@ -114,18 +127,28 @@ def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Ten
 
 
 def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor, generator: torch.Generator | None,
-                autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False):
-    """Actions `[B, N]` int64, their log-probabilities `[B, N]` float32 and the shared-map actor's
-    headings `[B, N, 3]` (None for a local actor) for `obs`."""
+                autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False,
+                hidden: torch.Tensor | None = None):
+    """Actions `[B, N]` int64, their log-probabilities `[B, N]` float32, the shared-map actor's
+    headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next hidden state
+    `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`) for `obs`."""
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():
         heading = actor.headings(obs["state"]) if actor.map_dim else None
-        logits = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n,
-                       heading=heading.view(b * n, -1) if heading is not None else None)
+        out = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n,
+                    heading=heading.view(b * n, -1) if heading is not None else None,
+                    hidden=hidden.view(b * n, -1) if hidden is not None else None)
+    logits, hidden = out if actor.recurrent else (out, None)
     actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
     logprob, _ = categorical(logits, actions)
-    return actions.view(b, n), logprob.view(b, n), heading
+    return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
+
+
+def reset_where_done(hidden: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    """`hidden [B, N, H]` with the environments where `done [B]` zeroed: the next step starts an
+    episode (a `where`, not a product: a non-finite state must not survive as NaN)."""
+    return torch.where(done.view(-1, 1, 1), torch.zeros_like(hidden), hidden)
 
 
 def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor], agent: torch.Tensor,
@@ -160,8 +183,11 @@ def values_of_steps(critic: Critic, value_norm: ValueNorm, local: torch.Tensor, 
 @torch.no_grad()
 def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
             obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,
-            generator: torch.Generator, autocast: Callable[[], contextlib.AbstractContextManager]):
-    """Fill `storage` with `T` steps starting from `obs`; return the observation after the last.
+            generator: torch.Generator, autocast: Callable[[], contextlib.AbstractContextManager],
+            hidden: torch.Tensor | None = None):
+    """Fill `storage` with `T` steps starting from `obs` (and a recurrent actor's `hidden [B, N, H]`
+    float32); return the observation after the last step and the hidden state then (None for a
+    feed-forward actor).
 
     values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
     uses where the step was truncated or the rollout ends. The steps run the actor only; the
@@ -169,8 +195,11 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
     fewer and better-shaped matmuls than two small calls per step).
     """
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    chunk = storage.chunk_length
     for t in range(storage.actions.shape[0]):
-        actions, logprob, heading = policy_step(actor, obs, agent, generator, autocast)
+        if hidden is not None and t % chunk == 0:
+            storage.hidden[t // chunk] = hidden
+        actions, logprob, heading, next_hidden = policy_step(actor, obs, agent, generator, autocast, hidden=hidden)
         if heading is not None:
             storage.heading[t] = heading
         storage.local[t] = obs["local"]
@@ -184,6 +213,8 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
         storage.terminated[t] = terminated
         storage.truncated[t] = truncated
         stats.add(terminated, truncated, info)
+        if hidden is not None:
+            hidden = reset_where_done(next_hidden, terminated | truncated)
     values_of_steps(critic, value_norm, storage.local, storage.state, autocast, storage.values)
     values_of_steps(critic, value_norm, storage.final_local, storage.final_state, autocast, storage.next_values)
-    return obs
+    return obs, hidden

@@ -62,6 +62,7 @@ class Learner:
     storage: Storage
     stats: EpisodeStats
     obs: dict[str, torch.Tensor]
+    hidden: torch.Tensor | None  # [B, N, H] float32, a recurrent actor's state before the next step
     autocast: Callable[[], contextlib.AbstractContextManager]
     loss_fn: LossFn  # `minibatch_loss`, compiled under `train.compile`
     replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
@@ -89,13 +90,22 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
         action_gen=torch.Generator(device).manual_seed(cfg.seed + 1 + 1000 * replicas.rank),
         minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2 + 1000 * replicas.rank),
-        storage=Storage.allocate(cfg.train.num_steps, env, amp_dtype(cfg.train.amp)),
+        storage=allocate_storage(cfg, env),
         stats=EpisodeStats(device, env.config.max_steps),
         obs=env.reset(),
+        hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
         replicas=replicas,
     )
+
+
+def allocate_storage(cfg: Config, env) -> Storage:
+    """The rollout storage of `cfg` for `env` (a `UAVSwarmEnv`, or its sizes on the meta device:
+    `machine_defaults.estimate_memory` sizes a run with this very call)."""
+    recurrent = cfg.model.recurrent
+    return Storage.allocate(cfg.train.num_steps, env, amp_dtype(cfg.train.amp),
+                            cfg.model.hidden_size if recurrent else 0, cfg.train.chunk_length if recurrent else 1)
 
 
 def steps_per_iteration(learner: Learner) -> int:
@@ -118,13 +128,19 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
     b_advantages = advantages.reshape(-1)
     if tc.norm_adv:
         b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+    recurrent = learner.actor.recurrent
+    if recurrent:  # step t began an episode where step t - 1 ended one (t = 0: the stored state says so)
+        starts = torch.zeros_like(s.terminated)
+        starts[1:] = s.terminated[:-1] | s.truncated[:-1]
     batch = Batch(
         local=s.local.reshape(-1, s.local.shape[-1]), state=s.state.reshape(-1, s.state.shape[-1]),
         heading=s.heading.reshape(-1, s.heading.shape[-1]),
         actions=s.actions.reshape(-1), logprobs=s.logprobs.reshape(-1),
         values=learner.value_norm.normalize(s.values).reshape(-1),
         returns=learner.value_norm.normalize(returns).reshape(-1),
-        advantages=b_advantages, num_agents=learner.env.num_uavs,
+        advantages=b_advantages, num_agents=learner.env.num_uavs, num_envs=learner.env.num_envs,
+        hidden=s.hidden.view(-1, *s.hidden.shape[2:]) if recurrent else None,
+        starts=starts.view(-1) if recurrent else None,
     )
     return batch, returns
 
@@ -142,8 +158,9 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
 
     timer and timer.mark("env")
     learner.stats.reset()
-    learner.obs = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
-                          learner.storage, learner.stats, learner.action_gen, learner.autocast)
+    learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
+                                          learner.obs, learner.storage, learner.stats, learner.action_gen,
+                                          learner.autocast, learner.hidden)
     timer and timer.mark("learn")
 
     batch, returns = prepare_batch(learner)

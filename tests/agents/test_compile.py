@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from agents.ppo import compile_loss, minibatch_loss
+from agents.ppo import chunk_frames, compile_loss, minibatch_loss
 from agents.rollout import collect
 from agents.train_mappo import build_learner, prepare_batch, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
@@ -25,9 +25,19 @@ def _filled(make_config, *overrides):
     torch.manual_seed(0)
     learner = build_learner(make_config(*overrides), torch.device("cpu"))
     collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
-            learner.stats, learner.action_gen, learner.autocast)
+            learner.stats, learner.action_gen, learner.autocast, learner.hidden)
     batch, _ = prepare_batch(learner)
     return learner, batch
+
+
+RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]
+
+
+def half_the_frames(learner, batch):
+    """A minibatch of half the environment steps (of the chunks, for a recurrent actor)."""
+    n = batch.num_sequences if learner.actor.recurrent else batch.state.shape[0]
+    frames = torch.randperm(n, generator=torch.Generator().manual_seed(3))[:n // 2]
+    return chunk_frames(frames, learner.cfg.train.chunk_length, batch.num_envs) if learner.actor.recurrent else frames
 
 
 def _loss_and_grads(loss_fn, learner, batch, frames):
@@ -41,10 +51,10 @@ def _loss_and_grads(loss_fn, learner, batch, frames):
 
 @needs_compiler
 @pytest.mark.parametrize("amp, tol", [("off", 1e-5), ("bf16", 2e-2)])
-@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true"]])
+@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true"], RECURRENT])
 def test_compiled_loss_and_gradients_match_eager(make_config, amp, tol, extra):
     learner, batch = _filled(make_config, f"train.amp={amp}", *extra)
-    frames = torch.randperm(batch.state.shape[0], generator=torch.Generator().manual_seed(3))[:batch.state.shape[0] // 2]
+    frames = half_the_frames(learner, batch)
     eager_loss, eager_stats, eager_grads = _loss_and_grads(minibatch_loss, learner, batch, frames)
     loss, stats, grads = _loss_and_grads(compile_loss(torch.device("cpu")), learner, batch, frames)
     assert counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
@@ -56,22 +66,26 @@ def test_compiled_loss_and_gradients_match_eager(make_config, amp, tol, extra):
 
 
 @needs_compiler
-def test_compiled_ratio_before_the_first_update_is_one(make_config):
-    learner, batch = _filled(make_config, "train.compile=true")
+@pytest.mark.parametrize("extra", [[], RECURRENT])
+def test_compiled_ratio_before_the_first_update_is_one(make_config, extra):
+    learner, batch = _filled(make_config, "train.compile=true", *extra)
     loss_fn = learner.loss_fn
     assert loss_fn is not minibatch_loss
     frames = torch.arange(batch.state.shape[0])
+    if learner.actor.recurrent:
+        frames = chunk_frames(torch.arange(batch.num_sequences), learner.cfg.train.chunk_length, batch.num_envs)
     _, stats = loss_fn(learner.actor, learner.critic, batch, frames, learner.cfg.train, learner.autocast)
     # approx_kl = mean((r - 1) - log r) and clipfrac are 0 exactly when every ratio r is 1
     assert stats.approx_kl.abs() < 1e-7 and stats.clipfrac == 0
 
 
 @needs_compiler
-def test_compiled_training_compiles_once_and_tracks_the_eager_run(make_config):
+@pytest.mark.parametrize("extra", [[], RECURRENT])
+def test_compiled_training_compiles_once_and_tracks_the_eager_run(make_config, extra):
     runs = {}
     for compiled in (False, True):
         torch.manual_seed(0)
-        learner = build_learner(make_config(f"train.compile={str(compiled).lower()}"), torch.device("cpu"))
+        learner = build_learner(make_config(f"train.compile={str(compiled).lower()}", *extra), torch.device("cpu"))
         metrics = [read_metrics(train_iteration(learner)) for _ in range(3)]
         runs[compiled] = learner, metrics
     assert counters["stats"]["unique_graphs"] == 1, "the loss recompiled (or broke into several graphs)"

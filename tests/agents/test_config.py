@@ -149,3 +149,18 @@ def test_print_config_shows_every_key_and_trains_nothing(tmp_path, capsys):
     assert load_config(printed) == load_config("configs/smoke.yaml", explicit)
     assert not (tmp_path / "run").exists()
     assert train_mappo.main(["--print-config", "train.amp=fast"]) == 2  # still checked
+
+
+def test_recurrent_chunks_must_tile_the_rollout_and_the_minibatches():
+    base = ["model.recurrent=true", "env.num_envs=4", "train.num_steps=16", "train.num_minibatches=4"]
+    with pytest.raises(ValueError, match=r"config key 'train.chunk_length' must be a divisor of train.num_steps=16"):
+        load_config(None, [*base, "train.chunk_length=5"])
+    with pytest.raises(ValueError, match=r"config key 'train.chunk_length' must be >= 1"):
+        load_config(None, [*base, "train.chunk_length=0"])
+    # 16 / 8 chunks x 4 envs = 8 sequences: 8 minibatches of one chunk, but not 16 (which divides the 64 steps)
+    assert load_config(None, [*base, "train.chunk_length=8", "train.num_minibatches=8"]).train.chunk_length == 8
+    with pytest.raises(ValueError, match=r"'train.num_minibatches' must be a divisor of the number of sequences.* = 8"):
+        load_config(None, [*base, "train.chunk_length=8", "train.num_minibatches=16"])
+    # feed-forward runs do not cut the rollout into chunks: any chunk_length is left alone
+    cfg = load_config(None, ["train.num_steps=15", "train.num_minibatches=1", "train.chunk_length=4"])
+    assert cfg.train.num_steps == 15

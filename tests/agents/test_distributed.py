@@ -59,6 +59,24 @@ def test_two_ranks_train_identical_replicas_and_resume(tmp_path):
     assert "written by 2 rank(s) but this run has 1" in wrong.stderr
 
 
+@pytest.mark.slow
+def test_two_recurrent_ranks_keep_their_own_hidden_states_and_resume(tmp_path):
+    run = tmp_path / "run"
+    first = torchrun(2, *SMOKE, "model.recurrent=true", f"run.dir={run}", "train.total_env_steps=2048",
+                     "run.checkpoint_interval=1024")
+    assert first.returncode == 0, first.stderr[-3000:]
+    payload = ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])
+    assert payload["env_steps"] == 2048 and payload["replica_checksums"][0] == payload["replica_checksums"][1]
+    hidden = [r["hidden"] for r in payload["ranks"]]  # each rank's environments' UAVs: [16, 3, 128]
+    assert hidden[0].shape == hidden[1].shape == (16, 3, 128)
+    assert hidden[0].abs().sum() > 0 and not torch.equal(hidden[0], hidden[1])
+
+    resumed = torchrun(2, "--resume", str(run), "run.progress=false", "train.total_env_steps=3072")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    payload = ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])
+    assert payload["env_steps"] == 3072 and payload["replica_checksums"][0] == payload["replica_checksums"][1]
+
+
 def test_single_process_replicas_are_no_ops():
     r = Replicas()
     assert r.is_main and not r.active

@@ -68,6 +68,19 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
     assert imageio.imread(out.with_suffix(".png")).shape == (96, 96, 3)
 
 
+def test_a_recurrent_run_trains_and_evaluates_through_the_command_line(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run("agents.train_mappo", *TINY_RUN, f"run.dir={run_dir}", "model.recurrent=true", "train.chunk_length=8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["model"]["recurrent"] is True and saved["train"]["chunk_length"] == 8
+    out = tmp_path / "eval.json"
+    proc = run("agents.evaluate", str(run_dir), "--episodes", "4", "--seed", "3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert 0.0 < result["policy_sampled"]["mean_coverage"] <= 1.0 and result["meta"]["env_steps"] == 1024
+
+
 def test_command_line_errors_are_clear(tmp_path):
     proc = run("agents.train_mappo", "train.lrr=1", f"run.dir={tmp_path}")
     assert proc.returncode == 2 and "unknown config key 'train.lrr'" in proc.stderr

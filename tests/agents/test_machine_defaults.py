@@ -122,13 +122,12 @@ def test_gpu_environments_shrink_to_the_free_memory():
     assert sum(md.estimate_memory(cfg, 2 * num_envs, Amp.bf16).values()) > md.GPU_MEMORY_SHARE * small
 
 
-def test_storage_estimate_is_the_real_allocation():
-    from agents.rollout import Storage
-    from uavsim.env import UAVSwarmEnv
+@pytest.mark.parametrize("overrides", [(), ("model.recurrent=true", "train.chunk_length=4")])
+def test_storage_estimate_is_the_real_allocation(overrides):
+    from agents.train_mappo import build_learner
 
-    cfg = tiny_config()
-    env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs)
-    real = Storage.allocate(cfg.train.num_steps, env, torch.bfloat16).nbytes()
+    cfg = tiny_config("train.amp=bf16", *overrides)
+    real = build_learner(cfg, CPU).storage.nbytes()
     assert md.estimate_memory(cfg, cfg.env.num_envs, Amp.bf16)["storage"] == real
 
 

@@ -74,9 +74,13 @@ def test_the_guard_catches_host_reads(monkeypatch):
     assert x.sum().item() == 3.0  # restored afterwards
 
 
+RECURRENT = ("model.recurrent=true", "train.chunk_length=4")
+
+
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp):
-    cfg = make_config(f"train.amp={amp}", "env.max_steps=5")  # several autoresets per rollout
+@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp, extra):
+    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", *extra)  # several autoresets per rollout
     learner = dense_env_learner(cfg, torch.device("cpu"))
     with host_reads_raise(monkeypatch):
         for _ in range(3):
@@ -87,8 +91,9 @@ def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp):
 
 
 @needs_compiler
-def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatch):
-    cfg = make_config("train.amp=bf16", "env.max_steps=5", "train.compile=true")
+@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatch, extra):
+    cfg = make_config("train.amp=bf16", "env.max_steps=5", "train.compile=true", *extra)
     learner = dense_env_learner(cfg, torch.device("cpu"))
     train_iteration(learner)  # compiles the loss (tracing inspects tensors; that is not the hot path)
     with host_reads_raise(monkeypatch):
@@ -100,8 +105,10 @@ def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatc
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("amp, compiled", [("off", False), ("bf16", False), ("fp16", False), ("bf16", True)])
-def test_training_iterations_make_no_cuda_syncs(make_config, amp, compiled):
-    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda", f"train.compile={str(compiled).lower()}")
+@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+def test_training_iterations_make_no_cuda_syncs(make_config, amp, compiled, extra):
+    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda",
+                      f"train.compile={str(compiled).lower()}", *extra)
     learner = build_learner(cfg, torch.device("cuda"))  # the env picks "dense" on CUDA itself
     train_iteration(learner)  # warm-up: lazy initialisations (and compilation) may sync once
     torch.cuda.synchronize()

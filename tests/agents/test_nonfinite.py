@@ -17,9 +17,12 @@ def snapshot(learner):
     return params, adam
 
 
-@pytest.mark.parametrize("amp", ["off", "fp16"])
-def test_nan_loss_skips_the_step_entirely(make_config, amp):
-    learner = build_learner(make_config(f"train.amp={amp}"), torch.device("cpu"))
+RECURRENT = ("model.recurrent=true", "train.chunk_length=4")
+
+
+@pytest.mark.parametrize("amp, extra", [("off", ()), ("fp16", ()), ("off", RECURRENT), ("fp16", RECURRENT)])
+def test_nan_loss_skips_the_step_entirely(make_config, amp, extra):
+    learner = build_learner(make_config(f"train.amp={amp}", *extra), torch.device("cpu"))
     train_mappo.train_iteration(learner)  # Adam has state now
     before_params, before_adam = snapshot(learner)
     loss = sum(p.sum() for p in learner.actor.parameters()) * float("nan")
@@ -60,10 +63,11 @@ def nan_loss_after(good_iterations: int, monkeypatch):
     return real_loss
 
 
-def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_config, tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_config, tmp_path, monkeypatch, extra):
     real_loss = nan_loss_after(3, monkeypatch)
     cfg = make_config("train.total_env_steps=640", "run.checkpoint_interval=32", "train.max_bad_iterations=3",
-                      f"run.dir={tmp_path}")
+                      f"run.dir={tmp_path}", *extra)
     with pytest.raises(TrainingStopped, match=r"3 consecutive iterations.*ckpt_000000000096\.pt"):
         train(cfg)
     good = ckpt.load_latest(tmp_path)[1]
@@ -149,8 +153,9 @@ def test_fp16_overflow_skips_neither_stop_training_nor_drop_checkpoints(make_con
         f"ckpt_{steps:012d}.pt" for steps in (32, 64, 96)]
 
 
-def test_update_counts_nonfinite_losses(make_config, monkeypatch):
+@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+def test_update_counts_nonfinite_losses(make_config, monkeypatch, extra):
     nan_loss_after(0, monkeypatch)
-    learner = build_learner(make_config(), torch.device("cpu"))
+    learner = build_learner(make_config(*extra), torch.device("cpu"))
     m = train_mappo.read_metrics(train_mappo.train_iteration(learner))
     assert m["skipped_updates"] == m["nonfinite_losses"] == PER_ITERATION

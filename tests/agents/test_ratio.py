@@ -1,29 +1,40 @@
 """Before the first update the PPO ratio is exactly 1: the update recomputes log-probabilities the
-same way (float32, same function) as the rollout did, with and without AMP."""
+same way (float32, same function) as the rollout did, with and without AMP; a recurrent actor's
+from the hidden state stored at each chunk's start, through the chunk's steps."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agents.ppo import evaluate_actions
+from agents.ppo import chunk_frames, evaluate_actions
 from agents.rollout import collect
 from agents.train_mappo import build_learner, prepare_batch
 
+RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]  # episodes end inside chunks
+
 
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true", "model.critic=ippo", "model.activation=relu"]])
+@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true", "model.critic=ippo", "model.activation=relu"],
+                                   RECURRENT, [*RECURRENT, "model.actor_shared_map=true", "model.activation=relu"]])
 def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
     cfg = make_config(f"train.amp={amp}", "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4", *extra)
     torch.manual_seed(0)
     learner = build_learner(cfg, torch.device("cpu"))
-    collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
-            learner.stats, learner.action_gen, learner.autocast)
+    for _ in range(2):  # the second rollout starts from the first one's hidden states
+        learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
+                                              learner.obs, learner.storage, learner.stats, learner.action_gen,
+                                              learner.autocast, learner.hidden)
     batch, _ = prepare_batch(learner)
     assert batch.logprobs.dtype == torch.float32
-    n = batch.state.shape[0]  # environment steps
+    recurrent = learner.actor.recurrent
+    if recurrent:
+        assert batch.starts.any() and batch.hidden.abs().sum() > 0
+    n = batch.num_sequences if recurrent else batch.state.shape[0]  # chunks, or environment steps
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(1))
     for frames in perm.split(n // cfg.train.num_minibatches):  # minibatches as the update draws them
+        if recurrent:
+            frames = chunk_frames(frames, cfg.train.chunk_length, cfg.env.num_envs)
         mb_inds, new_logprob, entropy, new_value = evaluate_actions(learner.actor, learner.critic, batch, frames,
                                                                     learner.autocast)
         assert new_logprob.dtype == torch.float32 and new_value.dtype == torch.float32

@@ -33,13 +33,16 @@ def all_state(learner) -> dict[str, torch.Tensor]:
     out.update({f"env.{k}": v for k, v in learner.env.state_dict()["state"].items()})
     out["rng.action"] = learner.action_gen.get_state()
     out["rng.minibatch"] = learner.minibatch_gen.get_state()
+    if learner.hidden is not None:
+        out["hidden"] = learner.hidden
     return out
 
 
-@pytest.mark.parametrize("amp", ["off", "fp16"])
-def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path, monkeypatch, amp):
+@pytest.mark.parametrize("amp, extra", [("off", []), ("fp16", []),
+                                        ("off", ["model.recurrent=true", "train.chunk_length=4"])])
+def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path, monkeypatch, amp, extra):
     common = [f"train.amp={amp}", "run.deterministic=true", "train.total_env_steps=320",
-              "run.checkpoint_interval=64", "run.eval_interval=96", "env.max_steps=7"]
+              "run.checkpoint_interval=64", "run.eval_interval=96", "env.max_steps=7", *extra]
     full = train(make_config(*common, f"run.dir={tmp_path / 'full'}"))
     assert full.env_steps == 320
 
@@ -62,6 +65,8 @@ def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path,
     assert (resumed.env_steps, resumed.iteration) == (full.env_steps, full.iteration)
     a, b = all_state(full), all_state(resumed)
     assert a.keys() == b.keys()
+    if extra:  # the hidden states travel in the checkpoint: mid-episode, they are not zeros
+        assert "hidden" in a and a["hidden"].abs().sum() > 0
     differ = [k for k in a if not torch.equal(a[k], b[k])]
     assert not differ, f"differ after resume: {differ}"
     assert full.scaler.state_dict() == resumed.scaler.state_dict()

@@ -25,7 +25,7 @@ def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype,
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     ends = torch.zeros(2, dtype=torch.long)
     for _ in range(2):  # the second rollout starts mid-episode
-        learner.obs = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s,
+        learner.obs, _ = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s,
                               learner.stats, learner.action_gen, learner.autocast)
         ends += torch.stack([s.terminated.sum(), s.truncated.sum()])
         for t in range(s.actions.shape[0]):
