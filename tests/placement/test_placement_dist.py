@@ -99,7 +99,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.time_limit(90)
+@pytest.mark.timeout(90)
 def test_two_process_torchrun_job_joins_a_gloo_group(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
