@@ -39,48 +39,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.portability_names import (CATCH_ALL, OS_POSIX_ONLY, POSIX_MODULES, PSEUDO_FILES, RAISES,
+                                     SIGNAL_ON_WINDOWS, WHY, WRITE_FLAGS)
+
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("uavsim", "agents", "benchmarks", "tests")
-
-POSIX_MODULES = frozenset({"resource", "fcntl", "pwd", "grp", "termios", "tty", "pty", "posix", "syslog", "crypt",
-                           "spwd", "nis", "readline", "curses"})
-# os names that Windows's os module lacks (the ones worth naming; Python 3.10-3.13)
-OS_POSIX_ONLY = frozenset({
-    "fork", "forkpty", "register_at_fork", "killpg", "getuid", "geteuid", "getgid", "getegid", "getgroups",
-    "getresuid", "getresgid", "setuid", "seteuid", "setgid", "setegid", "setgroups", "setresuid", "setresgid",
-    "setreuid", "setregid", "initgroups", "getpgid", "setpgid", "getpgrp", "setpgrp", "getsid", "setsid",
-    "getpriority", "setpriority", "nice", "sched_getaffinity", "sched_setaffinity", "sched_yield",
-    "sched_get_priority_max", "sched_get_priority_min", "sched_setscheduler", "sched_getscheduler", "getloadavg",
-    "sysconf", "sysconf_names", "confstr", "confstr_names", "pathconf", "fpathconf", "pathconf_names", "uname",
-    "mkfifo", "mknod", "major", "minor", "makedev", "chown", "lchown", "fchown", "chroot", "fchdir", "statvfs",
-    "fstatvfs", "sync", "wait", "wait3", "wait4", "waitid", "WNOHANG", "WUNTRACED", "WCONTINUED", "WIFEXITED",
-    "WEXITSTATUS", "WIFSIGNALED", "WTERMSIG", "WIFSTOPPED", "WSTOPSIG", "WCOREDUMP", "openpty", "ttyname",
-    "ctermid", "O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC", "O_NONBLOCK", "O_SYNC", "O_DSYNC", "O_NOCTTY",
-    "O_NDELAY", "O_ASYNC", "O_NOATIME", "O_PATH", "O_TMPFILE", "pipe2", "posix_spawn", "posix_spawnp",
-    "posix_fadvise", "posix_fallocate", "pread", "pwrite", "preadv", "pwritev", "readv", "writev", "sendfile",
-    "memfd_create", "eventfd", "splice", "getrandom", "lockf", "getxattr", "setxattr", "listxattr",
-    "removexattr", "pidfd_open", "setns", "unshare", "plock",
-})
-# everything the signal module offers on Windows; any other name is POSIX-only
-SIGNAL_ON_WINDOWS = frozenset({
-    "SIGABRT", "SIGFPE", "SIGILL", "SIGINT", "SIGSEGV", "SIGTERM", "SIGBREAK", "CTRL_C_EVENT", "CTRL_BREAK_EVENT",
-    "SIG_DFL", "SIG_IGN", "NSIG", "signal", "getsignal", "raise_signal", "set_wakeup_fd", "default_int_handler",
-    "strsignal", "valid_signals", "Signals", "Handlers",
-})
-_WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC", "O_EXCL"})
-_PSEUDO_FILES = ("/proc/", "/sys/", "/dev/")
-_CATCH_ALL = frozenset({"Exception", "BaseException", "*"})
-# what Windows raises for each kind of finding, so a handler for it is a guard (None: nothing is raised)
-_RAISES = {"module": {"ImportError", "ModuleNotFoundError"}, "name": {"AttributeError"},
-           "from-name": {"ImportError"}, "folder": {"OSError", "PermissionError"},
-           "pseudo-file": {"OSError", "FileNotFoundError"}, "library": {"OSError"},
-           "start-method": {"ValueError"}, "differs": None}
-_WHY = {"module": "Windows has no such module", "name": "Windows lacks this name",
-        "from-name": "Windows lacks this name", "folder": "Windows cannot open a folder with os.open",
-        "pseudo-file": "no such file on Windows", "library": "a Unix shared library",
-        "start-method": "Windows has only the spawn start method",
-        "differs": "on Windows signal 0 is CTRL_C_EVENT, any other ends the process: psutil.pid_exists, "
-                   "signal.raise_signal, or a platform branch"}
 
 
 class _Unknown:
@@ -220,7 +183,7 @@ class _Scanner(ast.NodeVisitor):
         if name == "platform.libc_ver":
             return ("", "")
         if name in ("os.path.exists", "os.path.isdir", "os.path.isfile") and args and isinstance(args[0], str):
-            return False if args[0].startswith(_PSEUDO_FILES) else UNKNOWN
+            return False if args[0].startswith(PSEUDO_FILES) else UNKNOWN
         if isinstance(node.func, ast.Name) and node.func.id == "hasattr" and len(node.args) == 2:
             module, attr = self._qualified(node.args[0]), args[1]
             if module == "os" and isinstance(attr, str):
@@ -259,10 +222,10 @@ class _Scanner(ast.NodeVisitor):
     def _report(self, node: ast.AST, api: str, kind: str) -> None:
         if self.guarded:
             return
-        raises = _RAISES[kind]
-        if raises is not None and any(caught & (raises | _CATCH_ALL) for caught in self.catching):
+        raises = RAISES[kind]
+        if raises is not None and any(caught & (raises | CATCH_ALL) for caught in self.catching):
             return
-        self.findings.append(Finding(self.path, node.lineno, api, _WHY[kind]))
+        self.findings.append(Finding(self.path, node.lineno, api, WHY[kind]))
 
     def _check_name(self, node: ast.AST, name: str | None) -> None:
         if name is None:
@@ -388,11 +351,11 @@ class _Scanner(ast.NodeVisitor):
         first = node.args[0] if node.args else None
         if name == "os.open" and len(node.args) >= 2:
             flags = {(_dotted(n) or "").rsplit(".", 1)[-1] for n in ast.walk(node.args[1])}
-            if not flags & _WRITE_FLAGS:
+            if not flags & WRITE_FLAGS:
                 self._report(node, "os.open(..., read-only)", "folder")
         elif (name in ("io.open", "pathlib.Path", "pathlib.PurePosixPath")
               or isinstance(node.func, ast.Name) and node.func.id in ("open", "Path")) and first is not None:
-            if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith(_PSEUDO_FILES):
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith(PSEUDO_FILES):
                 self._report(node, f"{_dotted(node.func)}({first.value!r})", "pseudo-file")
         elif name in ("ctypes.CDLL", "ctypes.PyDLL", "ctypes.cdll.LoadLibrary") and first is not None:
             if any(isinstance(c, ast.Constant) and isinstance(c.value, str) and ".so" in c.value
