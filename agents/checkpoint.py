@@ -6,12 +6,12 @@ A checkpoint is `RUN_DIR/checkpoints/ckpt_<env_steps>.pt`:
 
 It is written to a temporary file in the same directory, flushed and fsync'ed, then renamed over
 the final name, so a crash mid-write never leaves a half-written checkpoint under a real name and
-the previous checkpoints stay intact; on POSIX the folder is fsync'ed too, so the rename itself
-survives a power cut (Windows cannot open a folder as a file: there NTFS's journal keeps the entry). Ctrl-C (SIGINT) waits until the write and the rename are
-done, and any other failure deletes the temporary file. Loading checks the magic, the length and
-the checksum before unpickling (with `weights_only=True`: tensors, numbers, strings and containers
-only), then the payload's structure (counters, config sections, state dicts, ranks) and that every
-floating-point weight is finite.
+the previous checkpoints stay intact; on POSIX the folder is fsync'ed too, so that the rename
+itself survives a power cut (Windows cannot open a folder for that). Ctrl-C (SIGINT) waits until
+the write and the rename are done, and any other failure deletes the temporary file. Loading
+checks the magic, the length and the checksum before unpickling (with `weights_only=True`:
+tensors, numbers, strings and containers only), then the payload's structure (counters, config
+sections, state dicts, ranks) and that every floating-point weight is finite.
 """
 
 from __future__ import annotations

@@ -1,19 +1,23 @@
 """Which of the project's dependencies have wheels for Windows and for Linux: asks the package index.
 
-    python -m benchmarks.check_wheels                      # runtime + every extra, win_amd64 and manylinux, Python 3.11
+    python -m benchmarks.check_wheels                      # runtime + every extra; win_amd64 and manylinux; Python 3.11
     python -m benchmarks.check_wheels --extras "" --platforms win_amd64
 
-For each target platform, pip resolves the requirements of pyproject.toml as an installation on that
-platform would (``pip install --dry-run --report`` with ``--platform``, ``--python-version`` and
-``--only-binary=:all:``, into a throw-away ``--target``, with pip's own configuration set aside so
-that only the index answers; nothing is installed, and pip reads the
-metadata of the wheels it picks, downloading those that the index serves without it, such as torch).
-A requirement that no wheel satisfies makes the resolution fail; the requirements are then resolved
-one at a time to name every one that has none. Writes ``check_wheels-<date>.json`` and ``.md`` into
-``--out-dir``.
+For each target platform it walks the dependency tree from pyproject.toml's requirements, one level
+at a time. pip picks each level's wheels for the target (``pip install --dry-run --no-deps --report
+--only-binary=:all: --platform ... --python-version ...`` into a throw-away ``--target``, reading
+metadata through HTTP range requests instead of downloading whole wheels, with pip's own
+configuration set aside so that only the index answers); their ``Requires-Dist`` entries, with
+environment markers evaluated for the target, make the next level. pip's own resolver cannot do
+this walk: it evaluates markers for the machine it runs on, so a Windows resolution on Linux asks
+for torch's Linux-only ``nvidia-nccl-cu13`` and fails. This is a wheel check, not a resolver: a
+package is checked once, under the first specifier that asks for it. When a level fails, its
+requirements are asked one at a time; one without a wheel is asked again allowing a source
+distribution (which pip would build on install: fine for pure-Python packages). Writes
+``check_wheels-<date>.json`` and ``.md`` into ``--out-dir``.
 
-Not a test: it asks the package index (PyPI by default; ``--index-url`` for another). torch's CUDA
-builds live on download.pytorch.org, not on PyPI: PyPI's win_amd64 torch is the CPU build.
+Not a test: it asks the package index (PyPI by default; ``--index-url`` for another). torch's other
+builds (CPU-only for Linux, CUDA for Windows) live on download.pytorch.org, which this does not ask.
 """
 
 from __future__ import annotations
@@ -29,21 +33,26 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import Marker
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLATFORMS = ("win_amd64", "manylinux_2_28_x86_64")
 PYPI = "https://pypi.org/simple"
 
 
-def canonical(name: str) -> str:
-    """PEP 503 name: ``Jinja2`` -> ``jinja2``, ``lazy_importer`` -> ``lazy-importer``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def requirement_name(requirement: str) -> str:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    if not match:
-        raise ValueError(f"not a requirement: {requirement!r}")
-    return canonical(match.group(1))
+def marker_environment(platform: str, python: str) -> dict[str, str]:
+    """The PEP 508 marker values of a CPython ``python`` on ``platform`` (win_* or *linux*)."""
+    windows = platform.startswith("win")
+    machine = {"win_amd64": "AMD64", "win32": "x86", "win_arm64": "ARM64"}.get(platform) or platform.rsplit("_", 1)[-1]
+    if platform.endswith("x86_64"):
+        machine = "x86_64"
+    return {"sys_platform": "win32" if windows else "linux", "platform_system": "Windows" if windows else "Linux",
+            "os_name": "nt" if windows else "posix", "platform_machine": machine, "python_version": python,
+            "python_full_version": f"{python}.0", "implementation_name": "cpython",
+            "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
+            "implementation_version": f"{python}.0", "extra": ""}
 
 
 def project_requirements(pyproject: Path, extras: list[str]) -> list[tuple[str, str]]:
@@ -59,8 +68,9 @@ def project_requirements(pyproject: Path, extras: list[str]) -> list[tuple[str, 
     out, seen = [], set()
     for group, reqs in [("runtime", project["dependencies"]), *((e, optional[e]) for e in extras)]:
         for req in reqs:
-            if requirement_name(req) not in seen:
-                seen.add(requirement_name(req))
+            name = canonicalize_name(Requirement(req).name)
+            if name not in seen:
+                seen.add(name)
                 out.append((req, group))
     return out
 
@@ -82,53 +92,18 @@ def platform_tags(platform: str) -> list[str]:
 
 
 def pip_command(requirements: list[str], platform: str, python: str, index_url: str, target: Path,
-                report: Path) -> list[str]:
-    version = python.replace(".", "")
-    command = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed", "--quiet",
-               "--target", str(target), "--report", str(report), "--only-binary=:all:", "--index-url", index_url,
-               "--python-version", python, "--implementation", "cp", "--abi", f"cp{version}"]
+                report: Path, binary_only: bool = True) -> list[str]:
+    """pip picking the files of ``requirements`` for the target, without their dependencies: wheels
+    only, or (``binary_only=False``) a source distribution where no wheel fits."""
+    command = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--dry-run",
+               "--no-deps", "--ignore-installed", "--quiet", "--use-feature=fast-deps", "--target", str(target),
+               "--report", str(report), "--index-url", index_url, "--python-version", python,
+               "--implementation", "cp", "--abi", f"cp{python.replace('.', '')}"]
+    if binary_only:
+        command.append("--only-binary=:all:")
     for tag in platform_tags(platform):
         command += ["--platform", tag]
     return command + list(requirements)
-
-
-def wheel_tags(filename: str) -> str:
-    """``cp311-cp311-win_amd64`` from a wheel's file name (its last three fields)."""
-    if not filename.endswith(".whl"):
-        return "not a wheel"
-    return "-".join(filename[: -len(".whl")].split("-")[-3:])
-
-
-def parse_report(report: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """``{name: {name, version, wheel, tags, requested}}`` of every package in a pip ``--report``."""
-    out = {}
-    for item in report["install"]:
-        name = canonical(item["metadata"]["name"])
-        wheel = item["download_info"]["url"].rsplit("/", 1)[-1]
-        out[name] = {"name": name, "version": item["metadata"]["version"], "wheel": wheel, "tags": wheel_tags(wheel),
-                     "requested": bool(item.get("requested"))}
-    return out
-
-
-def unavailable(stderr: str) -> list[str]:
-    """Names of the packages a failed pip run found no installable file for."""
-    names = re.findall(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)", stderr)
-    return sorted({canonical(n) for n in names})
-
-
-def summarize(platform: str, requirements: list[tuple[str, str]], packages: dict[str, dict[str, str]],
-              missing: dict[str, str]) -> dict[str, Any]:
-    """One platform's result: each requirement's wheel (or why it has none) and the whole set."""
-    rows = []
-    for req, group in requirements:
-        name = requirement_name(req)
-        if name in packages:
-            rows.append({"requirement": req, "group": group, "status": "wheel", **packages[name]})
-        else:
-            rows.append({"requirement": req, "group": group, "status": "no wheel",
-                         "error": missing.get(name, "not resolved")})
-    return {"platform": platform, "all_wheels": not missing and all(r["status"] == "wheel" for r in rows),
-            "requirements": rows, "packages": sorted(packages.values(), key=lambda p: p["name"])}
 
 
 def index_only_environment() -> dict[str, str]:
@@ -139,53 +114,154 @@ def index_only_environment() -> dict[str, str]:
     return env
 
 
+def wheel_tags(filename: str) -> str:
+    """``cp311-cp311-win_amd64`` from a wheel's file name (its last three fields)."""
+    if not filename.endswith(".whl"):
+        return "sdist"
+    return "-".join(filename[: -len(".whl")].split("-")[-3:])
+
+
+def parse_report(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{name: {name, version, wheel, tags, requires}}`` of every package in a pip ``--report``."""
+    out = {}
+    for item in report["install"]:
+        name = canonicalize_name(item["metadata"]["name"])
+        wheel = item["download_info"]["url"].rsplit("/", 1)[-1]
+        out[name] = {"name": name, "version": item["metadata"]["version"], "wheel": wheel, "tags": wheel_tags(wheel),
+                     "requires": list(item["metadata"].get("requires_dist", []))}
+    return out
+
+
+def last_error(stderr: str) -> str:
+    """pip's last ``ERROR:`` line (its verdict), else its last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or ["pip failed"])[-1]
+
+
+def unavailable(stderr: str) -> list[str]:
+    """Names of the packages a failed pip run found no installable file for."""
+    names = re.findall(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)", stderr)
+    return sorted({canonicalize_name(n) for n in names})
+
+
+def needed(requires: list[str], extras: set[str], environment: dict[str, str]) -> list[Requirement]:
+    """The ``Requires-Dist`` entries that apply on the target, with the extras asked for."""
+    out = []
+    for line in requires:
+        req = Requirement(line)
+        if req.marker is None or any(req.marker.evaluate({**environment, "extra": e}) for e in {"", *extras}):
+            req.marker = None
+            out.append(req)
+    return out
+
+
+def walk(requirements: list[tuple[str, str]], platform: str, python: str, ask) -> dict[str, Any]:
+    """Walk the dependency tree for ``platform``; ``ask(requirement strings, binary_only) -> (report
+    or None, stderr)`` runs pip. Returns each package's file (a wheel, else a source distribution;
+    or why there is neither) and who asked for it."""
+    environment = marker_environment(platform, python)
+    packages, missing, required_by = {}, {}, {}
+    level = []
+    for line, group in requirements:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate(environment):
+            req.marker = None
+            level.append((req, group))
+    while level:
+        fresh = {}
+        for req, parent in level:
+            name = canonicalize_name(req.name)
+            required_by.setdefault(name, []).append(parent)
+            if name not in packages and name not in missing and name not in fresh:
+                fresh[name] = req
+        report, _ = ask([str(r) for r in fresh.values()], True) if fresh else ({"install": []}, "")
+        found = parse_report(report) if report is not None else {}
+        if report is None:  # one at a time, to name every requirement without a wheel
+            for name, req in fresh.items():
+                alone, _ = ask([str(req)], True)
+                if alone is None:  # no wheel: is there a source distribution pip could build?
+                    alone, err = ask([str(req)], False)
+                    if alone is None:
+                        missing[name] = last_error(err)
+                if alone is not None:
+                    found.update(parse_report(alone))
+        level = []
+        for name, info in found.items():
+            packages[name] = info
+            extras = set(fresh[name].extras) if name in fresh else set()
+            level += [(dep, name) for dep in needed(info["requires"], extras, environment)]
+    return {"packages": packages, "missing": missing, "required_by": required_by}
+
+
+def summarize(platform: str, requirements: list[tuple[str, str]], walked: dict[str, Any]) -> dict[str, Any]:
+    """One platform's result: each requirement's wheel (or why it has none), and the whole set."""
+    packages, missing = walked["packages"], walked["missing"]
+    rows = []
+    for line, group in requirements:
+        name = canonicalize_name(Requirement(line).name)
+        if name in packages:
+            info = packages[name]
+            status = "sdist only" if info["tags"] == "sdist" else "wheel"
+            rows.append({"requirement": line, "group": group, "status": status, "version": info["version"],
+                         "wheel": info["wheel"], "tags": info["tags"]})
+        elif name in missing:
+            rows.append({"requirement": line, "group": group, "status": "no wheel", "error": missing[name]})
+        else:  # its marker leaves it out on this platform
+            rows.append({"requirement": line, "group": group, "status": "not needed"})
+    everything = [{"name": n, "version": p["version"], "wheel": p["wheel"], "required_by": walked["required_by"][n]}
+                  for n, p in sorted(packages.items())]
+    source_only = [p for p in everything if not p["wheel"].endswith(".whl")]
+    return {"platform": platform, "installable": not missing, "all_wheels": not missing and not source_only,
+            "source_only": source_only, "requirements": rows, "packages": everything,
+            "missing": [{"name": n, "error": e, "required_by": walked["required_by"][n]}
+                        for n, e in sorted(missing.items())]}
+
+
 def resolve(requirements: list[tuple[str, str]], platform: str, python: str, index_url: str) -> dict[str, Any]:
-    """Resolve all requirements for ``platform``; on failure, each one alone, to find those without wheels."""
+    """``summarize`` of ``walk`` with pip asking ``index_url``."""
     with tempfile.TemporaryDirectory() as tmp:
-        def run(reqs: list[str]) -> tuple[dict | None, str]:
+        def ask(reqs: list[str], binary_only: bool) -> tuple[dict | None, str]:
             report = Path(tmp) / "report.json"
             report.unlink(missing_ok=True)
-            proc = subprocess.run(pip_command(reqs, platform, python, index_url, Path(tmp) / "target", report),
+            proc = subprocess.run(pip_command(reqs, platform, python, index_url, Path(tmp) / "target", report,
+                                              binary_only),
                                   capture_output=True, text=True, env=index_only_environment())
             return (json.loads(report.read_text()) if proc.returncode == 0 else None), proc.stderr
 
-        report, stderr = run([r for r, _ in requirements])
-        if report is not None:
-            return summarize(platform, requirements, parse_report(report), {})
-        packages, missing = {}, {}
-        for req, _ in requirements:
-            alone, err = run([req])
-            if alone is None:
-                reason = err.strip().splitlines()[-1] if err.strip() else "pip failed"
-                for name in unavailable(err) or [requirement_name(req)]:
-                    missing[name] = reason
-            else:
-                packages.update(parse_report(alone))
-        return summarize(platform, requirements, packages, missing)
+        return summarize(platform, requirements, walk(requirements, platform, python, ask))
+
+
+def _cell(row: dict[str, Any]) -> str:
+    if row["status"] == "wheel":
+        return f"{row['version']} (`{row['tags']}`)"
+    if row["status"] == "sdist only":
+        return f"{row['version']}, **source only** (`{row['wheel']}`: pip builds it)"
+    return "not needed" if row["status"] == "not needed" else f"**nothing installable**: {row['error']}"
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The result as a Markdown page: one row per requirement, one column per platform."""
     platforms = result["platforms"]
-    names = [p["platform"] for p in platforms]
     lines = [f"# Wheels for the dependencies, Python {result['python']} ({result['date']})", "",
-             f"`python -m benchmarks.check_wheels`: pip {result['pip']} resolved pyproject.toml's requirements "
-             f"against {result['index_url']} as an installation on each platform would, wheels only "
-             "(`pip install --dry-run --report --only-binary=:all: --platform ...`).", "",
-             "| requirement | group | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+             f"`python -m benchmarks.check_wheels`, pip {result['pip']}, index {result['index_url']}: each "
+             "platform's dependency tree from pyproject.toml, wheels only, environment markers evaluated for "
+             "that platform.", "",
+             "| requirement | group | " + " | ".join(p["platform"] for p in platforms) + " |",
+             "|---|---|" + "---|" * len(platforms)]
     by_platform = [{r["requirement"]: r for r in p["requirements"]} for p in platforms]
     for req, group in result["requirements"]:
-        cells = []
-        for rows in by_platform:
-            r = rows[req]
-            cells.append(f"{r['version']} (`{r['tags']}`)" if r["status"] == "wheel" else f"**no wheel**: {r['error']}")
-        lines.append(f"| `{req}` | {group} | " + " | ".join(cells) + " |")
+        lines.append(f"| `{req}` | {group} | " + " | ".join(_cell(rows[req]) for rows in by_platform) + " |")
     lines.append("")
     for p in platforms:
-        verdict = "every package has a wheel" if p["all_wheels"] else "**some requirements have no wheel**"
-        lines.append(f"- {p['platform']}: {len(p['packages'])} packages in the resolved set, {verdict}.")
-    lines += ["", "torch from PyPI is the CPU build on Windows (and a CUDA build on Linux x86-64); the CUDA builds "
-              "for Windows come from download.pytorch.org (see README.md), which this check does not ask."]
+        verdict = ["every one has a wheel"] if p["all_wheels"] else []
+        if p["source_only"]:
+            verdict.append("source distribution only: " + ", ".join(
+                f"{s['name']} (for {', '.join(s['required_by'])})" for s in p["source_only"]))
+        if p["missing"]:
+            verdict.append("**nothing installable: " + ", ".join(
+                f"{m['name']} (for {', '.join(m['required_by'])})" for m in p["missing"]) + "**")
+        lines.append(f"- {p['platform']}: {len(p['packages'])} packages in the tree; {'; '.join(verdict)}.")
     return "\n".join(lines) + "\n"
 
 
@@ -205,10 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python):
         parser.error(f"--python must look like 3.11, got {args.python!r}")
+    bad = [p for p in args.platforms if not (p.startswith("win") or "linux" in p)]
+    if bad:
+        parser.error(f"--platforms takes win_* and *linux* wheel platform tags, got {bad}")
     requirements = project_requirements(ROOT / "pyproject.toml", [e for e in args.extras.split(",") if e])
     platforms = []
     for platform in args.platforms:
-        print(f"resolving {len(requirements)} requirements for {platform}, Python {args.python} ...", flush=True)
+        print(f"walking the dependencies of {len(requirements)} requirements for {platform}, Python {args.python}",
+              flush=True)
         platforms.append(resolve(requirements, platform, args.python, args.index_url))
     result = {"date": dt.date.today().isoformat(), "python": args.python, "index_url": args.index_url,
               "pip": pip_version(), "requirements": requirements, "platforms": platforms}
@@ -218,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     page = markdown(result)
     stem.with_suffix(".md").write_text(page)
     print(page)
-    return 0 if all(p["all_wheels"] for p in platforms) else 1
+    return 0 if all(p["installable"] for p in platforms) else 1
 
 
 if __name__ == "__main__":

@@ -355,7 +355,8 @@ class _Scanner(ast.NodeVisitor):
                 self._report(node, "os.open(..., read-only)", "folder")
         elif (name in ("io.open", "pathlib.Path", "pathlib.PurePosixPath")
               or isinstance(node.func, ast.Name) and node.func.id in ("open", "Path")) and first is not None:
-            if isinstance(first, ast.Constant) and isinstance(first.value, str) and first.value.startswith(PSEUDO_FILES):
+            if (isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    and first.value.startswith(PSEUDO_FILES)):
                 self._report(node, f"{_dotted(node.func)}({first.value!r})", "pseudo-file")
         elif name in ("ctypes.CDLL", "ctypes.PyDLL", "ctypes.cdll.LoadLibrary") and first is not None:
             if any(isinstance(c, ast.Constant) and isinstance(c.value, str) and ".so" in c.value

@@ -71,12 +71,15 @@ def test_unguarded_uses_are_found(source, api):
     "import signal\nif hasattr(signal, 'SIGKILL'):\n    signal.signal(signal.SIGKILL, print)",
     "import signal\nkill = signal.SIGKILL if hasattr(signal, 'SIGKILL') else signal.SIGTERM",
     "import os\nok = hasattr(os, 'O_DIRECTORY') and os.open('d', os.O_RDONLY | os.O_DIRECTORY)",
-    "import os\ndef f(d):\n    if not hasattr(os, 'O_DIRECTORY'):\n        return\n    os.open(d, os.O_RDONLY | os.O_DIRECTORY)",
-    "import os, sys\ndef f():\n    if not sys.platform.startswith('linux'):\n        return None\n    return os.sysconf('SC_PAGE_SIZE')",
+    "import os\ndef f(d):\n    if not hasattr(os, 'O_DIRECTORY'):\n        return\n"
+    "    os.open(d, os.O_RDONLY | os.O_DIRECTORY)",
+    "import os, sys\ndef f():\n    if not sys.platform.startswith('linux'):\n        return None\n"
+    "    return os.sysconf('SC_PAGE_SIZE')",
     "import ctypes, platform\nif platform.libc_ver()[0] == 'glibc':\n    ctypes.CDLL('libc.so.6').malloc_trim(0)",
     "try:\n    text = open('/proc/meminfo').read()\nexcept OSError:\n    text = ''",
     "import os\nfd = os.open('f.txt', os.O_WRONLY | os.O_CREAT)",
-    "import os, pytest, sys\n@pytest.mark.skipif(sys.platform == 'win32', reason='POSIX')\ndef test_x():\n    os.kill(1, 0)",
+    "import os, pytest, sys\n@pytest.mark.skipif(sys.platform == 'win32', reason='POSIX')\ndef test_x():\n"
+    "    os.kill(1, 0)",
     "import os, pytest\nPOSIX_ONLY = pytest.mark.skipif(os.name == 'nt', reason='POSIX')\n@POSIX_ONLY\ndef test_x():\n"
     "    os.fork()",
     "import os, pytest\npytestmark = [pytest.mark.skipif(os.name == 'nt', reason='POSIX')]\nos.fork()",
