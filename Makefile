@@ -1,39 +1,56 @@
 # Two commands do everything on a fresh clone:  `make train`  and  `make test`.
-# Both create .venv and install the project first (once; again when pyproject.toml changes).
-# torch is installed first so pip never swaps in a different build. Which build `torch==2.13.0`
-# resolves to depends on pip's indexes: this project's machines carry the CPU wheel locally; from
-# PyPI on Linux x86-64 it is the CUDA build. For the CPU build elsewhere:
-#   make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
-# GPU users may also install their CUDA build of torch 2.13.0 into .venv first (pip then keeps it).
-PYTHON ?= python3
+# Each creates .venv and installs what it needs first (once; again when pyproject.toml changes):
+#   make train       the project itself (torch, torchrl, tensorboard, ...)
+#   make test        + the dev, peers and pipelines extras (pytest, VMAS, PettingZoo, diffusers, transformers)
+#   make bench       + the peers and pipelines extras (VMAS, diffusers, transformers)
+# torch is installed first so that pip never swaps in a different build. Which build `torch==2.13.0`
+# resolves to depends on pip's indexes: from PyPI it is the CUDA build on Linux x86-64 and the CPU
+# build on Windows and macOS. Another build (README.md, "Install"):
+#   make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"     # CPU only, Linux
+#   make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu126"   # CUDA 12.6, Windows
+# A torch 2.13.0 already installed into .venv is kept. Windows without make: see README.md.
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS ?= dev,peers,pipelines
-BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(EXTRAS)
+ifeq ($(OS),Windows_NT)
+PYTHON ?= py -3
+VENV_PY := $(VENV)/Scripts/python.exe
+else
+PYTHON ?= python3
+VENV_PY := $(VENV)/bin/python
+endif
+# quoted: cmd.exe (Windows make without sh) reads an unquoted `.venv/Scripts/...` as `.venv` plus options
+PY := "$(VENV_PY)"
+# a stamp per set of extras, written by Python (no `touch` on Windows)
+stamp = $(VENV)/.installed-$(if $(1),$(subst $(comma),-,$(1)),core)
+comma := ,
 
 .PHONY: setup train test demo bench
-setup: $(STAMP)
+setup: $(call stamp,)
+train demo: $(call stamp,)
+test: $(call stamp,dev$(comma)peers$(comma)pipelines)
+bench: $(call stamp,peers$(comma)pipelines)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+$(VENV_PY):
+	$(PYTHON) -m venv $(VENV)
 
-train: setup  ## MAPPO with configs/default.yaml; extra overrides: make train ARGS="env.num_envs=256"
-	$(BIN)/python -m agents.train_mappo $(ARGS)
+$(VENV)/.installed-%: pyproject.toml | $(VENV_PY)
+	$(PY) -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
+	$(PY) -m pip install -q -e ".$(if $(filter core,$*),,[$(subst -,$(comma),$*)])"
+	$(PY) -c "import pathlib; pathlib.Path('$@').touch()"
 
-test: setup  ## the whole test suite (what CI runs)
-	$(BIN)/python -m pytest -q $(ARGS)
+train:  ## MAPPO with configs/default.yaml; extra overrides: make train ARGS="env.num_envs=256"
+	$(PY) -m agents.train_mappo $(ARGS)
 
-demo: setup  ## environment demo: throughput of the batched env vs the NumPy reference
-	$(BIN)/python -m benchmarks.env_throughput --quick --backends reference-loop batched-cpu --out-dir runs/demo
+test:  ## the whole test suite (what CI runs)
+	$(PY) -m pytest -q $(ARGS)
 
-bench: setup  ## all five full benchmarks, results into benchmarks/results/
-	$(BIN)/python -m benchmarks.env_throughput
-	$(BIN)/python -m benchmarks.train_throughput --profile 3
-	$(BIN)/python -m benchmarks.update_matmuls
-	$(BIN)/python -m benchmarks.distributed
-	$(BIN)/python -m benchmarks.placement
+demo:  ## environment demo: throughput of the batched env vs the NumPy reference
+	$(PY) -m benchmarks.env_throughput --quick --backends reference-loop batched-cpu --out-dir runs/demo
+
+bench:  ## all five full benchmarks, results into benchmarks/results/
+	$(PY) -m benchmarks.env_throughput
+	$(PY) -m benchmarks.train_throughput --profile 3
+	$(PY) -m benchmarks.update_matmuls
+	$(PY) -m benchmarks.distributed
+	$(PY) -m benchmarks.placement

@@ -6,11 +6,12 @@ A checkpoint is `RUN_DIR/checkpoints/ckpt_<env_steps>.pt`:
 
 It is written to a temporary file in the same directory, flushed and fsync'ed, then renamed over
 the final name, so a crash mid-write never leaves a half-written checkpoint under a real name and
-the previous checkpoints stay intact. Ctrl-C (SIGINT) waits until the write and the rename are
-done, and any other failure deletes the temporary file. Loading checks the magic, the length and
-the checksum before unpickling (with `weights_only=True`: tensors, numbers, strings and containers
-only), then the payload's structure (counters, config sections, state dicts, ranks) and that every
-floating-point weight is finite.
+the previous checkpoints stay intact; on POSIX the folder is fsync'ed too, so that the rename
+itself survives a power cut (Windows cannot open a folder for that). Ctrl-C (SIGINT) waits until
+the write and the rename are done, and any other failure deletes the temporary file. Loading
+checks the magic, the length and the checksum before unpickling (with `weights_only=True`:
+tensors, numbers, strings and containers only), then the payload's structure (counters, config
+sections, state dicts, ranks) and that every floating-point weight is finite.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 MAGIC = b"UAVCKPT1"
@@ -76,17 +78,27 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int,
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        dir_fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        _fsync_folder(d)
         for name, text in (beside or {}).items():
             _write_text_atomically(Path(run_dir) / name, text)
         for old in list_checkpoints(run_dir)[:-keep]:
             old.unlink(missing_ok=True)
         _remove_orphaned_temporaries(d)
     return path
+
+
+def _fsync_folder(d: Path) -> None:
+    """Make the entries just renamed into `d` durable (POSIX: fsync the folder itself). Windows has
+    no `O_DIRECTORY` and refuses to open a folder (PermissionError), so there it is skipped: the
+    file's content was fsync'ed before the rename, so a crash still never leaves a half-written
+    checkpoint under a real name."""
+    if not hasattr(os, "O_DIRECTORY"):  # Windows
+        return
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_text_atomically(path: Path, text: str) -> None:
@@ -117,7 +129,10 @@ def _sigint_deferred():
     if caught and callable(previous):
         previous(signal.SIGINT, caught[0])
     elif caught and previous == signal.SIG_DFL:
-        os.kill(os.getpid(), signal.SIGINT)
+        # the default action, delivered again: raise() ends the process as SIGINT would (POSIX:
+        # killed by SIGINT; Windows: the C runtime's exit). os.kill(own pid, SIGINT) would not do
+        # on Windows, where it calls TerminateProcess with exit code 2 at once.
+        signal.raise_signal(signal.SIGINT)
 
 
 def _remove_orphaned_temporaries(d: Path) -> None:
@@ -130,13 +145,8 @@ def _remove_orphaned_temporaries(d: Path) -> None:
 
 
 def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
+    # psutil, not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the pid's console group
+    return psutil.pid_exists(pid)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

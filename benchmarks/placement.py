@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from agents.placement import Stage, StagePipeline, WorkerPool, inventory_report
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
             spin_s=1.0,
         )
     cfg["clip_image_size"] = 64
-    load_start = os.getloadavg()
+    load_start = psutil.getloadavg()  # os.getloadavg is POSIX-only; psutil estimates it on Windows
     inventory_at_start = inventory_report()
     print(inventory_at_start, flush=True)
     print(f"dp_map on {devices} ({'quick' if args.quick else 'full'}):", flush=True)
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
         "config": cfg,
         "machine": machine_info(devices),
         "versions": versions(),
-        "load_average": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in os.getloadavg()]},
+        "load_average": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in psutil.getloadavg()]},
         "inventory": inventory_at_start,
         "results": results,
         "targets": {

@@ -111,8 +111,9 @@ def pick_device(env: DistEnv | None = None, prefer: Literal["auto", "cuda", "cpu
 
 
 def pick_backend(device: str | torch.device) -> str:
-    """The collective backend for ``device``: ``"nccl"`` for CUDA, ``"gloo"`` for the CPU."""
-    return "nccl" if as_device(device).type == "cuda" else "gloo"
+    """The collective backend for ``device``: ``"nccl"`` for CUDA, ``"gloo"`` for the CPU, and for CUDA
+    where torch has no NCCL (Windows builds: gloo is their only backend)."""
+    return "nccl" if as_device(device).type == "cuda" and torch.distributed.is_nccl_available() else "gloo"
 
 
 def init_distributed(

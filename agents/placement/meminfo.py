@@ -1,12 +1,16 @@
-"""Device inventory: free/total/allocated memory per CUDA device and host memory, in one call."""
+"""Device inventory: free/total/allocated memory per CUDA device and host memory, in one call.
+
+Host memory comes from psutil (every OS), bounded by the cgroup limit (`cgroup.py`), which psutil
+does not read: inside a container it reports the whole host's memory.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from typing import Literal
 
+import psutil
 import torch
 
 from .cgroup import cgroup_memory
@@ -55,39 +59,18 @@ def host_memory() -> tuple[int, int]:
 
 
 def _system_memory() -> tuple[int, int]:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]}
-        return info["MemTotal"], info.get("MemAvailable", info["MemFree"])
-    except (OSError, KeyError, ValueError):
-        pass
-    try:  # macOS and other systems without /proc
-        import psutil
-
-        vm = psutil.virtual_memory()
-        return int(vm.total), int(vm.available)
-    except ImportError:
-        page = os.sysconf("SC_PAGE_SIZE")
-        return page * os.sysconf("SC_PHYS_PAGES"), page * os.sysconf("SC_AVPHYS_PAGES")
+    """``(total, available)`` bytes of the machine from psutil: on Linux ``MemTotal`` and
+    ``MemAvailable`` of ``/proc/meminfo``, on Windows and macOS their system calls. psutil does not
+    know cgroup limits: ``host_memory`` adds them."""
+    vm = psutil.virtual_memory()
+    return int(vm.total), int(vm.available)
 
 
 def process_rss() -> int:
-    """Resident set size of this process in bytes (what it currently holds in host RAM). Off Linux:
-    psutil's, or without psutil the peak RSS (`ru_maxrss`: bytes on macOS, KiB elsewhere)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        pass
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except ImportError:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(peak if sys.platform == "darwin" else peak * 1024)
+    """Resident set size of this process in bytes (what it currently holds in host RAM), from
+    psutil on every OS (about 50 us a call against 19 us for reading ``/proc/self/statm`` by hand,
+    on a 2-core AMD EPYC: nothing next to a batch or an iteration, which is where it is read)."""
+    return int(psutil.Process().memory_info().rss)
 
 
 def memory_in_use(device: str | torch.device) -> int:

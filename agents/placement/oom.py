@@ -1,8 +1,18 @@
 """Out-of-memory detection, cache freeing, and the batch-size back-off decorator.
 
-:func:`oom_backoff` is the small equivalent of accelerate's ``find_executable_batch_size`` that this
-package needs without accelerate installed; when accelerate is importable its OOM classifier is
-consulted as well, so both recognise the same errors.
+:func:`oom_backoff` does what accelerate's ``find_executable_batch_size`` does. It is kept rather
+than replaced by accelerate's (1.15), which does not fit a decorator called once per batch:
+
+- that one runs ``gc.collect()`` on every call, OOM or not: 69 ms a call against 0.2 ms for this
+  one around the same 0.2 ms matmul, in a process that imported torch and accelerate (172k objects
+  for the collector; 2-core AMD EPYC, 3 rounds of 200 calls each, side by side);
+- it has no lower bound: it shrinks by 0.9x down to 0, then raises ``RuntimeError("No executable
+  batch size found, reached zero.")`` without the out-of-memory error it hit; this one stops at
+  ``min_size`` and raises ``torch.OutOfMemoryError`` with the original message;
+- accelerate is an optional dependency (the ``pipelines`` extra), not needed to train.
+
+accelerate's OOM classifier (``should_reduce_batch_size``) is consulted when it is importable, so
+both recognise the same errors.
 """
 
 from __future__ import annotations

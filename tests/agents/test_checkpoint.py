@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 import torch
@@ -43,7 +44,6 @@ def test_round_trip_keeps_last_k_and_leaves_no_temporaries(tmp_path):
 
 def test_temporaries_of_a_killed_writer_are_removed_at_the_next_save(tmp_path):
     import subprocess
-    import sys
 
     ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -94,7 +94,7 @@ def test_ctrl_c_during_a_write_finishes_the_checkpoint_first(tmp_path, monkeypat
     real_fsync = os.fsync
 
     def fsync_interrupted(fd):  # the user presses Ctrl-C while the file is being written
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
         real_fsync(fd)
 
     monkeypatch.setattr(ckpt.os, "fsync", fsync_interrupted)
@@ -113,7 +113,7 @@ def test_ctrl_c_waits_for_the_files_beside_and_the_pruning_too(tmp_path, monkeyp
     def replace_interrupted(src, dst):  # Ctrl-C right after the checkpoint's rename
         real_replace(src, dst)
         if str(dst).endswith(".pt"):
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(ckpt.os, "replace", replace_interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -157,9 +157,10 @@ def test_a_checkpoint_saved_from_another_thread_is_written(tmp_path):
     assert done and ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a process ended by a signal (returncode -SIGINT) is POSIX; "
+                    "Windows's C runtime ends it with an exit code")
 def test_ctrl_c_with_the_default_action_still_ends_the_process_after_the_write(tmp_path):
     import subprocess
-    import sys
 
     script = f"""
 import os, signal
@@ -168,7 +169,7 @@ from agents import checkpoint as ckpt
 from tests.agents.test_checkpoint import payload
 real_fsync = os.fsync
 def fsync_interrupted(fd):
-    os.kill(os.getpid(), signal.SIGINT)
+    signal.raise_signal(signal.SIGINT)
     real_fsync(fd)
 ckpt.os.fsync = fsync_interrupted
 ckpt.save_checkpoint({str(tmp_path)!r}, payload(100), keep=3)
@@ -273,3 +274,35 @@ def test_learner_state_round_trip_restores_everything(make_config, tmp_path):
     assert torch.equal(a.obs["local"], b.obs["local"]) and torch.equal(a.obs["state"], b.obs["state"])
     assert a.scaler.state_dict() == b.scaler.state_dict()
     assert torch.equal(a.value_norm.running_mean, b.value_norm.running_mean)
+
+
+@pytest.mark.skipif(not hasattr(os, "O_DIRECTORY"), reason="POSIX: a folder can be opened and fsync'ed")
+def test_the_folder_is_fsynced_after_the_rename(tmp_path, monkeypatch):
+    import stat
+
+    real_fsync, synced = os.fsync, []
+
+    def fsync_recorded(fd):
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real_fsync(fd)
+
+    monkeypatch.setattr(ckpt.os, "fsync", fsync_recorded)
+    ckpt.save_checkpoint(tmp_path, payload(100), keep=3)
+    assert synced == [False, True]  # the file's content, then the folder holding its new name
+
+
+def test_where_folders_cannot_be_opened_a_save_still_completes(tmp_path, monkeypatch):
+    """What Windows does: no O_DIRECTORY, and os.open of a folder raises PermissionError."""
+    real_open = os.open
+
+    def open_refusing_folders(path, flags, *args, **kwargs):
+        if os.path.isdir(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.delattr(ckpt.os, "O_DIRECTORY", raising=False)
+    monkeypatch.setattr(ckpt.os, "open", open_refusing_folders)
+    for steps in (100, 200):
+        ckpt.save_checkpoint(tmp_path, payload(steps), keep=1, beside={"config.yaml": "x: 1\n"})
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["ckpt_000000000200.pt"]
+    assert ckpt.load_latest(tmp_path)[1]["env_steps"] == 200

@@ -73,16 +73,30 @@ def make_fail_first_attempt(device):
     return run
 
 
+# How a worker dies in these tests: killed by SIGKILL where signals exist (POSIX); on Windows, where
+# a crashed process ends with an exit code, by os._exit(3). DEATH_TEXT is how dp_map names it.
+DEATH = "SIGKILL" if hasattr(signal, "SIGKILL") else "exit"
+DEATH_TEXT = {"SIGKILL": "signal SIGKILL", "exit": "exit code 3"}[DEATH]
+
+
+def die_abruptly(how: str) -> None:
+    """End this worker process at once, as a crash would: by the signal named ``how`` (``raise()``
+    delivers it to this process, POSIX and Windows alike), or with ``os._exit(3)`` for ``"exit"``."""
+    if how == "exit":
+        os._exit(3)
+    signal.raise_signal(getattr(signal, how))
+    time.sleep(10)  # never return a result from here
+
+
 def make_die_once(device):
-    """Item ``(x, victim, sig, marker_dir)``: the first worker to run ``victim`` kills itself with ``sig``."""
+    """Item ``(x, victim, how, marker_dir)``: the first worker to run ``victim`` dies (``die_abruptly(how)``)."""
 
     def run(item):
-        x, victim, sig, marker_dir = item
+        x, victim, how, marker_dir = item
         marker = Path(marker_dir, "killed")
         if x == victim and not marker.exists():
             marker.touch()
-            os.kill(os.getpid(), sig)
-            time.sleep(10)  # the signal lands asynchronously; never return a result from here
+            die_abruptly(how)
         time.sleep(0.01)
         return x
 
@@ -90,12 +104,11 @@ def make_die_once(device):
 
 
 def make_always_die(device):
-    """Item ``x``: item 0 kills its worker every time; others return ``x``."""
+    """Item ``x``: item 0 kills its worker every time (``die_abruptly(DEATH)``); others return ``x``."""
 
     def run(x):
         if x == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
-            time.sleep(10)
+            die_abruptly(DEATH)
         time.sleep(0.01)
         return x
 

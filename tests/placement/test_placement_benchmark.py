@@ -16,7 +16,7 @@ pytest.importorskip("transformers", reason="the benchmark needs the [pipelines] 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.time_limit(400)
+@pytest.mark.timeout(400)
 def test_quick_benchmark_writes_its_results(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(

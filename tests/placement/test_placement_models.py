@@ -20,7 +20,7 @@ from agents.placement import (  # noqa: E402
 )
 
 
-@pytest.mark.time_limit(120)
+@pytest.mark.timeout(120)
 def test_dp_map_generates_and_scores_like_one_process():
     prompts = toy.random_prompts(4, batch=1, seed=1)
     make = functools.partial(toy.make_generate_and_score, steps=2)
