@@ -24,6 +24,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,13 @@ def cpu_class() -> str:
     return classify_cpu(cpu_flags(), os.environ.get("ATEN_CPU_CAPABILITY"), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
 
-def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """CPUs this process's cgroup may use (v2 `cpu.max`, v1 `cfs_quota_us / cfs_period_us`), or None."""
+def _cgroup_cpu_quota(root: Path | None = None) -> float | None:
+    """CPUs this process's cgroup may use (v2 `cpu.max`, v1 `cfs_quota_us / cfs_period_us`), or None
+    (no quota, or not Linux)."""
+    if root is None:
+        if not sys.platform.startswith("linux"):
+            return None
+        root = Path("/sys/fs/cgroup")
     for quota_file, period_file in ((root / "cpu.max", None),
                                     (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us")):
         try:
