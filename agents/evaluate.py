@@ -187,24 +187,29 @@ def curve_summary(curves: np.ndarray) -> dict[str, list[float]]:
     return {k: np.round(v, 6).tolist() for k, v in (("mean", curves.mean(0)), ("q25", q25), ("q75", q75))}
 
 
-def plot_coverage(curves: dict[str, dict[str, list[float]]], path: Path, title: str) -> None:
-    """Coverage vs step, one line per policy (the mean over maps) in an interquartile band, as PNG."""
+def plot_coverage(curves: dict[str, dict[str, list[float]]], path: Path, title: str,
+                  target: float | None = None) -> None:
+    """Coverage vs step, one line per policy (the mean over maps) in an interquartile band, as PNG;
+    `target` draws the target coverage as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    if target is not None:
+        ax.axhline(target, color="0.5", linestyle="--", linewidth=0.8, label=f"target {target:g}")
     for name, c in curves.items():
         steps = np.arange(len(c["mean"]))
         (line,) = ax.plot(steps, c["mean"], label=name, linewidth=1.6)
         ax.fill_between(steps, c["q25"], c["q75"], color=line.get_color(), alpha=0.18, linewidth=0)
     ax.set_xlabel("step")
-    ax.set_ylabel("coverage (mean over maps; band: 25th-75th percentile)")
+    ax.set_ylabel("coverage")
     ax.set_ylim(0, 1.02)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(f"{title}\nlines: mean over maps; bands: 25th-75th percentile; a map keeps its final coverage "
+                 "once its episode ended", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -317,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     imageio.imwrite(out.with_suffix(".png"), frames[-1])
     plot = coverage_plot_path(out)
     plot_coverage(results["coverage_curve"], plot,
-                  f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training")
+                  f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training",
+                  env_cfg.target_coverage)
     for name in POLICIES:
         r = results[name]
         print(f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "

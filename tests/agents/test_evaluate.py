@@ -124,7 +124,7 @@ def test_plot_coverage_draws_a_png(tmp_path):
     assert summary["q25"] == pytest.approx([0.1, 0.35, 0.8]) and summary["q75"] == pytest.approx([0.15, 0.45, 0.925])
     path = coverage_plot_path(tmp_path / "eval.json")
     assert path == tmp_path / "eval_coverage.png"
-    plot_coverage({"a": summary, "b": curve_summary(curves[:, ::-1].copy())}, path, "title")
+    plot_coverage({"a": summary, "b": curve_summary(curves[:, ::-1].copy())}, path, "title", target=0.95)
     image = imageio.imread(path)
     assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300
     assert len(np.unique(image.reshape(-1, image.shape[2]), axis=0)) > 10  # lines, bands, text
