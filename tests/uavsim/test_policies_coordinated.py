@@ -27,10 +27,14 @@ def played(env: UAVSwarmEnv, policy, steps: int) -> list[torch.Tensor]:
     return out
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("moves", [4, 8])
-def test_actions_shape_dtype_device_and_range(moves):
+def test_actions_shape_dtype_device_and_range(moves, device):
     cfg = SMALL.replace(moves=moves)
-    env = UAVSwarmEnv(cfg, num_envs=5, seed=1)
+    env = UAVSwarmEnv(cfg, num_envs=5, seed=1, device=device)
     env.reset()
     policy = CoordinatedFrontierPolicy(env, seed=3)
     for actions in played(env, policy, 12):
