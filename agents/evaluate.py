@@ -5,15 +5,21 @@
 Every policy plays episode 0 of environments 0 .. episodes-1 of a fresh `UAVSwarmEnv` with the
 given seed, so all of them see exactly the same maps. Written JSON:
 
-    {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...},
-     "paired_vs_greedy": {"policy": {...}, "policy_sampled": {...}}, "meta": {...}}
+    {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...}, "coordinated": {...},
+     "paired_vs_greedy": {"policy": {...}, "policy_sampled": {...}},
+     "paired_vs_coordinated": {"policy": {...}, "policy_sampled": {...}},
+     "coverage_curve": {"policy": {"mean": [...], "q25": [...], "q75": [...]}, ...}, "meta": {...}}
 
 each entry with `mean_coverage` (at episode end), `mean_steps_to_target` (`max_steps` where the
 target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`, `mean_return`,
-`mean_length`. `policy` takes the most likely action, `policy_sampled` samples. A GIF and a PNG
-of the first episode of the trained policy are written next to the JSON. `paired_vs_greedy` compares
-steps to target map by map: the mean difference (negative: faster than greedy), its standard
-error, and the counts of maps where the policy was faster, equal or slower.
+`mean_length`. `policy` takes the most likely action, `policy_sampled` samples; `greedy` and
+`coordinated` are the scripted frontier baselines of `uavsim.policies`. A GIF and a PNG of the
+first episode of the trained policy are written next to the JSON. `paired_vs_greedy` and
+`paired_vs_coordinated` compare steps to target map by map: the mean difference (negative: faster
+than the baseline), its standard error, and the counts of maps where the policy was faster, equal
+or slower. `coverage_curve` holds each policy's coverage at steps 0 .. max_steps over the maps
+(mean and quartiles; a map keeps its final coverage once its episode ended), drawn in
+`<out>_coverage.png`: mean lines, interquartile bands.
 """
 
 from __future__ import annotations
@@ -37,11 +43,13 @@ from agents.rollout import agent_ids, policy_step, reset_where_done
 from uavsim import hardware, rules
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
-from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
 from uavsim.render import env_codes, render_grid
 
 EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
 METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses", "return", "length")
+BASELINES = ("random", "greedy", "coordinated")  # scripted policies, played beside the trained one
+POLICIES = ("policy", "policy_sampled", *BASELINES)
 
 
 @torch.no_grad()
@@ -50,18 +58,21 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`.
 
-    Returns per-environment results (NumPy `[B]` per metric) and, for environment `record`, RGB
-    frames of every step with the trajectories so far, ending on the terminal map (host reads are
-    fine here: this is evaluation, not the training loop). `on_step()` runs after every step (a
-    progress bar's update).
+    Returns per-environment results (NumPy `[B]` per metric, and `coverage_curve` `[B, max_steps
+    + 1]`: the coverage at each step, held at its final value once the episode ended) and, for
+    environment `record`, RGB frames of every step with the trajectories so far, ending on the
+    terminal map (host reads are fine here: this is evaluation, not the training loop; the curve
+    stays on the device until the end). `on_step()` runs after every step (a progress bar's update).
     """
     cfg, b = env.config, env.num_envs
     obs = env.reset()
     ended = torch.zeros(b, dtype=torch.bool, device=env.device)
     res = {k: torch.zeros(b, dtype=torch.float64, device=env.device) for k in METRICS}
+    curve = torch.empty(cfg.max_steps + 1, b, dtype=torch.float32, device=env.device)
+    curve[0] = obs["state"][:, -1]  # the global state ends with the coverage (uavsim.rules)
     frames: list[np.ndarray] = []
     trail: list[np.ndarray] = []
-    for _ in range(cfg.max_steps):
+    for t in range(cfg.max_steps):
         recording = record is not None and not bool(ended[record])
         if recording:
             codes, pos = (a.copy() for a in env_codes(env, record))  # on the CPU these alias the live state
@@ -77,6 +88,7 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
                   "near_misses": info["episode_near_misses"]}
         for k, v in values.items():
             res[k] = torch.where(first, v.double(), res[k])
+        curve[t + 1] = torch.where(ended, curve[t], info["coverage"])  # before the autoreset
         if recording and bool(done[record]):
             # The env auto-resets inside its final step; draw the terminal map from the map before
             # that step, the final positions (from the final global state) and their footprints.
@@ -86,8 +98,11 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
         if on_step is not None:
             on_step()
         if bool(ended.all()):
+            curve[t + 2 :] = curve[t + 1]
             break
-    return {k: v.cpu().numpy() for k, v in res.items()}, frames
+    out = {k: v.cpu().numpy() for k, v in res.items()}
+    out["coverage_curve"] = curve.T.double().cpu().numpy()
+    return out, frames
 
 
 def final_positions(cfg: EnvConfig, state: torch.Tensor) -> np.ndarray:
@@ -111,7 +126,7 @@ def cover(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def summarize(res: dict[str, np.ndarray]) -> dict[str, float]:
-    out = {f"mean_{k}": float(v.mean()) for k, v in res.items() if k != "reached"}
+    out = {f"mean_{k}": float(res[k].mean()) for k in METRICS if k != "reached"}
     out["target_reached"] = float(res["reached"].mean())
     out["episodes"] = int(len(res["coverage"]))
     return out
@@ -136,20 +151,34 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
     return act
 
 
+def scripted_policy(name: str, env: UAVSwarmEnv, seed: int) -> Callable[[UAVSwarmEnv], torch.Tensor]:
+    """One of `BASELINES` for `env`. The frontier planners keep their own default seed: their
+    results on a set of maps do not depend on the evaluation seed's value, only on the maps."""
+    if name == "random":
+        return RandomPolicy(env, seed)
+    if name == "greedy":
+        return GreedyFrontierPolicy(env)
+    if name == "coordinated":
+        return CoordinatedFrontierPolicy(env)
+    raise ValueError(f"unknown baseline {name!r}; expected one of {BASELINES}")
+
+
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
                  record: bool = True, progress: bool | None = False) -> tuple[dict, list[np.ndarray]]:
-    """Trained policy (argmax and sampled), random and greedy-frontier on the same episodes.
+    """Trained policy (argmax and sampled) and the `BASELINES` on the same episodes: the results
+    of the module docstring less `meta`, and the frames of the argmax policy's first episode.
     `progress`: a bar of steps per policy (None: only on a terminal)."""
     def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
         if name in ("policy", "policy_sampled"):
             return actor_policy(actor, env, name == "policy", seed)
-        scripted = RandomPolicy(env, seed) if name == "random" else GreedyFrontierPolicy(env)
+        scripted = scripted_policy(name, env, seed)
         return lambda obs: scripted(env)
 
     raw, frames = {}, []
     disable = None if progress is None else not progress  # tqdm: None disables it off a terminal
-    with tqdm(total=4 * env_cfg.max_steps, unit="step", desc="evaluate", disable=disable, file=sys.stderr) as bar:
-        for i, name in enumerate(("policy", "policy_sampled", "random", "greedy")):
+    total = len(POLICIES) * env_cfg.max_steps
+    with tqdm(total=total, unit="step", desc="evaluate", disable=disable, file=sys.stderr) as bar:
+        for i, name in enumerate(POLICIES):
             env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
             bar.set_postfix(policy=name)
             raw[name], drawn = run_episodes(env, policy(name, env), record=0 if record and i == 0 else None,
@@ -157,9 +186,45 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
             frames = drawn if i == 0 else frames
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
     results = {name: summarize(res) for name, res in raw.items()}
-    results["paired_vs_greedy"] = {name: paired_difference(raw[name], raw["greedy"])
-                                   for name in ("policy", "policy_sampled")}
+    for base in ("greedy", "coordinated"):
+        results[f"paired_vs_{base}"] = {name: paired_difference(raw[name], raw[base])
+                                        for name in ("policy", "policy_sampled")}
+    results["coverage_curve"] = {name: curve_summary(res["coverage_curve"]) for name, res in raw.items()}
     return results, frames
+
+
+def curve_summary(curves: np.ndarray) -> dict[str, list[float]]:
+    """Mean and quartiles over the maps of `curves` `[B, T]`, per step (to 6 decimals: a readable file)."""
+    q25, q75 = np.quantile(curves, [0.25, 0.75], axis=0)
+    return {k: np.round(v, 6).tolist() for k, v in (("mean", curves.mean(0)), ("q25", q25), ("q75", q75))}
+
+
+def plot_coverage(curves: dict[str, dict[str, list[float]]], path: Path, title: str,
+                  target: float | None = None) -> None:
+    """Coverage vs step, one line per policy (the mean over maps) in an interquartile band, as PNG;
+    `target` draws the target coverage as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    if target is not None:
+        ax.axhline(target, color="0.5", linestyle="--", linewidth=0.8, label=f"target {target:g}")
+    for name, c in curves.items():
+        steps = np.arange(len(c["mean"]))
+        (line,) = ax.plot(steps, c["mean"], label=name, linewidth=1.6)
+        ax.fill_between(steps, c["q25"], c["q75"], color=line.get_color(), alpha=0.18, linewidth=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel("coverage")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{title}\nlines: mean over maps; bands: 25th-75th percentile; a map keeps its final coverage "
+                 "once its episode ended", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def paired_difference(res: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict[str, float]:
@@ -174,8 +239,8 @@ def paired_difference(res: dict[str, np.ndarray], base: dict[str, np.ndarray]) -
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
     """In-training evaluation on `run.eval_envs` fixed maps (not the training maps): the argmax
     policy (`eval/...`, with an image of its first episode), the sampling policy
-    (`eval_sampled/...`) and the greedy-frontier baseline (`eval_greedy/...`) for reference.
-    Returns the scalars; the caller logs them."""
+    (`eval_sampled/...`) and the two frontier baselines (`eval_greedy/...`,
+    `eval_coordinated/...`) for reference. Returns the scalars; the caller logs them."""
     cfg = learner.cfg
     seed = (cfg.seed + EVAL_SEED_OFFSET) % 2**31
     out = {}
@@ -186,24 +251,32 @@ def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
         if frames:
             logger.image(f"{prefix}/episode", frames[-1], learner.env_steps)
         out.update({f"{prefix}/{k}": v for k, v in summarize(res).items() if k != "episodes"})
-    greedy = greedy_reference(learner.env.config, cfg.run.eval_envs, seed, learner.env.device)
-    out.update({f"eval_greedy/{k}": v for k, v in greedy.items() if k != "episodes"})
+    for name in ("greedy", "coordinated"):
+        base = baseline_reference(name, learner.env.config, cfg.run.eval_envs, seed, learner.env.device)
+        out.update({f"eval_{name}/{k}": v for k, v in base.items() if k != "episodes"})
     return out
 
 
-_GREEDY_RESULTS: dict[tuple, dict[str, float]] = {}
+_BASELINE_RESULTS: dict[tuple, dict[str, float]] = {}
 
 
-def greedy_reference(env_cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> dict[str, float]:
-    """The greedy-frontier baseline on the evaluation maps, the reference line of every in-training
-    evaluation. Its tie-breaks draw from a seeded generator, so on the same maps it plays the same
-    episodes: computed once per process and reused (its path search costs more than the policy's)."""
-    key = (tuple(sorted(env_cfg.to_dict().items())), num_envs, seed, str(device))
-    if key not in _GREEDY_RESULTS:
+def baseline_reference(name: str, env_cfg: EnvConfig, num_envs: int, seed: int,
+                       device: torch.device) -> dict[str, float]:
+    """A frontier baseline (`greedy` or `coordinated`) on the evaluation maps, a reference line of
+    every in-training evaluation. Its tie-breaks follow its own fixed seed, so on the same maps it
+    plays the same episodes: computed once per process and reused (its path search costs more
+    than the trained policy's forward pass)."""
+    key = (name, tuple(sorted(env_cfg.to_dict().items())), num_envs, seed, str(device))
+    if key not in _BASELINE_RESULTS:
         env = UAVSwarmEnv(env_cfg, num_envs=num_envs, device=device, seed=seed)
-        greedy = GreedyFrontierPolicy(env)
-        _GREEDY_RESULTS[key] = summarize(run_episodes(env, lambda obs: greedy(env))[0])
-    return _GREEDY_RESULTS[key]
+        policy = scripted_policy(name, env, seed)
+        _BASELINE_RESULTS[key] = summarize(run_episodes(env, lambda obs: policy(env))[0])
+    return _BASELINE_RESULTS[key]
+
+
+def coverage_plot_path(out: Path) -> Path:
+    """Where the coverage-over-time plot of the results file `out` goes: `<stem>_coverage.png`."""
+    return out.with_name(f"{out.stem}_coverage.png")
 
 
 def _nan_to_none(obj):
@@ -261,14 +334,19 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
     imageio.mimsave(out.with_suffix(".gif"), frames, duration=0.08, loop=0)
     imageio.imwrite(out.with_suffix(".png"), frames[-1])
-    for name in ("policy", "policy_sampled", "random", "greedy"):
+    plot = coverage_plot_path(out)
+    plot_coverage(results["coverage_curve"], plot,
+                  f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training",
+                  env_cfg.target_coverage)
+    for name in POLICIES:
         r = results[name]
         print(f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
               f"reached {r['target_reached']:.2f}  collisions {r['mean_collisions']:.1f}  return {r['mean_return']:.3f}")
-    for name, d in results["paired_vs_greedy"].items():
-        print(f"{name:15s} vs greedy on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
-              f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})")
-    print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}")
+    for base in ("greedy", "coordinated"):
+        for name, d in results[f"paired_vs_{base}"].items():
+            print(f"{name:15s} vs {base} on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
+                  f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})")
+    print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}, {plot}")
     return 0
 
 

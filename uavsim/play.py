@@ -1,6 +1,7 @@
 """Watch the simulator without training: play one episode with a scripted policy, save a GIF or MP4.
 
     python -m uavsim.play --policy greedy --seed 0 --out episode.gif
+    python -m uavsim.play --policy coordinated --seed 0 --out team.gif
     python -m uavsim.play --policy random --config num_uavs=4 grid_height=16 --steps 50 --out ep.mp4
 
 Prints one line: what the episode reached (coverage, steps, collisions, near misses, return).
@@ -46,7 +47,9 @@ def parse_overrides(items: Sequence[str]) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m uavsim.play", description=__doc__.split("\n")[0])
-    parser.add_argument("--policy", choices=("greedy", "random"), default="greedy")
+    parser.add_argument("--policy", choices=("greedy", "coordinated", "random"), default="greedy",
+                        help="greedy: each UAV to its nearest uncovered cell; coordinated: the UAVs share out the "
+                             "uncovered cells in an auction (uavsim.coordinated); random: uniform actions")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--env-index", type=int, default=0, help="which environment of the seed's stream")
     parser.add_argument("--out", default="episode.gif", help="output path, .gif or .mp4")
@@ -76,14 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from uavsim import hardware
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
-    from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+    from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
     from uavsim.video import check_video_path, record_episode, write_video
 
     try:
         check_video_path(args.out, args.fps)  # the GIF frame-length limit and an --out that is a folder
         env = UAVSwarmEnv(cfg, num_envs=1, device=args.device, seed=args.seed, first_env_index=args.env_index)
         print(hardware.banner(env.device, policy=args.policy), file=sys.stderr)
-        policy = GreedyFrontierPolicy(env) if args.policy == "greedy" else RandomPolicy(env, seed=args.seed)
+        policy = {"greedy": lambda: GreedyFrontierPolicy(env), "coordinated": lambda: CoordinatedFrontierPolicy(env),
+                  "random": lambda: RandomPolicy(env, seed=args.seed)}[args.policy]()
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)
         path = write_video(rec.frames, args.out, fps=args.fps)
     except (TypeError, ValueError, ImportError, OSError) as e:

@@ -1,4 +1,5 @@
-"""Scripted baselines, vectorized over the batch: a random policy and a greedy frontier policy.
+"""Scripted baselines, vectorized over the batch: a random policy, a greedy frontier policy and
+(from `uavsim.coordinated`, re-exported here) a coordinated frontier planner.
 
 Both take the env and return ``actions [B, N] int64`` on its device, so every learned result has a
 reference point evaluated on the very same episodes.
@@ -79,7 +80,7 @@ class GreedyFrontierPolicy:
         if got != self.layout:
             built = ", ".join(f"{k}={v}" for k, v in self.layout.items() if got[k] != v)
             called = ", ".join(f"{k}={v}" for k, v in got.items() if self.layout[k] != v)
-            raise ValueError(f"this GreedyFrontierPolicy was built for an env with {built}, called with {called}: "
+            raise ValueError(f"this {type(self).__name__} was built for an env with {built}, called with {called}: "
                              "build one policy per env layout")
 
     def distance_field(self, cells: torch.Tensor, probes: torch.Tensor | None = None) -> torch.Tensor:
@@ -121,3 +122,11 @@ class GreedyFrontierPolicy:
         occupied = (targets[:, :, :, None] == here[:, None, None, :]).sum(3) - (self.move_offsets == 0).long()
         noise = torch.rand(cost.shape, generator=self.generator, device=cost.device) * self.NOISE
         return (cost + self.CROWD_COST * (occupied > 0) + noise).argmin(dim=2)  # all inf -> 0, hover
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CoordinatedFrontierPolicy":  # its own file builds on this one: imported on first use
+        from uavsim.coordinated import CoordinatedFrontierPolicy
+
+        return CoordinatedFrontierPolicy
+    raise AttributeError(f"module 'uavsim.policies' has no attribute {name!r}")

@@ -44,7 +44,8 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
                 "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
                 "losses/clipfrac", "losses/explained_variance", "charts/coverage", "charts/steps_to_target",
                 "charts/collisions", "charts/near_misses", "perf/env_time", "perf/learn_time",
-                "value_norm/mean", "value_norm/std", "losses/actor_grad_norm", "eval/mean_coverage"):
+                "value_norm/mean", "value_norm/std", "losses/actor_grad_norm", "eval/mean_coverage",
+                "eval_greedy/mean_steps_to_target", "eval_coordinated/mean_steps_to_target"):
         assert tag in scalars, tag
     assert [e.step for e in acc.Scalars("charts/SPS")] == [128 * i for i in range(1, 9)]  # x-axis: env steps
     assert "eval/episode" in acc.Tags()["images"]
@@ -53,15 +54,20 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
     proc = run("agents.evaluate", str(run_dir), "--episodes", "4", "--seed", "3", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    for name in ("policy", "policy_sampled", "random", "greedy"):
+    for name in ("policy", "policy_sampled", "random", "greedy", "coordinated"):
         assert set(result[name]) >= {"mean_coverage", "mean_steps_to_target", "mean_collisions", "mean_return"}
         assert 0.0 <= result[name]["mean_coverage"] <= 1.0
         assert 0 < result[name]["mean_steps_to_target"] <= 50  # smoke preset: max_steps 50
-    for name in ("policy", "policy_sampled"):
-        d = result["paired_vs_greedy"][name]
-        assert d["faster"] + d["equal"] + d["slower"] == 4
-        assert d["mean_steps_diff"] == pytest.approx(result[name]["mean_steps_to_target"]
-                                                     - result["greedy"]["mean_steps_to_target"])
+        assert len(result["coverage_curve"][name]["mean"]) == 51
+    for base in ("greedy", "coordinated"):
+        for name in ("policy", "policy_sampled"):
+            d = result[f"paired_vs_{base}"][name]
+            assert d["faster"] + d["equal"] + d["slower"] == 4
+            assert d["mean_steps_diff"] == pytest.approx(result[name]["mean_steps_to_target"]
+                                                         - result[base]["mean_steps_to_target"])
+    assert "coordinated" in proc.stdout and "vs coordinated on the same maps" in proc.stdout
+    plot = imageio.imread(out.with_name("result_coverage.png"))
+    assert plot.ndim == 3 and plot.shape[0] > 200
     assert result["meta"]["env_steps"] == 1024
     frames = imageio.mimread(out.with_suffix(".gif"))  # identical frames may be merged by the GIF writer
     assert len(frames) >= 1 and frames[0].shape == (12 * 8, 12 * 8, 3)
@@ -79,6 +85,19 @@ def test_a_recurrent_run_trains_and_evaluates_through_the_command_line(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert 0.0 < result["policy_sampled"]["mean_coverage"] <= 1.0 and result["meta"]["env_steps"] == 1024
+
+
+def test_play_shows_the_coordinated_planner(tmp_path):
+    out = tmp_path / "team.gif"
+    proc = run("uavsim.play", "--policy", "coordinated", "--seed", "1", "--out", str(out), "--config", "grid_height=12",
+               "grid_width=12", "num_uavs=4", "num_obstacles=6", "launch_size=2", "state_pool=4", "max_steps=40")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.strip()
+    assert line.startswith("coordinated seed=1: coverage") and " 0 collisions" in line and str(out) in line
+    frames = imageio.mimread(out)
+    assert len(frames) >= 2 and frames[0].shape == (12 * 8, 12 * 8, 3)
+    proc = run("uavsim.play", "--policy", "planner", "--out", str(out))
+    assert proc.returncode == 2 and "invalid choice: 'planner'" in proc.stderr
 
 
 def test_command_line_errors_are_clear(tmp_path):

@@ -3,6 +3,7 @@ episode's own end, and the terminal frame is reconstructed faithfully."""
 
 from __future__ import annotations
 
+import imageio.v2 as imageio
 import numpy as np
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from agents.evaluate import cover, final_positions, paired_difference, run_episodes, summarize
 from uavsim import EnvConfig, rules
 from uavsim.env import UAVSwarmEnv
-from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
 from uavsim.render import env_codes
 
 CFG = EnvConfig(grid_height=10, grid_width=10, num_uavs=3, num_obstacles=5, max_steps=30, launch_size=2,
@@ -67,17 +68,66 @@ def test_paired_difference_counts_and_standard_error():
     assert (d["faster"], d["equal"], d["slower"]) == (2, 1, 1)
 
 
-def test_greedy_reference_is_deterministic_and_computed_once(monkeypatch):
+@pytest.mark.parametrize("name, policy_cls", [("greedy", GreedyFrontierPolicy),
+                                              ("coordinated", CoordinatedFrontierPolicy)])
+def test_baseline_reference_is_deterministic_and_computed_once(monkeypatch, name, policy_cls):
     from agents import evaluate
 
     cfg = EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=3, max_steps=20, launch_size=2,
                     state_pool=4)
     env = UAVSwarmEnv(cfg, num_envs=3, device="cpu", seed=5)
-    greedy = GreedyFrontierPolicy(env)
-    direct = summarize(run_episodes(env, lambda obs: greedy(env))[0])
-    assert evaluate.greedy_reference(cfg, 3, 5, torch.device("cpu")) == direct
-    monkeypatch.setattr(evaluate, "run_episodes", lambda *a, **k: pytest.fail("greedy replayed"))
-    assert evaluate.greedy_reference(cfg, 3, 5, torch.device("cpu")) == direct
+    policy = policy_cls(env)
+    direct = summarize(run_episodes(env, lambda obs: policy(env))[0])
+    assert evaluate.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
+    monkeypatch.setattr(evaluate, "run_episodes", lambda *a, **k: pytest.fail(f"{name} replayed"))
+    assert evaluate.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
+
+
+def test_unknown_baseline_is_an_error():
+    from agents.evaluate import scripted_policy
+
+    env = UAVSwarmEnv(CFG, num_envs=1)
+    with pytest.raises(ValueError, match="unknown baseline 'astar'; expected one of"):
+        scripted_policy("astar", env, 0)
+
+
+def test_coverage_curve_follows_each_first_episode_and_then_holds_its_final_value():
+    env = UAVSwarmEnv(CFG, num_envs=5, seed=4)
+    policy = CoordinatedFrontierPolicy(env)
+    res, _ = run_episodes(env, lambda obs: policy(env))
+    curve = res["coverage_curve"]
+    assert curve.shape == (5, CFG.max_steps + 1) and curve.dtype == np.float64
+
+    # the same episodes, tracked by hand from the env's own coverage
+    env = UAVSwarmEnv(CFG, num_envs=5, seed=4)
+    policy = CoordinatedFrontierPolicy(env)
+    obs = env.reset()
+    want = [obs["state"][:, -1].numpy().astype(np.float64)]
+    ended = np.zeros(5, dtype=bool)
+    for _ in range(CFG.max_steps):
+        _, _, terminated, truncated, info = env.step(policy(env))
+        want.append(np.where(ended, want[-1], info["coverage"].numpy()))
+        ended |= (terminated | truncated).numpy()
+    assert np.array_equal(curve, np.stack(want, 1))
+    assert np.all(np.diff(curve, axis=1) >= 0)  # coverage never decreases
+    assert np.array_equal(curve[:, -1], res["coverage"].astype(np.float32))  # ends at the episode's coverage
+    length = res["length"].astype(int)
+    assert all(np.all(curve[i, length[i]:] == curve[i, length[i]]) for i in range(5))
+
+
+def test_plot_coverage_draws_a_png(tmp_path):
+    from agents.evaluate import coverage_plot_path, curve_summary, plot_coverage
+
+    curves = np.array([[0.1, 0.5, 0.9], [0.2, 0.4, 0.95], [0.1, 0.3, 0.7]])
+    summary = curve_summary(curves)
+    assert summary["mean"] == pytest.approx([0.4 / 3, 0.4, 2.55 / 3], abs=1e-6)  # written to 6 decimals
+    assert summary["q25"] == pytest.approx([0.1, 0.35, 0.8]) and summary["q75"] == pytest.approx([0.15, 0.45, 0.925])
+    path = coverage_plot_path(tmp_path / "eval.json")
+    assert path == tmp_path / "eval_coverage.png"
+    plot_coverage({"a": summary, "b": curve_summary(curves[:, ::-1].copy())}, path, "title", target=0.95)
+    image = imageio.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300
+    assert len(np.unique(image.reshape(-1, image.shape[2]), axis=0)) > 10  # lines, bands, text
 
 
 def test_results_are_written_as_strict_json():
@@ -135,5 +185,33 @@ def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
     assert capsys.readouterr().err == ""
     shown, shown_frames = evaluate_all(actor, cfg.env_config(), 6, 3, torch.device("cpu"), progress=True)
     bar = capsys.readouterr().err
-    assert f"{4 * cfg.env.max_steps}/{4 * cfg.env.max_steps}" in bar and "policy=greedy" in bar
+    assert f"{5 * cfg.env.max_steps}/{5 * cfg.env.max_steps}" in bar and "policy=coordinated" in bar
     assert shown == quiet and all(np.array_equal(a, b) for a, b in zip(frames, shown_frames)) and frames
+
+
+def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
+    from agents.evaluate import POLICIES, evaluate_all
+    from agents.networks import make_actor
+    from tests.agents.conftest import tiny_config
+
+    cfg = tiny_config()
+    actor = make_actor(cfg.env_config(), cfg.model, torch.Generator().manual_seed(0))
+    results, _ = evaluate_all(actor, cfg.env_config(), 6, 3, torch.device("cpu"), record=False)
+    assert POLICIES == ("policy", "policy_sampled", "random", "greedy", "coordinated")
+    for name in POLICIES:
+        assert results[name]["episodes"] == 6
+        curve = results["coverage_curve"][name]
+        assert len(curve["mean"]) == len(curve["q25"]) == len(curve["q75"]) == cfg.env.max_steps + 1
+        assert np.all(np.array(curve["q25"]) <= np.array(curve["q75"]))
+        assert curve["mean"][-1] == pytest.approx(results[name]["mean_coverage"], abs=1e-6)  # 6 decimals
+    for base in ("greedy", "coordinated"):
+        assert set(results[f"paired_vs_{base}"]) == {"policy", "policy_sampled"}
+        for name, d in results[f"paired_vs_{base}"].items():
+            assert set(d) == {"mean_steps_diff", "stderr", "faster", "equal", "slower"}
+            assert d["faster"] + d["equal"] + d["slower"] == 6
+            assert d["mean_steps_diff"] == pytest.approx(results[name]["mean_steps_to_target"]
+                                                         - results[base]["mean_steps_to_target"])
+    # the coordinated baseline is the one CoordinatedFrontierPolicy plays on these maps
+    env = UAVSwarmEnv(cfg.env_config(), num_envs=6, seed=3)
+    policy = CoordinatedFrontierPolicy(env)
+    assert summarize(run_episodes(env, lambda obs: policy(env))[0]) == results["coordinated"]

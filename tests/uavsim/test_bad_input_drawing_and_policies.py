@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv
-from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
 from uavsim.reference import ReferenceEnv
 from uavsim.render import render_tiled
 
@@ -63,11 +63,28 @@ def test_render_tiled_layout_arguments_still_work(env):
     assert tiled.shape == (3 * 24, 24, 3)
 
 
+@pytest.mark.parametrize("policy_cls", [GreedyFrontierPolicy, CoordinatedFrontierPolicy])
 @pytest.mark.parametrize("check_every, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
                                                 (True, TypeError)])
-def test_greedy_check_every_must_be_a_positive_int(env, check_every, error):
+def test_greedy_check_every_must_be_a_positive_int(env, policy_cls, check_every, error):
     with pytest.raises(error, match="check_every"):
-        GreedyFrontierPolicy(env, check_every=check_every)
+        policy_cls(env, check_every=check_every)
+
+
+@pytest.mark.parametrize("claim_radius, error, match", [(-1, ValueError, r"claim_radius must be >= 0, got -1"),
+                                                        (1.5, TypeError, "claim_radius must be an int"),
+                                                        (True, TypeError, "claim_radius must be an int"),
+                                                        ("2", TypeError, "claim_radius must be an int")])
+def test_coordinated_claim_radius_must_be_a_non_negative_int(env, claim_radius, error, match):
+    with pytest.raises(error, match=match):
+        CoordinatedFrontierPolicy(env, claim_radius=claim_radius)
+
+
+def test_coordinated_takes_numpy_integers_and_defaults_to_the_sensor_radius(env):
+    assert CoordinatedFrontierPolicy(env).claim_radius == SMALL.sensor_radius
+    policy = CoordinatedFrontierPolicy(env, seed=np.int64(1), check_every=np.int64(2), claim_radius=np.int64(0))
+    assert policy.claim_radius == 0 and type(policy.claim_radius) is int
+    assert policy(env).shape == (3, SMALL.num_uavs)
 
 
 def test_greedy_takes_numpy_integers(env):
@@ -79,23 +96,25 @@ def test_greedy_takes_numpy_integers(env):
                                           (SMALL.replace(grid_width=14), "grid_width=12.*grid_width=14"),
                                           (SMALL.replace(obs_radius=5), "pad=3.*pad=5"),  # a wider padded map
                                           (SMALL.replace(moves=8), "moves=4.*moves=8")])
-def test_greedy_refuses_an_env_of_another_layout(env, other, field):
-    policy = GreedyFrontierPolicy(env)
+@pytest.mark.parametrize("policy_cls", [GreedyFrontierPolicy, CoordinatedFrontierPolicy])
+def test_greedy_refuses_an_env_of_another_layout(env, other, field, policy_cls):
+    policy = policy_cls(env)
     other_env = UAVSwarmEnv(other, num_envs=3, seed=0)
     other_env.reset()
-    with pytest.raises(ValueError, match=f"built for an env with {field}"):
+    with pytest.raises(ValueError, match=f"this {policy_cls.__name__} was built for an env with {field}"):
         policy(other_env)
     with pytest.raises(TypeError, match="UAVSwarmEnv"):
         policy(None)
 
 
-def test_greedy_acts_on_another_env_of_the_same_layout(env):
+@pytest.mark.parametrize("policy_cls", [GreedyFrontierPolicy, CoordinatedFrontierPolicy])
+def test_greedy_acts_on_another_env_of_the_same_layout(env, policy_cls):
     other = UAVSwarmEnv(SMALL.replace(time_penalty=0.5), num_envs=5, seed=3)  # rewards do not matter to it
     other.reset()
-    assert GreedyFrontierPolicy(env)(other).shape == (5, SMALL.num_uavs)
+    assert policy_cls(env)(other).shape == (5, SMALL.num_uavs)
 
 
-@pytest.mark.parametrize("policy_cls", [RandomPolicy, GreedyFrontierPolicy])
+@pytest.mark.parametrize("policy_cls", [RandomPolicy, GreedyFrontierPolicy, CoordinatedFrontierPolicy])
 def test_policies_check_env_and_seed(env, policy_cls):
     with pytest.raises(TypeError, match="env must be a UAVSwarmEnv, got NoneType"):
         policy_cls(None)
