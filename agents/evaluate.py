@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents.networks import Actor, make_actor
+from agents.action_noise import ActionNoise
 from agents.rollout import agent_ids, policy_step, reset_where_done
 from uavsim import hardware, rules
 from uavsim.config import EnvConfig
@@ -137,15 +138,15 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
     """`act(obs) -> actions [B, N]` of the trained actor on `env`. A recurrent actor's hidden state
     is carried from call to call and zeroed where `env`'s episode is at its first step."""
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    gen = torch.Generator(env.device).manual_seed(seed)
+    noise = ActionNoise(seed, env.env_index, env.num_uavs, env.num_actions)  # env b's draws whatever the batch
     if not actor.recurrent:
-        return lambda obs: policy_step(actor, obs, agent, gen, autocast, deterministic)[0]
+        return lambda obs: policy_step(actor, obs, agent, noise, autocast, deterministic)[0]
     hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device)
 
     def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal hidden
         hidden = reset_where_done(hidden, env.state["t"] == 0)
-        actions, _, _, hidden = policy_step(actor, obs, agent, gen, autocast, deterministic, hidden)
+        actions, _, _, hidden = policy_step(actor, obs, agent, noise, autocast, deterministic, hidden)
         return actions
 
     return act

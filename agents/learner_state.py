@@ -23,7 +23,7 @@ def _rank_state(learner: Learner) -> dict:
     random streams."""
     env = learner.env.state_dict()
     env["state"] = {k: v.cpu() for k, v in env["state"].items()}
-    out = {"env": env, "rng": {"action": learner.action_gen.get_state(), "minibatch": learner.minibatch_gen.get_state(),
+    out = {"env": env, "rng": {"action": learner.action_noise.state_dict(), "minibatch": learner.minibatch_gen.get_state(),
                                "torch": torch.get_rng_state(), "device_type": learner.env.device.type}}
     if learner.hidden is not None:
         out["hidden"] = learner.hidden.cpu()
@@ -76,7 +76,9 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
         learner.env.load_state_dict(own["env"])
         if learner.hidden is not None:
             _load_hidden(learner, own)
-        learner.action_gen.set_state(own["rng"]["action"])
+        if not isinstance(own["rng"]["action"], dict):
+            raise ValueError("its action noise is not a state dict of agents.action_noise")
+        learner.action_noise.load_state_dict(own["rng"]["action"])
         learner.minibatch_gen.set_state(own["rng"]["minibatch"])
         torch.set_rng_state(own["rng"]["torch"])
     except (RuntimeError, ValueError, KeyError, TypeError) as err:

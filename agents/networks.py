@@ -42,12 +42,6 @@ ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: lambda: nn.ReLU(inplac
 FIRST_ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: nn.ReLU}
 
 
-def _accumulate(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """`out += x @ w.t()` in place (an out-of-place addmm copies `out` first). In-place ops are not
-    autocast, so the operands are cast to `out`'s dtype here, as autocast would cast them."""
-    return out.addmm_(x.to(out.dtype), w.t().to(out.dtype))
-
-
 class SplitInputLinear(nn.Module):
     """A linear layer over the concatenation `[part_0, ..., part_k, one_hot(agent)]`, computed as a
     sum of per-part products without building the concatenation. The one-hot product is a row
@@ -70,13 +64,14 @@ class SplitInputLinear(nn.Module):
             w_part, col = w[:, col:col + d], col + d
             if r > 1:
                 shared.append((x, w_part, r))
-            else:  # per-row parts accumulate in the GEMM itself, in place (no copy of the running sum)
-                out = F.linear(x, w_part, bias) if out is None else _accumulate(out, x, w_part)
+            else:  # per-row parts accumulate in the GEMM itself (addmm), no separate add pass; not
+                # in place (addmm_): vmap, which TorchRL's losses apply to modules, has no rule for it
+                out = F.linear(x, w_part, bias) if out is None else torch.addmm(out, x, w_part.t())
         if self.num_agents:
             # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
             # backward is a serial index_put on the CPU, measured at a quarter of the update.
             one_hot = F.one_hot(agent, self.num_agents).to(w.dtype)
-            out = F.linear(one_hot, w[:, col:], bias) if out is None else _accumulate(out, one_hot, w[:, col:])
+            out = F.linear(one_hot, w[:, col:], bias) if out is None else torch.addmm(out, one_hot, w[:, col:].t())
         for x, w_part, r in shared:  # one product per run of `r` rows, broadcast over the run
             y = F.linear(x, w_part).unsqueeze(1)
             out = (y.expand(-1, r, -1) + bias.to(y.dtype) if out is None
@@ -256,9 +251,7 @@ def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tens
     return log_prob, entropy
 
 
-def sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Sample actions `[M]` int64 by the Gumbel-max trick, drawing from `generator` (no host sync,
-    no global RNG)."""
-    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=torch.float32)
-    gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float32).tiny)))
+def sample(logits: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """Sample actions `[M]` int64 from `logits [M, A]` by the Gumbel-max trick, with the noise
+    `gumbel [M, A]` float32 (`agents.action_noise`: a counter hash, no generator state)."""
     return torch.argmax(logits.float() + gumbel, dim=-1)

@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from agents.action_noise import ActionNoise
 from agents.features import HEADING_DIM
 from agents.networks import Actor, Critic, categorical, sample
 from agents.value_norm import ValueNorm
@@ -126,12 +127,13 @@ def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Ten
     return torch.arange(num_agents, device=device).repeat(num_envs)
 
 
-def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor, generator: torch.Generator | None,
+def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor, noise: ActionNoise | None,
                 autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False,
                 hidden: torch.Tensor | None = None):
     """Actions `[B, N]` int64, their log-probabilities `[B, N]` float32, the shared-map actor's
     headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next hidden state
-    `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`) for `obs`."""
+    `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`) for `obs`.
+    Sampled actions draw this step's `noise` (none needed when `deterministic`)."""
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():
@@ -140,7 +142,8 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
                     heading=heading.view(b * n, -1) if heading is not None else None,
                     hidden=hidden.view(b * n, -1) if hidden is not None else None)
     logits, hidden = out if actor.recurrent else (out, None)
-    actions = torch.argmax(logits.float(), dim=-1) if deterministic else sample(logits, generator)
+    actions = (torch.argmax(logits.float(), dim=-1) if deterministic
+               else sample(logits, noise.gumbel().view(b * n, -1)))
     logprob, _ = categorical(logits, actions)
     return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
 
@@ -183,7 +186,7 @@ def values_of_steps(critic: Critic, value_norm: ValueNorm, local: torch.Tensor, 
 @torch.no_grad()
 def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
             obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,
-            generator: torch.Generator, autocast: Callable[[], contextlib.AbstractContextManager],
+            noise: ActionNoise, autocast: Callable[[], contextlib.AbstractContextManager],
             hidden: torch.Tensor | None = None):
     """Fill `storage` with `T` steps starting from `obs` (and a recurrent actor's `hidden [B, N, H]`
     float32); return the observation after the last step and the hidden state then (None for a
@@ -199,7 +202,7 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
     for t in range(storage.actions.shape[0]):
         if hidden is not None and t % chunk == 0:
             storage.hidden[t // chunk] = hidden
-        actions, logprob, heading, next_hidden = policy_step(actor, obs, agent, generator, autocast, hidden=hidden)
+        actions, logprob, heading, next_hidden = policy_step(actor, obs, agent, noise, autocast, hidden=hidden)
         if heading is not None:
             storage.heading[t] = heading
         storage.local[t] = obs["local"]

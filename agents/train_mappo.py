@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents import machine_defaults
+from agents.action_noise import ActionNoise
 from agents.config import Amp, Config, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.gae import compute_gae
@@ -57,7 +58,7 @@ class Learner:
     value_norm: ValueNorm
     optimizer: torch.optim.Adam
     scaler: torch.amp.GradScaler
-    action_gen: torch.Generator  # action sampling, on the device
+    action_noise: ActionNoise  # action sampling: a counter hash of (seed, env, step, agent), on the device
     minibatch_gen: torch.Generator  # minibatch permutations, on the device
     storage: Storage
     stats: EpisodeStats
@@ -88,7 +89,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         cfg=cfg, env=env, actor=actor, critic=critic, value_norm=value_norm,
         optimizer=make_optimizer(actor, critic, cfg.train),
         scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
-        action_gen=torch.Generator(device).manual_seed(cfg.seed + 1 + 1000 * replicas.rank),
+        action_noise=ActionNoise(cfg.seed, env.env_index, env.num_uavs, env.num_actions),
         minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2 + 1000 * replicas.rank),
         storage=allocate_storage(cfg, env),
         stats=EpisodeStats(device, env.config.max_steps),
@@ -159,7 +160,7 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     timer and timer.mark("env")
     learner.stats.reset()
     learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                          learner.obs, learner.storage, learner.stats, learner.action_gen,
+                                          learner.obs, learner.storage, learner.stats, learner.action_noise,
                                           learner.autocast, learner.hidden)
     timer and timer.mark("learn")
 

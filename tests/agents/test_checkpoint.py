@@ -270,7 +270,7 @@ def test_learner_state_round_trip_restores_everything(make_config, tmp_path):
     assert (b.env_steps, b.iteration) == (a.env_steps, a.iteration)
     for pa, pb in zip([*a.actor.parameters(), *a.critic.parameters()], [*b.actor.parameters(), *b.critic.parameters()]):
         assert torch.equal(pa, pb)
-    assert torch.equal(a.action_gen.get_state(), b.action_gen.get_state())
+    assert a.action_noise.state_dict() == b.action_noise.state_dict()
     assert torch.equal(a.obs["local"], b.obs["local"]) and torch.equal(a.obs["state"], b.obs["state"])
     assert a.scaler.state_dict() == b.scaler.state_dict()
     assert torch.equal(a.value_norm.running_mean, b.value_norm.running_mean)

@@ -25,7 +25,7 @@ def _filled(make_config, *overrides):
     torch.manual_seed(0)
     learner = build_learner(make_config(*overrides), torch.device("cpu"))
     collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
-            learner.stats, learner.action_gen, learner.autocast, learner.hidden)
+            learner.stats, learner.action_noise, learner.autocast, learner.hidden)
     batch, _ = prepare_batch(learner)
     return learner, batch
 

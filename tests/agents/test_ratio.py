@@ -23,7 +23,7 @@ def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
     learner = build_learner(cfg, torch.device("cpu"))
     for _ in range(2):  # the second rollout starts from the first one's hidden states
         learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                              learner.obs, learner.storage, learner.stats, learner.action_gen,
+                                              learner.obs, learner.storage, learner.stats, learner.action_noise,
                                               learner.autocast, learner.hidden)
     batch, _ = prepare_batch(learner)
     assert batch.logprobs.dtype == torch.float32

@@ -84,7 +84,7 @@ def test_the_rollout_stores_chunk_starts_and_zeroes_the_state_where_episodes_end
     for _ in range(3):  # 16-step rollouts of 5-step episodes: the later ones start mid-episode
         start = learner.hidden.clone()
         learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                              learner.obs, s, learner.stats, learner.action_gen, learner.autocast,
+                                              learner.obs, s, learner.stats, learner.action_noise, learner.autocast,
                                               learner.hidden)
         assert torch.equal(s.hidden[0], start)
         done = s.terminated | s.truncated  # [T, B]

@@ -31,7 +31,7 @@ def all_state(learner) -> dict[str, torch.Tensor]:
     for i, st in learner.optimizer.state_dict()["state"].items():
         out.update({f"adam.{i}.{k}": v for k, v in st.items()})
     out.update({f"env.{k}": v for k, v in learner.env.state_dict()["state"].items()})
-    out["rng.action"] = learner.action_gen.get_state()
+    out["rng.action"] = torch.tensor(learner.action_noise.state_dict()["step"])
     out["rng.minibatch"] = learner.minibatch_gen.get_state()
     if learner.hidden is not None:
         out["hidden"] = learner.hidden

@@ -26,7 +26,7 @@ def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype,
     ends = torch.zeros(2, dtype=torch.long)
     for _ in range(2):  # the second rollout starts mid-episode
         learner.obs, _ = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s,
-                              learner.stats, learner.action_gen, learner.autocast)
+                              learner.stats, learner.action_noise, learner.autocast)
         ends += torch.stack([s.terminated.sum(), s.truncated.sum()])
         for t in range(s.actions.shape[0]):
             assert torch.equal(s.local[t], obs["local"].to(dtype))
@@ -54,7 +54,7 @@ def test_shared_map_headings_are_stored_for_the_update(make_config, amp):
     learner = build_learner(make_config(f"train.amp={amp}", "model.actor_shared_map=true"), torch.device("cpu"))
     s = learner.storage
     collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, s, learner.stats,
-            learner.action_gen, learner.autocast)
+            learner.action_noise, learner.autocast)
     t, b, n, _ = s.heading.shape
     expected = learner.actor.heading(s.state.view(t * b, -1)).view(t, b, n, 3)  # from the stored (cast) state
     assert torch.equal(s.heading, expected) and s.heading.abs().sum() > 0

@@ -1,0 +1,62 @@
+"""The actors' sampling noise, drawn from the counter hash the environment draws its maps from.
+
+A sampled action is `argmax(logits + Gumbel noise)` (the Gumbel-max trick). The noise of action
+`a` of UAV `n` in environment `b` at rollout step `t` is a pure function of
+`(seed, env_index[b], t, n * A + a)` through `uavsim.rng.hash32`, so:
+  * there is no `torch.Generator` state to carry: a rollout step captures as one graph (CUDA
+    graphs, `torch.compile(fullgraph=True)`), and the only state is a step counter on the device,
+    advanced in place;
+  * environment `b`'s actions do not depend on the batch size or on the rank that plays it
+    (ranks play disjoint environment indices, so their noise is independent too).
+The policy's stream is keyed apart from the maps' (`POLICY_SALT`), so the two never correlate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from uavsim.rng import MAX_KEY, MASK32, hash32
+
+POLICY_SALT = 0x5EED_AC7  # the policy stream's seed is `hash(seed ^ POLICY_SALT)`, not the maps' seed
+_UNIFORM_BITS = 23  # float32 holds (k + 0.5) / 2**23 exactly: the uniforms lie strictly inside (0, 1)
+
+
+def _stream_key(seed: int) -> int:
+    """A key in [0, 2**31) for the policy's stream of run seed `seed`."""
+    return hash32(seed, POLICY_SALT, 0, 0) & (MAX_KEY - 1)
+
+
+class ActionNoise:
+    """Gumbel noise `[B, N, A]` float32 for the actions of `B` environments (global indices
+    `env_index [B]` int64) with `N` agents and `A` actions, one draw per call of `gumbel()`.
+
+    `step` (0-dim int64 on the device) counts the calls; it is the whole state (`state_dict`)."""
+
+    def __init__(self, seed: int, env_index: torch.Tensor, num_agents: int, num_actions: int):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_KEY:
+            raise ValueError(f"seed must be an int in [0, 2**31), got {seed!r}")
+        if not isinstance(env_index, torch.Tensor) or env_index.dtype != torch.int64 or env_index.dim() != 1:
+            raise TypeError(f"env_index must be a 1-D int64 tensor, got {env_index!r:.80}")
+        device = env_index.device
+        self.seed, self.key = seed, _stream_key(seed)
+        self.env_index = env_index.view(-1, 1, 1)
+        self.draws = torch.arange(num_agents * num_actions, device=device).view(1, num_agents, num_actions)
+        self.step = torch.zeros((), dtype=torch.int64, device=device)
+
+    def gumbel(self) -> torch.Tensor:
+        """This step's noise `[B, N, A]` float32, in [-2.8, 16.7]; advances `step` in place."""
+        h = hash32(self.key, self.env_index, self.step, self.draws) & MASK32
+        self.step.copy_(torch.remainder(self.step + 1, MAX_KEY))  # the hash's key range, as episodes wrap
+        u = ((h >> (32 - _UNIFORM_BITS)).to(torch.float32) + 0.5) * (2.0 ** -_UNIFORM_BITS)
+        return -torch.log(-torch.log(u))
+
+    def state_dict(self) -> dict[str, int]:
+        return {"seed": self.seed, "step": int(self.step)}  # a host read: checkpoints only
+
+    def load_state_dict(self, d: dict) -> None:
+        if d.get("seed") != self.seed:
+            raise ValueError(f"action noise of seed {d.get('seed')!r} loaded into a stream of seed {self.seed}")
+        step = d.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < MAX_KEY:
+            raise ValueError(f"action noise step must be an int in [0, 2**31), got {step!r}")
+        self.step.fill_(step)
