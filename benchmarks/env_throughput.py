@@ -38,8 +38,8 @@ import torch
 from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, out_dir_arg, peak_rss_mib,
                                reset_peak_rss, setup_host, sync, write_results)
 from uavsim import EnvConfig, UAVSwarmEnv
-from uavsim import rules
 from uavsim.host_memory import release_free_memory
+from uavsim.env import RESET_MODES, default_reset_mode
 from uavsim.reference import ReferenceEnv
 
 CPU_SIZES = [1, 16, 256, 4096, 16384]
@@ -64,34 +64,17 @@ def time_steps(step: Callable[[], None], env_steps_per_call: int, args, device: 
     return median_rate(run, calls * env_steps_per_call, args.repeats, device)
 
 
-def bytes_per_env_step(cfg: EnvConfig, reset_mode: str = "sparse") -> int:
-    """Estimated DRAM bytes one environment step reads and writes, from the step's main tensors.
+def model_bytes_per_env_step(cfg: EnvConfig, reset_modes: list[str]) -> dict[str, float]:
+    """Bytes one env step moves per environment in each reset mode, counted by the cost model of
+    `benchmarks.step_cost` (every aten op's operands, 256 environments whose episodes end at a
+    steady rate): what the achieved bandwidth of a GPU row divides by."""
+    from benchmarks.step_cost import bytes_per_env_step
 
-    Observations are written twice (the final observation and the returned one); the window,
-    footprint and move gathers each move an int64 index plus the gathered cells; the footprint
-    also goes through the stamp (int32 scatter + gather), the cell scatter and the pooled counts.
-    ``"dense"`` resets (the CUDA default) also build a fresh episode for every environment each
-    step -- the obstacle raster (int32 corner scatter, two prefix sums, the compare), the cells,
-    the pooled counts, the launch footprint, its observation -- and merge state and observation
-    with ``torch.where`` (two reads, one write). Small per-env scalars are ignored, so this is a
-    lower bound on the true traffic.
-    """
-    n = cfg.num_uavs
-    obs = 4 * (n * cfg.local_obs_dim + cfg.state_dim)
-    window = n * cfg.window**2 * (8 + 1 + 1)
-    footprint = n * len(rules.footprint_offsets(cfg)) * (8 * 4 + 1 * 3 + 4 * 3)
-    others = n * n * (8 * 4 + 4 * 2)
-    moves = n * (8 * 3 + 1)
-    sparse = 3 * obs + window + footprint + others + moves
-    if reset_mode == "sparse":
-        return sparse
-    if reset_mode != "dense":
-        raise ValueError(f"reset_mode must be 'sparse' or 'dense', got {reset_mode!r}")
-    cells = (cfg.grid_height + 2 * cfg.pad) * (cfg.grid_width + 2 * cfg.pad)  # uint8
-    grid = cfg.grid_height * cfg.grid_width
-    raster = (cfg.grid_height + 1) * (cfg.grid_width + 1) * 4 * 5 + grid * (1 + 4 + 4 + 1) + 2 * cells
-    state = cells + 2 * 4 * cfg.state_pool**2 + n * (2 * 8 + 4)
-    return sparse + raster + footprint + obs + window + 3 * state + 3 * obs
+    return {mode: bytes_per_env_step(cfg, num_envs=MODEL_ENVS, steps=MODEL_STEPS, reset_mode=mode)
+            for mode in reset_modes}
+
+
+MODEL_ENVS, MODEL_STEPS = 256, 8  # the batch and calls `model_bytes_per_env_step` counts
 
 # -- backends: each returns (env_steps_per_s, repeats, extra) for one size ------------------------
 REFERENCE_LOOP_MAX = 64  # environments a reference-loop row steps (its rate does not depend on the count)
@@ -215,14 +198,22 @@ def measure(args) -> dict[str, Any]:
                 row["cuda_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
             rows.append(row)
             print(f"{name:22s} {num_envs:>8d} envs  {fmt_rate(rate):>8s} env-steps/s")
-    add_ratios(rows, cfg)
+    model_bytes = model_bytes_per_env_step(cfg, RESET_MODES)
+    add_ratios(rows, model_bytes)
     return {"benchmark": "env_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
             "config": cfg.to_dict(), "quick": args.quick, "threads": args.threads,
-            "bytes_per_env_step_estimate": bytes_per_env_step(cfg),
-            "bytes_per_env_step_estimate_dense": bytes_per_env_step(cfg, "dense"), "results": rows}
+            "bytes_per_env_step_model": model_bytes, "results": rows}
 
 
-def add_ratios(rows: list[dict[str, Any]], cfg: EnvConfig) -> None:
+def reset_mode_of(backend: str, device: str) -> str:
+    """The reset mode a batched backend's env runs (its device's default unless named)."""
+    for mode in RESET_MODES:
+        if backend.endswith(f"-{mode}"):
+            return mode
+    return default_reset_mode(device)
+
+
+def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> None:
     ref = {r["num_envs"]: r["env_steps_per_s"] for r in rows if r["backend"] == "reference-loop" and "error" not in r}
     ref_any = float(np.median(list(ref.values()))) if ref else None  # the loop's rate barely depends on size
     vmas = {r["num_envs"]: r["env_steps_per_s"] for r in rows if r["backend"] == "vmas-navigation" and "error" not in r}
@@ -237,8 +228,7 @@ def add_ratios(rows: list[dict[str, Any]], cfg: EnvConfig) -> None:
         if r["num_envs"] in vmas and r["backend"].startswith("batched-cpu"):
             r["speedup_vs_vmas_cpu"] = r["env_steps_per_s"] / vmas[r["num_envs"]]
         if r["device"] == "cuda" and r["backend"].startswith("batched") and peak:
-            mode = "dense" if r["device"] == "cuda" or "dense" in r["backend"] else "sparse"
-            r["bytes_per_env_step"] = bytes_per_env_step(cfg, mode)  # CUDA's default reset mode is dense
+            r["bytes_per_env_step"] = model_bytes[reset_mode_of(r["backend"], r["device"])]
             achieved = r["env_steps_per_s"] * r["bytes_per_env_step"] / 1e9
             r["achieved_bandwidth_gbs"] = achieved
             r["bandwidth_fraction"] = achieved / peak
@@ -260,9 +250,9 @@ def table(payload: dict[str, Any]) -> str:
             f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} | {fmt_rate(r['uav_steps_per_s'])} "
             f"| {fmt(r.get('speedup_vs_reference_loop'))} | {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
             f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |")
-    lines += ["", f"Bytes per env step (estimate, lower bound): {payload['bytes_per_env_step_estimate']} with sparse "
-              f"resets, {payload['bytes_per_env_step_estimate_dense']} with dense resets (CUDA's default, which the "
-              "bandwidth fraction uses).",
+    model = ", ".join(f"{b / 1024:.1f} KiB ({mode})" for mode, b in payload["bytes_per_env_step_model"].items())
+    lines += ["", f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
+              f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its reset mode's.",
               f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
               "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
               "point, after freed memory was returned to the system.", ""]

@@ -63,6 +63,14 @@ def canonical_device(device: Any) -> torch.device:
     return dev
 
 
+RESET_MODES = ("sparse", "dense")
+
+
+def default_reset_mode(device: torch.device) -> str:
+    """The reset mode an env on ``device`` gets when none is named (module docstring)."""
+    return "sparse" if torch.device(device).type == "cpu" else "dense"
+
+
 def _next(episode: torch.Tensor) -> torch.Tensor:
     """The next episode index; after 2**31 episodes (the RNG's key range) the maps repeat from 0."""
     return (episode + 1) % MAX_KEY
@@ -118,8 +126,8 @@ class UAVSwarmEnv:
             raise ValueError(f"environment indices must lie in [0, 2**31), got first_env_index={first_env_index}")
         self.device = canonical_device(device)
         if reset_mode is None:
-            reset_mode = "sparse" if self.device.type == "cpu" else "dense"
-        if reset_mode not in ("dense", "sparse"):
+            reset_mode = default_reset_mode(self.device)
+        if reset_mode not in RESET_MODES:
             raise ValueError(f"reset_mode must be 'dense', 'sparse' or None, got {reset_mode!r}")
         self.reset_mode = reset_mode
         self.num_envs, self.seed, self.check_action_range = num_envs, seed, check_action_range

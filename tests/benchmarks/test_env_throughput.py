@@ -39,15 +39,19 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert "| batched-cpu | 1024 |" in table and "x reference loop" in table
 
 
-def test_bytes_per_step_estimate_grows_with_the_task():
+def test_bytes_per_step_are_the_cost_models_count_for_each_reset_mode():
+    from benchmarks.step_cost import bytes_per_env_step
     from uavsim import EnvConfig
 
-    small = env_throughput.bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2))
-    assert env_throughput.bytes_per_env_step(EnvConfig()) > small > 0
-    # dense resets (CUDA's default) build and merge a fresh episode every step: several times the traffic
-    assert env_throughput.bytes_per_env_step(EnvConfig(), "dense") > 3 * env_throughput.bytes_per_env_step(EnvConfig())
-    with pytest.raises(ValueError, match="reset_mode"):
-        env_throughput.bytes_per_env_step(EnvConfig(), "lazy")
+    counted = env_throughput.model_bytes_per_env_step(EnvConfig(), ["sparse", "dense"])
+    assert counted["sparse"] == bytes_per_env_step(EnvConfig(), num_envs=env_throughput.MODEL_ENVS,
+                                                   steps=env_throughput.MODEL_STEPS, reset_mode="sparse")
+    # dense resets build a fresh episode for every environment each step: several times the traffic
+    assert counted["dense"] > 2 * counted["sparse"] > 0
+    small = env_throughput.model_bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2), ["sparse"])
+    assert counted["sparse"] > small["sparse"] > 0
+    assert env_throughput.reset_mode_of("batched-cpu-dense", "cpu") == "dense"
+    assert env_throughput.reset_mode_of("batched-cpu", "cpu") == "sparse"
 
 
 def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypatch, capsys):
