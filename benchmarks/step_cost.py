@@ -45,6 +45,11 @@ PROJECTED_ENVS = (4096, 65536, 262144)
 ENV_MODES = [
     ("env.step[sparse]", {"reset_mode": "sparse"}),
     ("env.step[dense]", {"reset_mode": "dense"}),
+    ("env.step[prepared]", {"reset_mode": "prepared"}),
+    ("env.step[prepared, next_step]", {"reset_mode": "prepared", "autoreset_mode": "next_step"}),
+    ("env.step[prepared, bf16 obs]", {"reset_mode": "prepared", "obs_dtype": torch.bfloat16}),
+    ("env.step[prepared, next_step, bf16 obs]", {"reset_mode": "prepared", "autoreset_mode": "next_step",
+                                                 "obs_dtype": torch.bfloat16}),
 ]
 
 

@@ -35,10 +35,29 @@ def hash32(seed, env_index, episode, draw):
     NumPy inputs must be ``uint64`` (or Python ints), torch inputs ``int64``. Returns values in
     ``[0, 2**32)`` in the same dtype.
     """
-    h = _mix32(seed ^ _SALTS[0])
-    h = _mix32(h ^ env_index ^ _SALTS[1])
-    h = _mix32(h ^ episode ^ _SALTS[2])
-    return _mix32(h ^ draw ^ _SALTS[3])
+    return draw_hash(episode_key(env_key(seed, env_index), episode), salted_draw(draw))
+
+
+# The same hash in stages, for callers that keep keys fixed across many draws (the batched env
+# keeps each environment's key and its salted draw indices, and hashes an episode's key once).
+def env_key(seed, env_index):
+    """The rounds of `hash32` that depend on the seed and environment only."""
+    return _mix32(_mix32(seed ^ _SALTS[0]) ^ env_index ^ _SALTS[1]) ^ _SALTS[2]
+
+
+def episode_key(env_key_, episode):
+    """The round of `hash32` that adds the episode (``env_key_`` from `env_key`)."""
+    return _mix32(env_key_ ^ episode)
+
+
+def salted_draw(draw):
+    """A draw index as the last round of `hash32` takes it."""
+    return draw ^ _SALTS[3]
+
+
+def draw_hash(episode_key_, salted_draw_):
+    """`hash32` of a draw under an episode's key (from `episode_key`; the draw from `salted_draw`)."""
+    return _mix32(episode_key_ ^ salted_draw_)
 
 
 def below(h, n):
