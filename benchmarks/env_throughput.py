@@ -14,8 +14,11 @@ Backends
                        environments steps 64 of them (``stepped_envs`` in the JSON).
     reference-async    the reference in ``gymnasium.vector.AsyncVectorEnv``, one worker process per
                        core (the seed note's "parallel environments" fix); measured at one size.
-    batched-<device>   ``UAVSwarmEnv`` (default reset mode for the device).
-    batched-cpu-dense  the CPU with the GPU's reset mode, for comparison.
+    batched-<device>   ``UAVSwarmEnv`` with its defaults: ``reset_mode="prepared"`` (no host sync),
+                       same-step autoreset, float32 observations.
+    batched-<device>-sparse  the starts built for the ended environments only (a host sync per step).
+    batched-<device>-dense   every start rebuilt every step (the GPU path before "prepared").
+    batched-<device>-next-step-bf16  next-step autoreset and bfloat16 observations: the fewest bytes.
     batched-cuda-compile  ``torch.compile`` of the step (CUDA only: on a 2-core CPU, compiling
                        took minutes and ran slower than eager; ``--compile-cpu`` tries it anyway).
     vmas-navigation    VMAS ``navigation`` with as many agents, discrete actions, no resets.
@@ -37,9 +40,8 @@ import torch
 
 from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, out_dir_arg, peak_rss_mib,
                                reset_peak_rss, setup_host, sync, write_results)
-from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim import EnvConfig
 from uavsim.host_memory import release_free_memory
-from uavsim.env import RESET_MODES, default_reset_mode
 from uavsim.reference import ReferenceEnv
 
 CPU_SIZES = [1, 16, 256, 4096, 16384]
@@ -64,17 +66,30 @@ def time_steps(step: Callable[[], None], env_steps_per_call: int, args, device: 
     return median_rate(run, calls * env_steps_per_call, args.repeats, device)
 
 
-def model_bytes_per_env_step(cfg: EnvConfig, reset_modes: list[str]) -> dict[str, float]:
-    """Bytes one env step moves per environment in each reset mode, counted by the cost model of
-    `benchmarks.step_cost` (every aten op's operands, 256 environments whose episodes end at a
-    steady rate): what the achieved bandwidth of a GPU row divides by."""
+# The batched env's variants: backend name suffix -> UAVSwarmEnv keyword arguments.
+VARIANTS = {"": {}, "-sparse": {"reset_mode": "sparse"}, "-dense": {"reset_mode": "dense"},
+            "-next-step-bf16": {"autoreset_mode": "next_step", "obs_dtype": torch.bfloat16}}
+MODEL_ENVS, MODEL_STEPS = 256, 18  # the batch and calls `model_bytes_per_env_step` counts
+
+
+def model_bytes_per_env_step(cfg: EnvConfig, variants: list[str]) -> dict[str, float]:
+    """Bytes one env step moves per environment in each variant (`VARIANTS` suffix; "" the
+    default), counted by the cost model of `benchmarks.step_cost` (every aten op's operands,
+    episodes ending at a steady rate, averaged over one rebuild of the prepared starts): what the
+    achieved bandwidth of a GPU row divides by."""
     from benchmarks.step_cost import bytes_per_env_step
 
-    return {mode: bytes_per_env_step(cfg, num_envs=MODEL_ENVS, steps=MODEL_STEPS, reset_mode=mode)
-            for mode in reset_modes}
+    return {variant_name(v): bytes_per_env_step(cfg, num_envs=MODEL_ENVS, steps=MODEL_STEPS, **VARIANTS[v])
+            for v in variants}
 
 
-MODEL_ENVS, MODEL_STEPS = 256, 8  # the batch and calls `model_bytes_per_env_step` counts
+def variant_name(suffix: str) -> str:
+    return suffix.lstrip("-") or "default"
+
+
+def variant_of(backend: str) -> str:
+    """The `VARIANTS` suffix of a batched backend's name."""
+    return next((v for v in sorted(VARIANTS, key=len, reverse=True) if v and backend.endswith(v)), "")
 
 # -- backends: each returns (env_steps_per_s, repeats, extra) for one size ------------------------
 REFERENCE_LOOP_MAX = 64  # environments a reference-loop row steps (its rate does not depend on the count)
@@ -110,11 +125,14 @@ def run_reference_async(cfg, num_envs, args):
         envs.close()
 
 
-def batched_runner(device: str, reset_mode: str | None = None, compile_step: bool = False):
+EPISODE_LENGTH = 100  # batched envs start staggered: B / 100 of them end in every step
+
+
+def batched_runner(device: str, variant: str = "", compile_step: bool = False):
     def run_batched(cfg, num_envs, args):
-        env = UAVSwarmEnv(cfg, num_envs=num_envs, device=device, seed=0, check_action_range=False,
-                          reset_mode=reset_mode)
-        env.reset()
+        from benchmarks.step_cost import staggered_env
+
+        env = staggered_env(cfg, num_envs, EPISODE_LENGTH, device=device, **VARIANTS[variant])
         step = torch.compile(env.step) if compile_step else env.step
         gen = torch.Generator(device=device).manual_seed(0)
         shape = (num_envs, cfg.num_uavs)
@@ -143,7 +161,7 @@ def vmas_runner(device: str):
 
 
 # Every backend's name (which of them run depends on the machine: CUDA, vmas installed).
-BACKENDS = ("reference-loop", "reference-async", "batched-cpu", "batched-cpu-dense", "batched-cuda",
+BACKENDS = ("reference-loop", "reference-async", *(f"batched-{d}{v}" for d in ("cpu", "cuda") for v in VARIANTS),
             "batched-cuda-compile", "vmas-navigation", "vmas-navigation-cuda")
 
 
@@ -153,13 +171,12 @@ def available_backends(args) -> list[tuple[str, str, Callable, list[int]]]:
     gpu_sizes = [s for s in (QUICK_SIZES if args.quick else GPU_SIZES) if s <= args.max_gpu_envs]
     out = [("reference-loop", "cpu", run_reference_loop, cpu_sizes),
            ("reference-async", "cpu", run_reference_async, [args.workers]),
-           ("batched-cpu", "cpu", batched_runner("cpu"), cpu_sizes),
-           ("batched-cpu-dense", "cpu", batched_runner("cpu", "dense"), cpu_sizes)]
+           *((f"batched-cpu{v}", "cpu", batched_runner("cpu", v), cpu_sizes) for v in VARIANTS)]
     if args.compile_cpu:
-        out.append(("batched-cpu-compile", "cpu", batched_runner("cpu", "dense", True), cpu_sizes))
+        out.append(("batched-cpu-compile", "cpu", batched_runner("cpu", "", True), cpu_sizes))
     if torch.cuda.is_available():
-        out.append(("batched-cuda", "cuda", batched_runner("cuda"), gpu_sizes))
-        out.append(("batched-cuda-compile", "cuda", batched_runner("cuda", None, True), gpu_sizes))
+        out += [(f"batched-cuda{v}", "cuda", batched_runner("cuda", v), gpu_sizes) for v in VARIANTS]
+        out.append(("batched-cuda-compile", "cuda", batched_runner("cuda", "", True), gpu_sizes))
     try:
         import vmas  # noqa: F401
 
@@ -198,19 +215,11 @@ def measure(args) -> dict[str, Any]:
                 row["cuda_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
             rows.append(row)
             print(f"{name:22s} {num_envs:>8d} envs  {fmt_rate(rate):>8s} env-steps/s")
-    model_bytes = model_bytes_per_env_step(cfg, RESET_MODES)
+    model_bytes = model_bytes_per_env_step(cfg, list(VARIANTS))
     add_ratios(rows, model_bytes)
     return {"benchmark": "env_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
             "config": cfg.to_dict(), "quick": args.quick, "threads": args.threads,
             "bytes_per_env_step_model": model_bytes, "results": rows}
-
-
-def reset_mode_of(backend: str, device: str) -> str:
-    """The reset mode a batched backend's env runs (its device's default unless named)."""
-    for mode in RESET_MODES:
-        if backend.endswith(f"-{mode}"):
-            return mode
-    return default_reset_mode(device)
 
 
 def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> None:
@@ -228,7 +237,7 @@ def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> Non
         if r["num_envs"] in vmas and r["backend"].startswith("batched-cpu"):
             r["speedup_vs_vmas_cpu"] = r["env_steps_per_s"] / vmas[r["num_envs"]]
         if r["device"] == "cuda" and r["backend"].startswith("batched") and peak:
-            r["bytes_per_env_step"] = model_bytes[reset_mode_of(r["backend"], r["device"])]
+            r["bytes_per_env_step"] = model_bytes[variant_name(variant_of(r["backend"]))]
             achieved = r["env_steps_per_s"] * r["bytes_per_env_step"] / 1e9
             r["achieved_bandwidth_gbs"] = achieved
             r["bandwidth_fraction"] = achieved / peak
@@ -250,9 +259,10 @@ def table(payload: dict[str, Any]) -> str:
             f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} | {fmt_rate(r['uav_steps_per_s'])} "
             f"| {fmt(r.get('speedup_vs_reference_loop'))} | {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
             f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |")
-    model = ", ".join(f"{b / 1024:.1f} KiB ({mode})" for mode, b in payload["bytes_per_env_step_model"].items())
+    model = ", ".join(f"{b / 1024:.1f} KiB ({name})" for name, b in payload["bytes_per_env_step_model"].items())
     lines += ["", f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
-              f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its reset mode's.",
+              f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its variant's. Batched envs start at staggered steps "
+              f"of their first episode, so that about B / {EPISODE_LENGTH} of them end in every step.",
               f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
               "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
               "point, after freed memory was returned to the system.", ""]

@@ -18,7 +18,9 @@ Episode phases are staggered so that resets happen at a steady rate: environment
 count at step ``max_steps - L + b % L`` of its episode (``L = --episode-length``), so about
 ``B / L`` environments end in every counted step (truncations), as in a long training run whose
 episodes last ``L`` steps. Counts are per call, averaged over ``--steps`` calls (min and max too),
-and per environment-step (divided by the environments of the call).
+and per environment-step (divided by the environments of the call). An env path counts whole
+periods of its rebuilds of prepared starts (``prepare_period`` steps: 18 on the default task), so
+the average carries their share; the max is a step with a rebuild.
 
 Beside the counts: ``graph_breaks`` (per path, from ``torch._dynamo.explain``; a graph break is
 where ``torch.compile``/CUDA graphs cannot capture the step whole) and a **model** of the ceiling a
@@ -31,6 +33,7 @@ bandwidth and kernels do not overlap: a model to compare designs with, not a mea
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any, Callable
 
 import torch
@@ -40,6 +43,7 @@ from benchmarks.op_count import OpCounter
 from uavsim import EnvConfig, UAVSwarmEnv
 
 GPUS = {"H100 SXM": 3.35e12, "H200": 4.8e12}  # peak DRAM bandwidth, bytes/s
+BASELINE = RESULTS_DIR / "step_cost-before-redesign"  # the counts before issue 15's env redesign (commit 159bf42)
 PROJECTED_ENVS = (4096, 65536, 262144)
 # (path name, UAVSwarmEnv keyword arguments): every reset / autoreset / observation mode.
 ENV_MODES = [
@@ -129,18 +133,26 @@ def env_paths(args) -> dict[str, dict[str, Any]]:
     cfg, out = EnvConfig(), {}
     for name, kwargs in ENV_MODES:
         env = staggered_env(cfg, args.num_envs, args.episode_length, **kwargs)
-        actions = random_actions(cfg, args.num_envs, args.steps, env.device)
-        out[name] = count_calls(lambda i: env.step(actions[i]), args.steps, args.num_envs)
+        steps = whole_periods(args.steps, env)
+        actions = random_actions(cfg, args.num_envs, steps, env.device)
+        out[name] = count_calls(lambda i: env.step(actions[i]), steps, args.num_envs)
         small = staggered_env(cfg, args.explain_envs, args.episode_length, **kwargs)
         out[name]["graph_breaks"] = graph_breaks(small.step, random_actions(cfg, args.explain_envs, 1, small.device)[0])
     return out
 
 
-def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 8, episode_length: int = 100,
+def whole_periods(steps: int, env: UAVSwarmEnv) -> int:
+    """``steps`` rounded up to whole periods of the env's rebuilds of prepared starts."""
+    period = max(1, env.prepare_period)
+    return -(-steps // period) * period
+
+
+def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, episode_length: int = 100,
                        **env_kwargs) -> float:
-    """Bytes one `env.step` moves per environment, counted by the model (steady resets, see
-    module docstring): what `benchmarks.env_throughput` divides its bandwidth by."""
+    """Bytes one `env.step` moves per environment, counted by the model (steady resets, whole
+    rebuild periods, see module docstring): what `benchmarks.env_throughput` divides by."""
     env = staggered_env(cfg, num_envs, episode_length, **env_kwargs)
+    steps = whole_periods(steps, env)
     actions = random_actions(cfg, num_envs, steps, env.device)
     return count_calls(lambda i: env.step(actions[i]), steps, num_envs)["bytes_per_env_step"]
 
@@ -214,9 +226,11 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
         out[name]["graph_breaks"] = graph_breaks(policy_step, small.actor, small.obs, small_agent, small.action_gen,
                                                  small.autocast)
 
-    learner = learner_for(args.num_envs, args.steps, "bf16", args.episode_length)
+    learner = learner_for(args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16",
+                          args.episode_length)
+    steps = learner.storage.actions.shape[0]
     agent = agent_ids(learner.env.num_envs, learner.env.num_uavs, learner.env.device)
-    out["rollout step[bf16]"] = count_calls(lambda i: rollout_step(learner, i, agent), args.steps, args.num_envs)
+    out["rollout step[bf16]"] = count_calls(lambda i: rollout_step(learner, i, agent), steps, args.num_envs)
     small = learner_for(args.explain_envs, 2, "bf16", args.episode_length)
     small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
     out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(rollout_step, small, 0, small_agent)
@@ -247,11 +261,24 @@ def measure(args) -> dict[str, Any]:
         if not name.startswith("PPO"):
             p["projection"] = projection(p["kernels_per_call"], p["bytes_per_env_step"], args.launch_us)
     return {"benchmark": "step_cost", "machine": machine_info(), "config": EnvConfig().to_dict(), "quick": args.quick,
+            "baseline": baseline_paths(args.num_envs),
             "settings": {"num_envs": args.num_envs, "steps": args.steps, "episode_length": args.episode_length,
                          "launch_us": args.launch_us, "gpus_bandwidth_bytes_per_s": GPUS,
                          "update_envs": args.update_envs, "update_steps": args.update_steps},
             "graph_breaks": {name: p["graph_breaks"]["breaks"] for name, p in paths.items()},
             "paths": paths}
+
+
+def baseline_paths(num_envs: int) -> dict[str, dict[str, float]]:
+    """The counts of `BASELINE` (same batch size only): ``{path: {kernels, bytes_per_env_step}}``."""
+    files = sorted(BASELINE.glob("*.json")) if BASELINE.is_dir() else []
+    if not files:
+        return {}
+    before = json.loads(files[-1].read_text())
+    if before["settings"]["num_envs"] != num_envs:
+        return {}
+    return {name: {"kernels_per_call": p["kernels_per_call"], "bytes_per_env_step": p["bytes_per_env_step"]}
+            for name, p in before["paths"].items()}
 
 
 def _kib(b: float) -> str:
@@ -277,6 +304,14 @@ def table(payload: dict[str, Any]) -> str:
         lines.append(f"| {name} | {p['kernels_per_call']:.1f} ({p['kernels_min']}-{p['kernels_max']}) "
                      f"| {_kib(p['bytes_per_env_step'])} ({_kib(p['bytes_per_env_step_max'])}) "
                      f"| {p['host_syncs_per_call']:.2f} | {p['graph_breaks']['breaks']} |")
+    if payload.get("baseline"):
+        lines += ["", f"## Before and after ({BASELINE.name}: the env before its redesign, same counting)", "",
+                  "| path | kernels per call, before | after | KiB per env-step, before | after |", "|---|---:|---:|---:|---:|"]
+        for name, p in payload["paths"].items():
+            b = payload["baseline"].get(name)
+            if b:
+                lines.append(f"| {name} | {b['kernels_per_call']:.1f} | {p['kernels_per_call']:.1f} "
+                             f"| {_kib(b['bytes_per_env_step'])} | {_kib(p['bytes_per_env_step'])} |")
     lines += ["", f"## Model: ceiling in env-steps/s = min(bandwidth / bytes per env-step, envs / (kernels x "
                   f"{s['launch_us']} us))", "",
               "A model, not a measurement: every counted byte crosses DRAM once at peak bandwidth, kernels run "
@@ -308,7 +343,8 @@ def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small batch and few calls (CI smoke)")
     parser.add_argument("--num-envs", type=int, default=None, help="environments per counted call (default 1024)")
-    parser.add_argument("--steps", type=int, default=None, help="counted calls per path (default 16)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="counted calls per path (default 18; env paths: whole rebuild periods)")
     parser.add_argument("--episode-length", type=int, default=100, help="steps per episode of the staggered start")
     parser.add_argument("--launch-us", type=float, default=4.0, help="eager kernel launch cost of the model, us")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (counts do not depend on it)")
@@ -317,7 +353,7 @@ def main(argv: list[str] | None = None):
     args = parser.parse_args(argv)
     quick = args.quick
     args.num_envs = (64 if quick else 1024) if args.num_envs is None else args.num_envs
-    args.steps = (4 if quick else 16) if args.steps is None else args.steps
+    args.steps = (4 if quick else 18) if args.steps is None else args.steps
     args.explain_envs = 8 if quick else 64
     args.update_envs, args.update_steps, args.update_calls = (8, 8, 1) if quick else (64, 64, 2)
     for name in ("num_envs", "steps", "episode_length", "threads"):

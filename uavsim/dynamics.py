@@ -5,11 +5,14 @@ record (`uavsim.record`), and small index tables. The functions below act on the
 views ``v`` in place; every tensor is ``[M, ...]`` for ``M`` environments, no shape depends on
 data, nothing is read back to the host.
 
-The packed grid ``[M, Hp * Wp]`` (``Hp = H + 2 pad``; the border is blocked) holds in each cell
-its code in the top two bits (FREE 0, COVERED 1, BLOCKED 3) and the number of UAVs on it in the
-bits below (``count_bits``: 6 in uint8 for up to 63 UAVs, wider dtypes beyond). So one gather of
-a UAV's window gives all three observation channels, and ``cell | COVERED`` covers a free cell
-and leaves a blocked one as it is.
+The packed grid ``[M, pad + Hp * Ws]`` holds in each cell its code in the top two bits (FREE 0,
+COVERED 1, BLOCKED 3) and the number of UAVs on it in the bits below (``count_bits``: 6 in uint8
+for up to 63 UAVs, wider dtypes beyond). So one gather of a UAV's window gives all three
+observation channels, and adding COVERED to a free cell covers it. The map is surrounded by
+blocked cells: ``pad`` rows above and below (``Hp = H + 2 pad``) and ``pad`` columns between rows
+(row stride ``Ws = W + pad``): a row's right border is the next row's left one, which saves a
+tenth of the grid (and of every read of it) on the default task. Map cell ``(r, c)`` is grid cell
+``pad + (r + pad) * Ws + c``; ``env.state["cells"]`` shows the rules' layout (both borders).
 """
 
 from __future__ import annotations
@@ -61,10 +64,12 @@ class Layout:
     def __init__(self, cfg: EnvConfig, device: torch.device):
         self.cfg, self.device = cfg, device
         p, h, w, n = cfg.pad, cfg.grid_height, cfg.grid_width, cfg.num_uavs
-        self.hp, self.wp = h + 2 * p, w + 2 * p
+        self.hp, self.wp = h + 2 * p, w + 2 * p  # the rules' padded map (env.state["cells"])
         self.cells = self.hp * self.wp
+        self.ws = w + p  # the packed grid's row stride: one border column between rows
+        self.grid_cells = p + self.hp * self.ws  # from the left border of the first border row
         self.win2 = cfg.window**2
-        self.origin_shift = cfg.obs_radius * (self.wp + 1)  # a UAV's cell minus its window's top-left
+        self.origin_shift = cfg.obs_radius * (self.ws + 1)  # a UAV's grid cell minus its window's top-left
 
         # The packed grid: 2 code bits above count_bits UAV-count bits, in the narrowest dtype.
         for dtype, bits in ((torch.uint8, 6), (torch.int16, 13), (torch.int32, 29)):
@@ -78,7 +83,7 @@ class Layout:
         pool_cells = int(rules.cells_per_block(cfg).max())
         self.count_dtype = narrowest_int(h * w)
         fields = [
-            Field("cell", torch.int64, (n,)),  # each UAV's padded flat cell: (row + p) * Wp + col + p
+            Field("cell", torch.int64, (n,)),  # each UAV's grid cell: pad + (row + pad) * Ws + col
             Field("pools", narrowest_int(pool_cells), (2, cfg.state_pool**2)),  # blocked, covered per block
             Field("episode", torch.int32, ()),
             Field("free", self.count_dtype, ()),
@@ -91,7 +96,7 @@ class Layout:
         # The grid comes last, after at least `origin_shift` cells' worth of bytes: a window's
         # top-left cell (a UAV's cell - origin_shift) is then an offset from the grid's row start,
         # so a strided view of the row indexes windows by the UAV cells themselves.
-        grid = Field("grid", self.grid_dtype, (self.cells,))
+        grid = Field("grid", self.grid_dtype, (self.grid_cells,))
         item = self.grid_dtype.itemsize
         before = Record([*fields, grid]).offsets["grid"]
         if before < self.origin_shift * item:
@@ -103,34 +108,33 @@ class Layout:
 
         dev = device
         as_long = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int64, device=dev)  # noqa: E731
-        flat = lambda rc: rc[..., 0] * self.wp + rc[..., 1]  # noqa: E731
+        flat = lambda rc: rc[..., 0] * self.ws + rc[..., 1]  # noqa: E731 -- offsets between grid cells
         moves = rules.move_table(cfg)
         self.moves = as_long(moves)  # [A, 2]
         self.move_flat = as_long(flat(moves))  # [A]
         self.edges = as_long(flat(move_edges(cfg)))  # [A, E]
         self.foot = as_long(flat(rules.footprint_offsets(cfg)))  # [F]
-        block = rules.block_of_cell(cfg).reshape(h, w)
-        padded_block = np.zeros((self.hp, self.wp), dtype=np.int64)  # the border is never covered
-        padded_block[p : p + h, p : p + w] = block
-        self.block_of_padded = as_long(padded_block.reshape(-1))
-        self.block_of_cell = as_long(block.reshape(-1))
+        rows, cols = np.divmod(np.arange(self.grid_cells) - p, self.ws)  # of each grid cell, on the map
+        rows -= p
+        on_map = (rows >= 0) & (rows < h) & (cols < w)
+        block = rules.block_of_cell(cfg)
+        self.block_of_grid = as_long(np.where(on_map, block[np.clip(rows, 0, h - 1) * w + np.clip(cols, 0, w - 1)], 0))
+        self.block_of_cell = as_long(block)
         self.block_cells = torch.as_tensor(rules.cells_per_block(cfg), dtype=torch.float32, device=dev)
-        # Observation scalars of each padded cell: (row / (H - 1), col / (W - 1)) as float32, as the rules divide.
-        rows, cols = np.divmod(np.arange(self.cells), self.wp)
+        # Observation scalars of each grid cell: (row / (H - 1), col / (W - 1)) as float32, as the rules divide.
         scale = torch.tensor([h - 1, w - 1], dtype=torch.float32)
-        rc = torch.from_numpy(np.stack([rows - p, cols - p], axis=1)).to(torch.float32)
-        self.cell_position = {torch.float32: (rc / scale).to(dev)}  # {dtype: [Hp * Wp, 2]}, float32 values cast
+        rc = torch.from_numpy(np.stack([rows, cols], axis=1)).to(torch.float32)
+        self.cell_position = {torch.float32: (rc / scale).to(dev)}  # {dtype: [grid cells, 2]}, float32 values cast
         self.scale = scale.to(dev)
         self.channel_codes = torch.tensor([BLOCKED_CODE, COVERED_CODE], dtype=self.grid_dtype, device=dev)[:, None]
         center = torch.zeros(self.win2, dtype=self.grid_dtype)
         center[self.win2 // 2] = 1  # a UAV counts the others in its window: not itself at the centre
         self.center = center.to(dev)
         self.max_steps = torch.tensor(cfg.max_steps, dtype=torch.float32, device=dev)
-        launch = rules.launch_cells(cfg)
-        self.launch_cell = as_long(flat(launch + p))  # [L] padded flat cells
+        self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
-        """``[Hp * Wp, 2]`` (row / (H - 1), col / (W - 1)) of each padded cell: float32, cast to ``dtype``."""
+        """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
         if dtype not in self.cell_position:
             self.cell_position[dtype] = self.cell_position[torch.float32].to(dtype)
         return self.cell_position[dtype]
@@ -138,32 +142,51 @@ class Layout:
     # -- grid views ---------------------------------------------------------------------------------
     def windows(self, buf: torch.Tensor) -> torch.Tensor:
         """``[M, X, win, win]`` view of the state records ``buf`` (a fresh `Record.empty`):
-        element ``[b, x]`` is the window of environment ``b`` centred on padded cell ``x``."""
+        element ``[b, x]`` is the window of environment ``b`` centred on grid cell ``x``."""
         win = self.cfg.window
         rows = buf.view(self.grid_dtype)
         start = self.grid_offset - self.origin_shift  # >= 0: the record puts that many cells before the grid
-        return rows.as_strided((rows.shape[0], self.cells - (win - 1) * (self.wp + 1) + self.origin_shift, win, win),
-                               (rows.shape[1], 1, self.wp, 1), start)
+        return rows.as_strided((rows.shape[0], self.grid_cells - (win - 1) * (self.ws + 1) + self.origin_shift, win, win),
+                               (rows.shape[1], 1, self.ws, 1), start)
+
+    def map_view(self, grid: torch.Tensor) -> torch.Tensor:
+        """``[M, H, W]`` view of a packed grid's map cells."""
+        cfg, p = self.cfg, self.cfg.pad
+        start = p + p * self.ws
+        return grid[:, start : start + cfg.grid_height * self.ws].view(-1, cfg.grid_height, self.ws)[:, :, : cfg.grid_width]
 
     def decode(self, grid: torch.Tensor) -> torch.Tensor:
-        """``[M, Hp * Wp]`` uint8 codes of `uavsim.rules` (FREE 0, COVERED 1, BLOCKED 2) of a packed grid."""
-        code = grid >> self.count_bits
-        return (code - (code >> 1)).to(torch.uint8)  # 3 -> 2
+        """``[M, Hp * Wp]`` uint8 codes of `uavsim.rules` (FREE 0, COVERED 1, BLOCKED 2) of a packed
+        grid, in the rules' padded layout."""
+        cfg, p = self.cfg, self.cfg.pad
+        code = self.map_view(grid) >> self.count_bits
+        cells = torch.full((grid.shape[0], self.hp, self.wp), rules.BLOCKED, dtype=torch.uint8, device=grid.device)
+        cells[:, p : p + cfg.grid_height, p : p + cfg.grid_width] = code - (code >> 1)  # 3 -> 2
+        return cells.view(grid.shape[0], -1)
 
     def encode(self, cells: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
-        """The packed grid of ``cells`` (rules' codes) with the UAVs on ``cell [M, N]`` counted."""
-        code = cells.to(self.grid_dtype)
-        grid = (code + (code >> 1)) << self.count_bits  # 2 -> 3
+        """The packed grid of ``cells`` (rules' codes and layout) with the UAVs on grid cells
+        ``cell [M, N]`` counted."""
+        cfg, p = self.cfg, self.cfg.pad
+        code = cells.view(-1, self.hp, self.wp)[:, p : p + cfg.grid_height, p : p + cfg.grid_width].to(self.grid_dtype)
+        grid = torch.full((cells.shape[0], self.grid_cells), self.blocked_value, dtype=self.grid_dtype,
+                          device=cells.device)
+        self.map_view(grid).copy_((code + (code >> 1)) << self.count_bits)  # 2 -> 3
         ones = torch.ones(cell.shape, dtype=self.grid_dtype, device=cell.device)
         return grid.scatter_add_(1, cell, ones)
 
     def positions(self, cell: torch.Tensor) -> torch.Tensor:
-        """``[M, N, 2]`` int16 (row, col) on the map of padded flat cells ``[M, N]``."""
+        """``[M, N, 2]`` int16 (row, col) on the map of grid cells ``[M, N]``."""
         p = self.cfg.pad
-        return torch.stack([cell // self.wp - p, cell % self.wp - p], dim=-1).to(torch.int16)
+        return torch.stack([(cell - p) // self.ws - p, (cell - p) % self.ws], dim=-1).to(torch.int16)
 
     def cells_of(self, pos: torch.Tensor) -> torch.Tensor:
-        """``[M, N]`` int64 padded flat cells of map positions ``[M, N, 2]``."""
+        """``[M, N]`` int64 grid cells of map positions ``[M, N, 2]``."""
+        p = self.cfg.pad
+        return p + (pos[..., 0].long() + p) * self.ws + pos[..., 1].long()
+
+    def padded_cells_of(self, pos: torch.Tensor) -> torch.Tensor:
+        """``[M, N]`` int64 flat cells of map positions ``[M, N, 2]`` in the rules' padded layout."""
         p = self.cfg.pad
         return (pos[..., 0].long() + p) * self.wp + (pos[..., 1].long() + p)
 
@@ -178,23 +201,32 @@ def into(out: torch.Tensor, op, *args) -> torch.Tensor:
     return op(*args, out=out)
 
 
-def cover(lay: Layout, v: dict[str, torch.Tensor], idx: torch.Tensor, first: torch.Tensor | None = None,
-          out: torch.Tensor | None = None) -> torch.Tensor:
-    """Cover the free cells at the padded flat cells ``idx [M, K]`` int64 in place (grid and
-    per-block counts); return ``[M]`` the number newly covered (each cell counted once), into
-    ``out`` if given (else int64).
+def newly_covered(lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, first: torch.Tensor | None = None,
+                  dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(before, newly)`` for the grid cells ``sidx [M, K]`` int64, sorted per row: the
+    grid values there, and ``[M, K]`` 0/1 (in ``dtype``, default the pools') where a cell is FREE,
+    counted once (its first slot). Adds them to the per-block counts; the grid is the caller's.
 
     ``first``: a ``[M, K]`` bool scratch whose column 0 is True (allocated when None)."""
-    grid = v["grid"]
-    sidx = idx.sort(dim=1).values  # equal cells side by side: count each once
     if first is None:
-        first = torch.ones(idx.shape, dtype=torch.bool, device=idx.device)
+        first = torch.ones(sidx.shape, dtype=torch.bool, device=sidx.device)
     into(first[:, 1:], torch.ne, sidx[:, 1:], sidx[:, :-1])
-    before = grid.gather(1, sidx)
-    newly = torch.empty(idx.shape, dtype=v["pools"].dtype, device=idx.device)  # 0/1, summed into the pools
-    torch.logical_and(before < lay.covered_bit, first, out=newly)  # FREE (whatever its UAV count), counted once
-    grid.scatter_(1, sidx, before | lay.covered_bit)  # FREE -> COVERED; COVERED and BLOCKED stay
-    v["pools"][:, 1].scatter_add_(1, lay.block_of_padded[sidx], newly)
+    before = v["grid"].gather(1, sidx)
+    pools = v["pools"]
+    newly = torch.empty(sidx.shape, dtype=dtype or pools.dtype, device=sidx.device)
+    torch.logical_and(before < lay.covered_bit, first, out=newly)  # FREE, whatever its UAV count
+    pools[:, 1].scatter_add_(1, lay.block_of_grid[sidx], newly if newly.dtype == pools.dtype else newly.to(pools.dtype))
+    return before, newly
+
+
+def cover(lay: Layout, v: dict[str, torch.Tensor], idx: torch.Tensor, first: torch.Tensor | None = None,
+          out: torch.Tensor | None = None) -> torch.Tensor:
+    """Cover the free cells at the grid cells ``idx [M, K]`` int64 in place (grid and
+    per-block counts); return ``[M]`` the number newly covered (each cell counted once), into
+    ``out`` if given (else int64). ``first``: as `newly_covered`'s."""
+    sidx = idx.sort(dim=1).values  # equal cells side by side: count each once
+    before, newly = newly_covered(lay, v, sidx, first)
+    v["grid"].scatter_(1, sidx, before | lay.covered_bit)  # FREE -> COVERED; COVERED and BLOCKED stay
     return newly.sum(1) if out is None else into(out, torch.sum, newly, 1)
 
 

@@ -35,47 +35,16 @@ from typing import Any
 import torch
 
 from uavsim.config import EnvConfig
-from uavsim.dynamics import Layout, cover, into, observe
+from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the adapters import it from here
+from uavsim.dynamics import Layout, into, newly_covered, observe
 from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
+from uavsim.record import as_words, swap_rows
 from uavsim.rng import MAX_KEY, env_key
-from uavsim.state_checks import STATE_KEYS, checked_state
+from uavsim.state_checks import checked_state, rules_state, state_record, state_spec
 
 RESET_MODES = ("prepared", "dense", "sparse")
 AUTORESET_MODES = ("same_step", "next_step")
 OBS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def default_reset_mode(device: torch.device) -> str:
-    """The reset mode an env on ``device`` gets when none is named (module docstring)."""
-    return "prepared"
-
-
-def canonical_device(device: Any) -> torch.device:
-    """``device`` as tensors on it report theirs: ``"cuda"`` -> ``cuda:<current>``, ``"cpu:0"`` ->
-    ``cpu``. A plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``, so the
-    env's device checks would reject its own tensors."""
-    if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):  # an int: torch's CUDA index
-        raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', a torch.device or a CUDA "
-                        f"index; got {type(device).__name__} {device!r}")
-    if isinstance(device, int):
-        if device < 0:
-            raise ValueError(f"a CUDA device index must be >= 0, got {device}")
-        device = f"cuda:{device}"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device {device!r} is not a device name: expected 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cpu":
-        return torch.device("cpu")
-    if dev.type != "cuda":
-        raise ValueError(f"the environment runs on 'cpu' or 'cuda' devices, got {str(dev)!r}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {str(dev)!r}: torch sees no CUDA device (a CPU-only build, or no GPU visible)")
-    if dev.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    if dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {str(dev)!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
-    return dev
 
 
 def next_episode(episode: torch.Tensor) -> torch.Tensor:
@@ -90,23 +59,6 @@ def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
     reductions, cannot change it."""
     out = torch.empty(ep_reward.shape[0], dtype=torch.float32, device=ep_reward.device)
     return torch.div(ep_reward.sum(1, dtype=torch.float64), ep_reward.shape[1], out=out)
-
-
-def as_words(x: torch.Tensor) -> torch.Tensor:
-    """``[B, bytes / w]`` view of a contiguous ``[B, ...]`` tensor as its widest integer words
-    ``w`` (<= 8 bytes) that divide a row: a row-masked ``torch.where`` on them copies bits
-    exactly, and runs several times faster on a CPU than on bytes or broadcast floats."""
-    row = x.reshape(x.shape[0], -1)
-    nbytes = row.shape[1] * row.element_size()
-    for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        if nbytes % dtype.itemsize == 0 and dtype.itemsize >= row.element_size():
-            return row.view(dtype)
-    return row
-
-
-def swap_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """``[B, ...]`` rows of ``new`` where ``mask [B]``, else of ``old`` (a new tensor, bits exact)."""
-    return torch.where(mask[:, None], as_words(new), as_words(old)).view(old.dtype).view(old.shape)
 
 
 def _check_choice(name: str, value: Any, choices: tuple) -> None:
@@ -155,7 +107,7 @@ class UAVSwarmEnv:
         if first_env_index < 0 or first_env_index + num_envs > MAX_KEY:
             raise ValueError(f"environment indices must lie in [0, 2**31), got first_env_index={first_env_index}")
         self.device = canonical_device(device)
-        reset_mode = default_reset_mode(self.device) if reset_mode is None else reset_mode
+        reset_mode = "prepared" if reset_mode is None else reset_mode  # on every device (module docstring)
         _check_choice("reset_mode", reset_mode, RESET_MODES)
         _check_choice("autoreset_mode", autoreset_mode, AUTORESET_MODES)
         if obs_dtype not in OBS_DTYPES:
@@ -166,8 +118,9 @@ class UAVSwarmEnv:
         self.local_obs_dim, self.state_dim = cfg.local_obs_dim, cfg.state_dim
         self.env_index = torch.arange(first_env_index, first_env_index + num_envs, device=self.device)
         self._build_tables()
-        # Steps between two rebuilds of the prepared starts: an episode that starts right after a
-        # rebuild cannot end before the next one (next_step swaps a step later: one more).
+        # Steps between two rebuilds of the prepared starts: no episode is shorter, so an episode
+        # whose start was just used cannot end before its next start is built (next_step uses a
+        # start one step after the episode ended: one step more).
         self.prepare_period = {"prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"),
                                "dense": 1, "sparse": 0}[reset_mode]
         self._launch_can_end = launch_can_end(cfg)  # if not, next_step need not mask `terminated` at a restart
@@ -184,9 +137,11 @@ class UAVSwarmEnv:
         self._b_index = torch.arange(b, device=dev)[:, None]
         self._first = torch.ones(b, cfg.num_uavs * lay.edges.shape[1], dtype=torch.bool, device=dev)  # cover's scratch
         self._first_start = torch.ones(b, cfg.num_uavs * lay.foot.shape[0], dtype=torch.bool, device=dev)
-        occupancy = torch.ones(2 * cfg.num_uavs, dtype=torch.int64)
-        occupancy[: cfg.num_uavs] = -1  # a UAV leaves its old cell and enters its new one
-        self._occupancy_delta = occupancy.to(lay.grid_dtype).to(dev).expand(b, -1)  # -1 wraps in uint8, as intended
+        # What the step adds to the grid: -1 / +1 UAV on the cells left / entered (-1 wraps in uint8,
+        # as intended), then the COVERED bit on the freshly covered cells (written each step).
+        delta = torch.ones(b, 2 * cfg.num_uavs + self._first.shape[1], dtype=torch.int64)
+        delta[:, : cfg.num_uavs] = -1
+        self._grid_delta = delta.to(lay.grid_dtype).to(dev)
         f32 = lambda x: torch.tensor(x, dtype=torch.float32, device=dev)  # noqa: E731
         self._c_cov, self._c_time = f32(cfg.coverage_reward), f32(cfg.time_penalty)
         self._penalties = f32([cfg.collision_penalty, cfg.near_miss_penalty])
@@ -199,8 +154,8 @@ class UAVSwarmEnv:
             self._since_prepare = 0
 
     def _flat(self, pos: torch.Tensor) -> torch.Tensor:
-        """``[..., N]`` int64 padded flat cells of map positions ``pos [..., N, 2]``."""
-        return self._lay.cells_of(pos)
+        """``[..., N]`` int64 flat cells of map positions ``pos [..., N, 2]`` in ``state["cells"]``."""
+        return self._lay.padded_cells_of(pos)
 
     # -- building states -----------------------------------------------------------------------------
     def _start(self, rows: int, env_key_: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
@@ -334,10 +289,14 @@ class UAVSwarmEnv:
         # Off the map is blocked too; a UAV's own cell never is, so a blocked move is a collision.
         into(collided, torch.ge, grid.gather(1, target), lay.blocked_value)
         moved_to = torch.where(collided, cell, target)
-        grid.scatter_add_(1, torch.cat([cell, moved_to], 1), self._occupancy_delta)  # UAV counts per cell
-        cell.copy_(moved_to)
         entered = lay.edges[torch.where(collided, self._hover, actions)]  # [B, N, E] cells new to each footprint
-        newly = cover(lay, v, (cell[:, :, None] + entered).view(b, -1), self._first)
+        sidx = (moved_to[:, :, None] + entered).view(b, -1).sort(dim=1).values  # equal cells side by side
+        _, fresh = newly_covered(lay, v, sidx, self._first, lay.grid_dtype)
+        # One write of the grid: -1 / +1 UAV on the cells left / entered, COVERED added to the fresh cells.
+        into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
+        grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
+        cell.copy_(moved_to)
+        newly = fresh.sum(1)
         v["covered"] += newly
         v["t"] += 1 if restarted is None else ~restarted
 
@@ -392,29 +351,16 @@ class UAVSwarmEnv:
     # -- state, checkpointing and rendering ---------------------------------------------------------
     @property
     def state(self) -> dict[str, torch.Tensor]:
-        """The state in the rules' terms, ``[B, ...]``: views of the live state (read-only by
-        convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0 / COVERED 1 / BLOCKED 2)
-        and ``pos`` ([B, N, 2] int16 (row, col)), which are computed from it on each access."""
+        """The state in the rules' terms (`uavsim.state_checks.STATE_KEYS`), ``[B, ...]``: views of
+        the live state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0
+        / COVERED 1 / BLOCKED 2) and ``pos`` ([B, N, 2] int16 (row, col)), computed on each access."""
         if self._buf is None:
             raise RuntimeError("call reset() before reading the state")
-        v, lay = self._v, self._lay
-        return {"cells": lay.decode(v["grid"]), "pos": lay.positions(v["cell"]), "t": v["t"],
-                "episode": v["episode"], "covered": v["covered"], "free": v["free"],
-                "pool_blocked": v["pools"][:, 0], "pool_covered": v["pools"][:, 1], "ep_reward": v["ep_reward"],
-                "ep_collisions": v["ep_counts"][:, 0], "ep_near_misses": v["ep_counts"][:, 1],
-                "reset_pending": self._pending}
+        return rules_state(self._lay, self._v, self._pending)
 
     def state_spec(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """``{key: (dtype, shape)}`` of each tensor of ``state`` (and of checkpoints)."""
-        lay, b, n = self._lay, self.num_envs, self.num_uavs
-        f = lay.record.fields
-        p2 = self.config.state_pool**2
-        return {"cells": (torch.uint8, (b, lay.cells)), "pos": (torch.int16, (b, n, 2)),
-                "t": (f["t"].dtype, (b,)), "episode": (torch.int32, (b,)), "covered": (lay.count_dtype, (b,)),
-                "free": (lay.count_dtype, (b,)), "pool_blocked": (f["pools"].dtype, (b, p2)),
-                "pool_covered": (f["pools"].dtype, (b, p2)), "ep_reward": (torch.float32, (b, n)),
-                "ep_collisions": (f["ep_counts"].dtype, (b,)), "ep_near_misses": (f["ep_counts"].dtype, (b,)),
-                "reset_pending": (torch.bool, (b,))}
+        return state_spec(self._lay, self.num_envs)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly (tensors are copies on the env's device)."""
@@ -428,19 +374,8 @@ class UAVSwarmEnv:
         naming what does not fit (this env's identity, a tensor's dtype or shape, values out of
         range, counts that disagree with the map)."""
         s = checked_state(self, d)
-        lay = self._lay
-        buf = lay.record.empty(self.num_envs, self.device)
-        v = lay.record.views(buf)
-        v["cell"].copy_(lay.cells_of(s["pos"]))
-        v["grid"].copy_(lay.encode(s["cells"], v["cell"]))
-        v["pools"][:, 0].copy_(s["pool_blocked"])
-        v["pools"][:, 1].copy_(s["pool_covered"])
-        v["ep_counts"][:, 0].copy_(s["ep_collisions"])
-        v["ep_counts"][:, 1].copy_(s["ep_near_misses"])
-        for k in ("t", "episode", "covered", "free", "ep_reward"):
-            v[k].copy_(s[k])
         self._pending.copy_(s["reset_pending"])
-        self._set_buffer(buf)
+        self._set_buffer(state_record(self._lay, s))
         if self.reset_mode != "sparse":
             self._prepare()
 
@@ -455,7 +390,3 @@ class UAVSwarmEnv:
         from uavsim.render import render_env  # keeps the step module free of drawing code
 
         return render_env(self, env_index, cell_px)
-
-
-assert set(STATE_KEYS) == {"cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
-                           "ep_reward", "ep_collisions", "ep_near_misses", "reset_pending"}

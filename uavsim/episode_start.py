@@ -8,6 +8,7 @@ views ``v`` of ``M`` environments, with no data-dependent shape and no host read
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -29,6 +30,7 @@ def launch_can_end(cfg: EnvConfig) -> bool:
     return episode_bounds(cfg)[1]
 
 
+@functools.lru_cache(maxsize=64)
 def episode_bounds(cfg: EnvConfig) -> tuple[int, bool]:
     """``(a length no episode can be shorter than (>= 1), whether the launch can already reach the
     target)``, whatever the map and actions.
@@ -95,7 +97,7 @@ def start_episodes(lay: Layout, tab: StartTables, buf: torch.Tensor, env_key: to
     ``env_key [M]`` (`uavsim.rng.env_key`) into the state record ``buf [M, record bytes]``.
     ``first``: `cover`'s scratch for ``M x num_uavs x footprint`` cells (allocated when None)."""
     cfg, v = lay.cfg, lay.record.views(buf)
-    m, k, h, w, p = episode.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width, cfg.pad
+    m, k, h, w = episode.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width
     d = draw_hash(episode_key(env_key, episode)[:, None], tab.draws)  # [M, draws] in [0, 2**32)
     rect = d[:, : 4 * k].view(m, k, 4)
     size = cfg.obstacle_min_size + ((rect[..., :2] * tab.size_span) >> 32)  # [M, K, (h, w)]
@@ -110,7 +112,7 @@ def start_episodes(lay: Layout, tab: StartTables, buf: torch.Tensor, env_key: to
 
     grid = v["grid"]
     grid.fill_(lay.blocked_value)
-    into(grid.view(m, lay.hp, lay.wp)[:, p : p + h, p : p + w], torch.mul, blocked, lay.blocked_value)
+    into(lay.map_view(grid), torch.mul, blocked, lay.blocked_value)
     into(v["free"], torch.sub, tab.hw, blocked.view(m, h * w).sum(1))
     pools = v["pools"]
     pools.zero_()

@@ -75,3 +75,20 @@ class Record:
         """Typed views of the fields ``first..last`` in a ``span`` of bytes (a copy of one)."""
         names = list(self.fields)
         return self._views(span, names[names.index(first):names.index(last) + 1], self.offsets[first])
+
+
+def as_words(x: torch.Tensor) -> torch.Tensor:
+    """``[B, bytes / w]`` view of a contiguous ``[B, ...]`` tensor as its widest integer words
+    ``w`` (<= 8 bytes) that divide a row: a row-masked ``torch.where`` on them copies bits
+    exactly, and runs several times faster on a CPU than on bytes or broadcast floats."""
+    row = x.reshape(x.shape[0], -1)
+    nbytes = row.shape[1] * row.element_size()
+    for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        if nbytes % dtype.itemsize == 0 and dtype.itemsize >= row.element_size():
+            return row.view(dtype)
+    return row
+
+
+def swap_rows(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """``[B, ...]`` rows of ``new`` where ``mask [B]``, else of ``old`` (a new tensor, bits exact)."""
+    return torch.where(mask[:, None], as_words(new), as_words(old)).view(old.dtype).view(old.shape)

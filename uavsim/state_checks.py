@@ -1,4 +1,6 @@
-"""Checks on an environment state handed to `UAVSwarmEnv.load_state_dict` (a checkpoint's).
+"""The env's state in the rules' terms (what `UAVSwarmEnv.state` shows and checkpoints hold), its
+conversion from and to the packed state record, and the checks on a state handed to
+`UAVSwarmEnv.load_state_dict`.
 
 A state the env did not write would otherwise fail deep inside a step: an index out of bounds (a
 device-side assert on a GPU), a coverage divided by zero, a global state gone negative, a UAV
@@ -16,10 +18,45 @@ from uavsim.rng import MAX_KEY
 from uavsim.rules import BLOCKED, COVERED, FREE
 
 if TYPE_CHECKING:
+    from uavsim.dynamics import Layout
     from uavsim.env import UAVSwarmEnv
 
 STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
               "ep_reward", "ep_collisions", "ep_near_misses", "reset_pending")
+
+
+def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The state of record views ``v`` (and next_step's ``pending`` flags) keyed by `STATE_KEYS`."""
+    return {"cells": lay.decode(v["grid"]), "pos": lay.positions(v["cell"]), "t": v["t"],
+            "episode": v["episode"], "covered": v["covered"], "free": v["free"],
+            "pool_blocked": v["pools"][:, 0], "pool_covered": v["pools"][:, 1], "ep_reward": v["ep_reward"],
+            "ep_collisions": v["ep_counts"][:, 0], "ep_near_misses": v["ep_counts"][:, 1], "reset_pending": pending}
+
+
+def state_spec(lay: Layout, num_envs: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """``{key: (dtype, shape)}`` of each tensor of `rules_state` for ``num_envs`` environments."""
+    b, n, p2, f = num_envs, lay.cfg.num_uavs, lay.cfg.state_pool**2, lay.record.fields
+    return {"cells": (torch.uint8, (b, lay.cells)), "pos": (torch.int16, (b, n, 2)),
+            "t": (f["t"].dtype, (b,)), "episode": (torch.int32, (b,)), "covered": (lay.count_dtype, (b,)),
+            "free": (lay.count_dtype, (b,)), "pool_blocked": (f["pools"].dtype, (b, p2)),
+            "pool_covered": (f["pools"].dtype, (b, p2)), "ep_reward": (torch.float32, (b, n)),
+            "ep_collisions": (f["ep_counts"].dtype, (b,)), "ep_near_misses": (f["ep_counts"].dtype, (b,)),
+            "reset_pending": (torch.bool, (b,))}
+
+
+def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A new state record ``[B, record bytes]`` holding the (checked) state ``s`` of `rules_state`."""
+    buf = lay.record.empty(s["t"].shape[0], lay.device)
+    v = lay.record.views(buf)
+    v["cell"].copy_(lay.cells_of(s["pos"]))
+    v["grid"].copy_(lay.encode(s["cells"], v["cell"]))
+    v["pools"][:, 0].copy_(s["pool_blocked"])
+    v["pools"][:, 1].copy_(s["pool_covered"])
+    v["ep_counts"][:, 0].copy_(s["ep_collisions"])
+    v["ep_counts"][:, 1].copy_(s["ep_near_misses"])
+    for k in ("t", "episode", "covered", "free", "ep_reward"):
+        v[k].copy_(s[k])
+    return buf
 
 
 def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
