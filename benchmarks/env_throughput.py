@@ -14,8 +14,11 @@ Backends
                        environments steps 64 of them (``stepped_envs`` in the JSON).
     reference-async    the reference in ``gymnasium.vector.AsyncVectorEnv``, one worker process per
                        core (the seed note's "parallel environments" fix); measured at one size.
-    batched-<device>   ``UAVSwarmEnv`` (default reset mode for the device).
-    batched-cpu-dense  the CPU with the GPU's reset mode, for comparison.
+    batched-<device>   ``UAVSwarmEnv`` with its defaults: ``reset_mode="prepared"`` (no host sync),
+                       same-step autoreset, float32 observations.
+    batched-<device>-sparse  the starts built for the ended environments only (a host sync per step).
+    batched-<device>-dense   every start rebuilt every step (the GPU path before "prepared").
+    batched-<device>-next-step-bf16  next-step autoreset and bfloat16 observations: the fewest bytes.
     batched-cuda-compile  ``torch.compile`` of the step (CUDA only: on a 2-core CPU, compiling
                        took minutes and ran slower than eager; ``--compile-cpu`` tries it anyway).
     vmas-navigation    VMAS ``navigation`` with as many agents, discrete actions, no resets.
@@ -37,8 +40,7 @@ import torch
 
 from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, out_dir_arg, peak_rss_mib,
                                reset_peak_rss, setup_host, sync, write_results)
-from uavsim import EnvConfig, UAVSwarmEnv
-from uavsim import rules
+from uavsim import EnvConfig
 from uavsim.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
 
@@ -64,34 +66,30 @@ def time_steps(step: Callable[[], None], env_steps_per_call: int, args, device: 
     return median_rate(run, calls * env_steps_per_call, args.repeats, device)
 
 
-def bytes_per_env_step(cfg: EnvConfig, reset_mode: str = "sparse") -> int:
-    """Estimated DRAM bytes one environment step reads and writes, from the step's main tensors.
+# The batched env's variants: backend name suffix -> UAVSwarmEnv keyword arguments.
+VARIANTS = {"": {}, "-sparse": {"reset_mode": "sparse"}, "-dense": {"reset_mode": "dense"},
+            "-next-step-bf16": {"autoreset_mode": "next_step", "obs_dtype": torch.bfloat16}}
+MODEL_ENVS, MODEL_STEPS = 256, 18  # the batch and calls `model_bytes_per_env_step` counts
 
-    Observations are written twice (the final observation and the returned one); the window,
-    footprint and move gathers each move an int64 index plus the gathered cells; the footprint
-    also goes through the stamp (int32 scatter + gather), the cell scatter and the pooled counts.
-    ``"dense"`` resets (the CUDA default) also build a fresh episode for every environment each
-    step -- the obstacle raster (int32 corner scatter, two prefix sums, the compare), the cells,
-    the pooled counts, the launch footprint, its observation -- and merge state and observation
-    with ``torch.where`` (two reads, one write). Small per-env scalars are ignored, so this is a
-    lower bound on the true traffic.
-    """
-    n = cfg.num_uavs
-    obs = 4 * (n * cfg.local_obs_dim + cfg.state_dim)
-    window = n * cfg.window**2 * (8 + 1 + 1)
-    footprint = n * len(rules.footprint_offsets(cfg)) * (8 * 4 + 1 * 3 + 4 * 3)
-    others = n * n * (8 * 4 + 4 * 2)
-    moves = n * (8 * 3 + 1)
-    sparse = 3 * obs + window + footprint + others + moves
-    if reset_mode == "sparse":
-        return sparse
-    if reset_mode != "dense":
-        raise ValueError(f"reset_mode must be 'sparse' or 'dense', got {reset_mode!r}")
-    cells = (cfg.grid_height + 2 * cfg.pad) * (cfg.grid_width + 2 * cfg.pad)  # uint8
-    grid = cfg.grid_height * cfg.grid_width
-    raster = (cfg.grid_height + 1) * (cfg.grid_width + 1) * 4 * 5 + grid * (1 + 4 + 4 + 1) + 2 * cells
-    state = cells + 2 * 4 * cfg.state_pool**2 + n * (2 * 8 + 4)
-    return sparse + raster + footprint + obs + window + 3 * state + 3 * obs
+
+def model_bytes_per_env_step(cfg: EnvConfig, variants: list[str]) -> dict[str, float]:
+    """Bytes one env step moves per environment in each variant (`VARIANTS` suffix; "" the
+    default), counted by the cost model of `benchmarks.step_cost` (every aten op's operands,
+    episodes ending at a steady rate, averaged over one rebuild of the prepared starts): what the
+    achieved bandwidth of a GPU row divides by."""
+    from benchmarks.step_cost import bytes_per_env_step
+
+    return {variant_name(v): bytes_per_env_step(cfg, num_envs=MODEL_ENVS, steps=MODEL_STEPS, **VARIANTS[v])
+            for v in variants}
+
+
+def variant_name(suffix: str) -> str:
+    return suffix.lstrip("-") or "default"
+
+
+def variant_of(backend: str) -> str:
+    """The `VARIANTS` suffix of a batched backend's name."""
+    return next((v for v in sorted(VARIANTS, key=len, reverse=True) if v and backend.endswith(v)), "")
 
 # -- backends: each returns (env_steps_per_s, repeats, extra) for one size ------------------------
 REFERENCE_LOOP_MAX = 64  # environments a reference-loop row steps (its rate does not depend on the count)
@@ -127,11 +125,14 @@ def run_reference_async(cfg, num_envs, args):
         envs.close()
 
 
-def batched_runner(device: str, reset_mode: str | None = None, compile_step: bool = False):
+EPISODE_LENGTH = 100  # batched envs start staggered: B / 100 of them end in every step
+
+
+def batched_runner(device: str, variant: str = "", compile_step: bool = False):
     def run_batched(cfg, num_envs, args):
-        env = UAVSwarmEnv(cfg, num_envs=num_envs, device=device, seed=0, check_action_range=False,
-                          reset_mode=reset_mode)
-        env.reset()
+        from benchmarks.step_cost import staggered_env
+
+        env = staggered_env(cfg, num_envs, EPISODE_LENGTH, device=device, **VARIANTS[variant])
         step = torch.compile(env.step) if compile_step else env.step
         gen = torch.Generator(device=device).manual_seed(0)
         shape = (num_envs, cfg.num_uavs)
@@ -160,7 +161,7 @@ def vmas_runner(device: str):
 
 
 # Every backend's name (which of them run depends on the machine: CUDA, vmas installed).
-BACKENDS = ("reference-loop", "reference-async", "batched-cpu", "batched-cpu-dense", "batched-cuda",
+BACKENDS = ("reference-loop", "reference-async", *(f"batched-{d}{v}" for d in ("cpu", "cuda") for v in VARIANTS),
             "batched-cuda-compile", "vmas-navigation", "vmas-navigation-cuda")
 
 
@@ -170,13 +171,12 @@ def available_backends(args) -> list[tuple[str, str, Callable, list[int]]]:
     gpu_sizes = [s for s in (QUICK_SIZES if args.quick else GPU_SIZES) if s <= args.max_gpu_envs]
     out = [("reference-loop", "cpu", run_reference_loop, cpu_sizes),
            ("reference-async", "cpu", run_reference_async, [args.workers]),
-           ("batched-cpu", "cpu", batched_runner("cpu"), cpu_sizes),
-           ("batched-cpu-dense", "cpu", batched_runner("cpu", "dense"), cpu_sizes)]
+           *((f"batched-cpu{v}", "cpu", batched_runner("cpu", v), cpu_sizes) for v in VARIANTS)]
     if args.compile_cpu:
-        out.append(("batched-cpu-compile", "cpu", batched_runner("cpu", "dense", True), cpu_sizes))
+        out.append(("batched-cpu-compile", "cpu", batched_runner("cpu", "", True), cpu_sizes))
     if torch.cuda.is_available():
-        out.append(("batched-cuda", "cuda", batched_runner("cuda"), gpu_sizes))
-        out.append(("batched-cuda-compile", "cuda", batched_runner("cuda", None, True), gpu_sizes))
+        out += [(f"batched-cuda{v}", "cuda", batched_runner("cuda", v), gpu_sizes) for v in VARIANTS]
+        out.append(("batched-cuda-compile", "cuda", batched_runner("cuda", "", True), gpu_sizes))
     try:
         import vmas  # noqa: F401
 
@@ -215,14 +215,14 @@ def measure(args) -> dict[str, Any]:
                 row["cuda_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
             rows.append(row)
             print(f"{name:22s} {num_envs:>8d} envs  {fmt_rate(rate):>8s} env-steps/s")
-    add_ratios(rows, cfg)
+    model_bytes = model_bytes_per_env_step(cfg, list(VARIANTS))
+    add_ratios(rows, model_bytes)
     return {"benchmark": "env_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
             "config": cfg.to_dict(), "quick": args.quick, "threads": args.threads,
-            "bytes_per_env_step_estimate": bytes_per_env_step(cfg),
-            "bytes_per_env_step_estimate_dense": bytes_per_env_step(cfg, "dense"), "results": rows}
+            "bytes_per_env_step_model": model_bytes, "results": rows}
 
 
-def add_ratios(rows: list[dict[str, Any]], cfg: EnvConfig) -> None:
+def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> None:
     ref = {r["num_envs"]: r["env_steps_per_s"] for r in rows if r["backend"] == "reference-loop" and "error" not in r}
     ref_any = float(np.median(list(ref.values()))) if ref else None  # the loop's rate barely depends on size
     vmas = {r["num_envs"]: r["env_steps_per_s"] for r in rows if r["backend"] == "vmas-navigation" and "error" not in r}
@@ -237,8 +237,7 @@ def add_ratios(rows: list[dict[str, Any]], cfg: EnvConfig) -> None:
         if r["num_envs"] in vmas and r["backend"].startswith("batched-cpu"):
             r["speedup_vs_vmas_cpu"] = r["env_steps_per_s"] / vmas[r["num_envs"]]
         if r["device"] == "cuda" and r["backend"].startswith("batched") and peak:
-            mode = "dense" if r["device"] == "cuda" or "dense" in r["backend"] else "sparse"
-            r["bytes_per_env_step"] = bytes_per_env_step(cfg, mode)  # CUDA's default reset mode is dense
+            r["bytes_per_env_step"] = model_bytes[variant_name(variant_of(r["backend"]))]
             achieved = r["env_steps_per_s"] * r["bytes_per_env_step"] / 1e9
             r["achieved_bandwidth_gbs"] = achieved
             r["bandwidth_fraction"] = achieved / peak
@@ -260,9 +259,10 @@ def table(payload: dict[str, Any]) -> str:
             f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} | {fmt_rate(r['uav_steps_per_s'])} "
             f"| {fmt(r.get('speedup_vs_reference_loop'))} | {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
             f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |")
-    lines += ["", f"Bytes per env step (estimate, lower bound): {payload['bytes_per_env_step_estimate']} with sparse "
-              f"resets, {payload['bytes_per_env_step_estimate_dense']} with dense resets (CUDA's default, which the "
-              "bandwidth fraction uses).",
+    model = ", ".join(f"{b / 1024:.1f} KiB ({name})" for name, b in payload["bytes_per_env_step_model"].items())
+    lines += ["", f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
+              f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its variant's. Batched envs start at staggered steps "
+              f"of their first episode, so that about B / {EPISODE_LENGTH} of them end in every step.",
               f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
               "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
               "point, after freed memory was returned to the system.", ""]

@@ -3,22 +3,28 @@
 The rules are those of `uavsim.rules`; `uavsim.reference.ReferenceEnv` is the same task in NumPy
 and environment ``i`` here plays exactly the episodes of ``ReferenceEnv(cfg, seed, env_index=i)``.
 
-State (leading dims ``[B]`` = environments, ``[B, N]`` = environments x UAVs), all on ``device``:
-    cells          [B, Hp * Wp] uint8   padded map, FREE / COVERED / BLOCKED (border = BLOCKED)
-    pos            [B, N, 2]    int64   (row, col) of each UAV on the map
-    t, episode     [B]          int64   steps taken in the episode; episode index (for the RNG)
-    covered, free  [B]          int64   covered and free cell counts
-    pool_blocked   [B, P^2]     int32   blocked / covered cells per pooled block (global state)
-    pool_covered   [B, P^2]     int32
-    ep_reward      [B, N]       float32 and ep_collisions, ep_near_misses [B] int64: episode sums
+State: one row of bytes per environment (`uavsim.record`), updated in place, with a typed view
+per field (`uavsim.dynamics.Layout`): the packed grid (cell codes and UAV counts), each UAV's cell,
+per-block counts, and counters in the narrowest exact integer types. ``env.state`` shows it in
+the rules' terms (see `state`).
 
-Resets happen inside ``step`` for environments that ended (Gymnasium's SAME_STEP autoreset). How
-the fresh episodes are merged in is ``reset_mode``:
-    "dense"  fresh starts are computed for every environment and merged with ``torch.where``: no
-             data-dependent shapes and no host read, so it suits CUDA (and CUDA graphs);
-    "sparse" only the environments that ended are regenerated (``nonzero`` + ``index_copy_``):
-             less work, but reading the count is a host sync -- free on the CPU, not on a GPU.
-The default is "sparse" on the CPU and "dense" elsewhere; both give identical results (tested).
+Autoreset (``autoreset_mode``, Gymnasium's names):
+    "same_step"  an environment whose episode ends is reset inside that ``step``: ``obs`` is the
+                 next episode's first observation, ``info["final_obs"]`` the last one;
+    "next_step"  ``step`` returns the last observation; the next ``step`` starts the next
+                 episode instead (its actions are ignored; reward 0, not terminated, not
+                 truncated) and returns its first observation. No ``final_obs``: cheaper.
+Where the next episodes' starts come from (``reset_mode``):
+    "prepared"   every environment's next start is kept ready in a second state record and
+                 swapped in by one ``torch.where``; all of them are rebuilt together every
+                 ``prepare_period`` steps, the fewest steps any episode can take
+                 (`uavsim.episode_start.min_episode_length`), so a start is always ready when
+                 needed. No data-dependent shape, no host read: the GPU path (CUDA graphs too);
+    "dense"      the same with every start rebuilt every step (a reference for the above);
+    "sparse"     the starts are built for the environments that ended only (``nonzero``): a
+                 host sync per step on a GPU, free on the CPU.
+The default is "prepared" everywhere. All modes give the same results (tested against the
+reference, bit for bit).
 """
 
 from __future__ import annotations
@@ -28,44 +34,22 @@ from typing import Any
 
 import torch
 
-from uavsim import rules
 from uavsim.config import EnvConfig
-from uavsim.rng import MAX_KEY, below, hash32
-from uavsim.rules import BLOCKED, FREE
-from uavsim.state_checks import STATE_KEYS, checked_state
+from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the adapters import it from here
+from uavsim.dynamics import Layout, into, newly_covered, observe
+from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
+from uavsim.record import as_words, swap_rows
+from uavsim.rng import MAX_KEY, env_key
+from uavsim.state_checks import checked_state, rules_state, state_record, state_spec
+
+RESET_MODES = ("prepared", "dense", "sparse")
+AUTORESET_MODES = ("same_step", "next_step")
+OBS_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def canonical_device(device: Any) -> torch.device:
-    """``device`` as tensors on it report theirs: ``"cuda"`` -> ``cuda:<current>``, ``"cpu:0"`` ->
-    ``cpu``. A plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``, so the
-    env's device checks would reject its own tensors."""
-    if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):  # an int: torch's CUDA index
-        raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', a torch.device or a CUDA "
-                        f"index; got {type(device).__name__} {device!r}")
-    if isinstance(device, int):
-        if device < 0:
-            raise ValueError(f"a CUDA device index must be >= 0, got {device}")
-        device = f"cuda:{device}"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device {device!r} is not a device name: expected 'cpu', 'cuda' or 'cuda:N'") from None
-    if dev.type == "cpu":
-        return torch.device("cpu")
-    if dev.type != "cuda":
-        raise ValueError(f"the environment runs on 'cpu' or 'cuda' devices, got {str(dev)!r}")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {str(dev)!r}: torch sees no CUDA device (a CPU-only build, or no GPU visible)")
-    if dev.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    if dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device {str(dev)!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
-    return dev
-
-
-def _next(episode: torch.Tensor) -> torch.Tensor:
-    """The next episode index; after 2**31 episodes (the RNG's key range) the maps repeat from 0."""
-    return (episode + 1) % MAX_KEY
+def next_episode(episode: torch.Tensor) -> torch.Tensor:
+    """``[M]`` int64: the next episode index; after 2**31 episodes (the RNG's key range) the maps repeat."""
+    return (episode.long() + 1) % MAX_KEY
 
 
 def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
@@ -73,15 +57,17 @@ def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
     float64, where the sum of a few float32 values is exact (unless they differ by more than ~2**25
     in magnitude), so the order of the additions, which differs between torch's and NumPy's
     reductions, cannot change it."""
-    return (ep_reward.double().sum(1) / ep_reward.shape[1]).float()
+    out = torch.empty(ep_reward.shape[0], dtype=torch.float32, device=ep_reward.device)
+    return torch.div(ep_reward.sum(1, dtype=torch.float64), ep_reward.shape[1], out=out)
 
 
-def _as_long(x, device) -> torch.Tensor:
-    return torch.as_tensor(x, dtype=torch.int64, device=device)
+def _check_choice(name: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 class UAVSwarmEnv:
-    """``num_envs`` coverage environments on one device. See the module docstring for the state.
+    """``num_envs`` coverage environments on one device. See the module docstring for the modes.
 
     Args:
         config: the task (default ``EnvConfig()``).
@@ -95,12 +81,16 @@ class UAVSwarmEnv:
             turn it off. Off, a bad action goes undetected: a negative one indexes the move table
             from its end (-1 moves like the last action), a larger one raises an IndexError (a
             device-side assert on a GPU). Shape, dtype and device are always checked (free).
-        reset_mode: ``"dense"``, ``"sparse"`` or ``None`` (pick by device), see module docstring.
+        reset_mode: ``"prepared"``, ``"dense"``, ``"sparse"`` or ``None`` (the default).
+        autoreset_mode: ``"same_step"`` (default) or ``"next_step"``.
+        obs_dtype: observations in float32 (default), bfloat16 or float16: each value the
+            float32 value of the rules cast to it (the 0/1/count channels are exact in all three).
     """
 
     def __init__(self, config: EnvConfig | None = None, num_envs: int = 1, device: Any = "cpu",
                  seed: int = 0, first_env_index: int = 0, check_action_range: bool = True,
-                 reset_mode: str | None = None):
+                 reset_mode: str | None = None, autoreset_mode: str = "same_step",
+                 obs_dtype: torch.dtype = torch.float32):
         self.config = cfg = config if config is not None else EnvConfig()
         if not isinstance(cfg, EnvConfig):
             raise TypeError(f"config must be an EnvConfig, got {type(cfg).__name__}")
@@ -117,150 +107,116 @@ class UAVSwarmEnv:
         if first_env_index < 0 or first_env_index + num_envs > MAX_KEY:
             raise ValueError(f"environment indices must lie in [0, 2**31), got first_env_index={first_env_index}")
         self.device = canonical_device(device)
-        if reset_mode is None:
-            reset_mode = "sparse" if self.device.type == "cpu" else "dense"
-        if reset_mode not in ("dense", "sparse"):
-            raise ValueError(f"reset_mode must be 'dense', 'sparse' or None, got {reset_mode!r}")
-        self.reset_mode = reset_mode
+        reset_mode = "prepared" if reset_mode is None else reset_mode  # on every device (module docstring)
+        _check_choice("reset_mode", reset_mode, RESET_MODES)
+        _check_choice("autoreset_mode", autoreset_mode, AUTORESET_MODES)
+        if obs_dtype not in OBS_DTYPES:
+            raise TypeError(f"obs_dtype must be one of {OBS_DTYPES}, got {obs_dtype!r}")
+        self.reset_mode, self.autoreset_mode, self.obs_dtype = reset_mode, autoreset_mode, obs_dtype
         self.num_envs, self.seed, self.check_action_range = num_envs, seed, check_action_range
         self.num_uavs, self.num_actions = cfg.num_uavs, cfg.num_actions
         self.local_obs_dim, self.state_dim = cfg.local_obs_dim, cfg.state_dim
         self.env_index = torch.arange(first_env_index, first_env_index + num_envs, device=self.device)
         self._build_tables()
-        self._state: dict[str, torch.Tensor] | None = None
+        # Steps between two rebuilds of the prepared starts: no episode is shorter, so an episode
+        # whose start was just used cannot end before its next start is built (next_step uses a
+        # start one step after the episode ended: one step more).
+        self.prepare_period = {"prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"),
+                               "dense": 1, "sparse": 0}[reset_mode]
+        self._launch_can_end = launch_can_end(cfg)  # if not, next_step need not mask `terminated` at a restart
+        self._buf: torch.Tensor | None = None  # [B, record bytes] uint8: the state
+        self._v: dict[str, torch.Tensor] = {}
 
     # -- constant tables -----------------------------------------------------------------------
     def _build_tables(self) -> None:
-        cfg, dev, p = self.config, self.device, self.config.pad
-        self._wp = wp = cfg.grid_width + 2 * p
-        self._cells_padded = (cfg.grid_height + 2 * p) * wp
-        flat = lambda rc: _as_long(rc[..., 0] * wp + rc[..., 1], dev)  # noqa: E731 -- offsets in padded cells
-        self._moves = _as_long(rules.move_table(cfg), dev)
-        self._foot = flat(rules.footprint_offsets(cfg))
-        self._window = flat(rules.window_offsets(cfg))
-        self._launch = _as_long(rules.launch_cells(cfg), dev)
-        self._launch_order = torch.arange(cfg.launch_size**2, device=dev)
-        self._obstacle_draws = torch.arange(4 * cfg.num_obstacles, device=dev)
-        self._corner_signs = torch.tensor([1, -1, -1, 1], dtype=torch.int32).repeat_interleave(cfg.num_obstacles).to(dev)
-        block = rules.block_of_cell(cfg).reshape(cfg.grid_height, cfg.grid_width)
-        padded_block = torch.zeros(cfg.grid_height + 2 * p, wp, dtype=torch.int64)
-        padded_block[p : p + cfg.grid_height, p : p + cfg.grid_width] = torch.from_numpy(block)
-        self._block_of_padded = padded_block.reshape(-1).to(dev)  # border cells are never covered
-        self._block_of_cell = _as_long(block.reshape(-1), dev)
-        self._block_cells = torch.as_tensor(rules.cells_per_block(cfg), dtype=torch.float32, device=dev)
-        self._scale = torch.tensor([cfg.grid_height - 1, cfg.grid_width - 1], dtype=torch.float32, device=dev)
-        self._not_self = ~torch.eye(cfg.num_uavs, dtype=torch.bool, device=dev)
-        f32 = lambda v: torch.tensor(v, dtype=torch.float32, device=dev)  # noqa: E731
+        cfg, dev, b = self.config, self.device, self.num_envs
+        self._lay = lay = Layout(cfg, dev)
+        self._start_tables = StartTables(lay)
+        self._env_key = env_key(self.seed, self.env_index)
+        self._moves, self._scale = lay.moves, lay.scale  # for policies and tests: [A, 2] int64, [2] float32
+        self._b_index = torch.arange(b, device=dev)[:, None]
+        self._first = torch.ones(b, cfg.num_uavs * lay.edges.shape[1], dtype=torch.bool, device=dev)  # cover's scratch
+        self._first_start = torch.ones(b, cfg.num_uavs * lay.foot.shape[0], dtype=torch.bool, device=dev)
+        # What the step adds to the grid: -1 / +1 UAV on the cells left / entered (-1 wraps in uint8,
+        # as intended), then the COVERED bit on the freshly covered cells (written each step).
+        delta = torch.ones(b, 2 * cfg.num_uavs + self._first.shape[1], dtype=torch.int64)
+        delta[:, : cfg.num_uavs] = -1
+        self._grid_delta = delta.to(lay.grid_dtype).to(dev)
+        f32 = lambda x: torch.tensor(x, dtype=torch.float32, device=dev)  # noqa: E731
         self._c_cov, self._c_time = f32(cfg.coverage_reward), f32(cfg.time_penalty)
-        self._c_coll, self._c_near = f32(cfg.collision_penalty), f32(cfg.near_miss_penalty)
-        self._c_target, self._c_max_steps = f32(cfg.target_coverage), f32(cfg.max_steps)
-        self._stamp = torch.zeros(self.num_envs, self._cells_padded, dtype=torch.int32, device=dev)
-        self._stamp_ids = torch.arange(cfg.num_uavs * len(self._foot), dtype=torch.int32, device=dev)
+        self._penalties = f32([cfg.collision_penalty, cfg.near_miss_penalty])
+        self._c_target, self._zero = f32(cfg.target_coverage), f32(0.0)
+        self._pending = torch.zeros(b, dtype=torch.bool, device=dev)  # next_step: the next step restarts
+        self._hover = torch.zeros((), dtype=torch.int64, device=dev)
+        if self.reset_mode != "sparse":
+            self._prep_buf = self._lay.record.empty(b, dev)
+            self._prep_obs: dict[str, torch.Tensor] = {}
+            self._since_prepare = 0
 
-    # -- episode start ---------------------------------------------------------------------------
-    def _fresh(self, env_index: torch.Tensor, episode: torch.Tensor) -> dict[str, torch.Tensor]:
-        """First state of episode ``episode[m]`` of environment ``env_index[m]`` ([M] int64 each)."""
-        cfg, p, dev = self.config, self.config.pad, self.device
-        m, hgt, wid = env_index.shape[0], cfg.grid_height, cfg.grid_width
-        keys = (self.seed, env_index[:, None], episode[:, None])
-        d = hash32(*keys, self._obstacle_draws[None, :]).view(m, cfg.num_obstacles, 4)
-        lo, span = cfg.obstacle_min_size, cfg.obstacle_max_size - cfg.obstacle_min_size + 1
-        oh, ow = lo + below(d[..., 0], span), lo + below(d[..., 1], span)
-        top, left = below(d[..., 2], hgt - oh + 1), below(d[..., 3], wid - ow + 1)
-        # Rasterise all rectangles at once: +-1 at their corners, then a 2-D prefix sum.
-        corners = torch.cat([top * (wid + 1) + left, top * (wid + 1) + left + ow,
-                             (top + oh) * (wid + 1) + left, (top + oh) * (wid + 1) + left + ow], dim=1)
-        diff = torch.zeros(m, (hgt + 1) * (wid + 1), dtype=torch.int32, device=dev)
-        diff.scatter_add_(1, corners, self._corner_signs.expand(m, -1))
-        blocked = diff.view(m, hgt + 1, wid + 1).cumsum(2, dtype=torch.int32).cumsum(1, dtype=torch.int32)
-        blocked = blocked[:, :hgt, :wid] > 0
-        blocked[:, : cfg.launch_size, : cfg.launch_size] = False
-
-        cells = torch.full((m, hgt + 2 * p, self._wp), BLOCKED, dtype=torch.uint8, device=dev)
-        cells[:, p : p + hgt, p : p + wid] = blocked.to(torch.uint8) * BLOCKED
-        cells = cells.view(m, self._cells_padded)
-        blocked_flat = blocked.reshape(m, hgt * wid).to(torch.int32)
-        pool_blocked = torch.zeros(m, cfg.state_pool**2, dtype=torch.int32, device=dev)
-        pool_blocked.index_add_(1, self._block_of_cell, blocked_flat)
-
-        num_launch = cfg.launch_size**2
-        launch_keys = hash32(*keys, (4 * cfg.num_obstacles + self._launch_order)[None, :])
-        order = torch.argsort(launch_keys * num_launch + self._launch_order, dim=1)[:, : cfg.num_uavs]
-        pos = self._launch[order]  # [M, N, 2]
-
-        pool_covered = torch.zeros_like(pool_blocked)
-        covered = self._cover(cells, pos, pool_covered)
-        zeros = torch.zeros(m, dtype=torch.int64, device=dev)
-        return {
-            "cells": cells, "pos": pos, "t": zeros, "episode": episode, "covered": covered,
-            "free": hgt * wid - blocked_flat.sum(1, dtype=torch.int64),
-            "pool_blocked": pool_blocked, "pool_covered": pool_covered,
-            "ep_reward": torch.zeros(m, cfg.num_uavs, dtype=torch.float32, device=dev),
-            "ep_collisions": zeros, "ep_near_misses": zeros,
-        }
-
-    # -- dynamics ------------------------------------------------------------------------------
     def _flat(self, pos: torch.Tensor) -> torch.Tensor:
-        p = self.config.pad
-        return (pos[..., 0] + p) * self._wp + (pos[..., 1] + p)
+        """``[..., N]`` int64 flat cells of map positions ``pos [..., N, 2]`` in ``state["cells"]``."""
+        return self._lay.padded_cells_of(pos)
 
-    def _cover(self, cells: torch.Tensor, pos: torch.Tensor, pool_covered: torch.Tensor) -> torch.Tensor:
-        """Cover every UAV's footprint in place; return the number of newly covered cells [M]."""
-        m = pos.shape[0]
-        idx = (self._flat(pos)[:, :, None] + self._foot).view(m, pos.shape[1] * self._foot.shape[0])
-        before = cells.gather(1, idx)
-        fresh = before == FREE
-        # Footprints overlap: count a cell once, for the one footprint slot that wins the stamp.
-        stamp, ids = self._stamp[:m], self._stamp_ids.expand(m, -1)
-        stamp.scatter_(1, idx, ids)
-        newly = fresh & (stamp.gather(1, idx) == ids)
-        cells.scatter_(1, idx, before + fresh.to(torch.uint8))  # FREE -> COVERED, others unchanged
-        pool_covered.scatter_add_(1, self._block_of_padded[idx], newly.to(torch.int32))
-        return newly.sum(1)
+    # -- building states -----------------------------------------------------------------------------
+    def _start(self, rows: int, env_key_: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
+        """A new ``[rows, record bytes]`` state holding the starts of ``episode`` (`start_episodes`)."""
+        buf = self._lay.record.empty(rows, self.device)
+        start_episodes(self._lay, self._start_tables, buf, env_key_, episode, self._first_start[:rows])
+        return buf
 
-    def _observe(self, s: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        cfg = self.config
-        cells, pos = s["cells"], s["pos"]
-        m, n, r, win2 = pos.shape[0], cfg.num_uavs, cfg.obs_radius, cfg.window**2
-        idx = (self._flat(pos)[:, :, None] + self._window).view(m, n * win2)
-        seen = cells.gather(1, idx).view(m, n, win2)
-        rows, cols = pos[..., 0], pos[..., 1]
-        d_row = rows[:, None, :] - rows[:, :, None]  # [M, observer, other]
-        d_col = cols[:, None, :] - cols[:, :, None]
-        visible = (d_row.abs() <= r) & (d_col.abs() <= r) & self._not_self
-        slot = ((d_row + r) * cfg.window + d_col + r).clamp_(0, win2 - 1)
-        # Each channel is written straight into its slice of one buffer: no torch.cat of big temporaries.
-        local = torch.empty(m, n, self.local_obs_dim, dtype=torch.float32, device=self.device)
-        local[..., :win2] = seen >> 1  # BLOCKED (2) -> 1, FREE (0) and COVERED (1) -> 0
-        local[..., win2 : 2 * win2] = seen & 1  # COVERED (1) -> 1, the others -> 0
-        others = local[..., 2 * win2 : 3 * win2]
-        others.zero_()
-        others.scatter_add_(2, slot, visible.to(torch.float32))
-        positions = pos.to(torch.float32) / self._scale  # [M, N, 2]
-        time = s["t"].to(torch.float32) / self._c_max_steps  # [M]
-        local[..., -3:-1] = positions
-        local[..., -1] = time[:, None]
-        coverage = s["covered"].to(torch.float32) / s["free"].to(torch.float32)
-        state = torch.cat([s["pool_blocked"].to(torch.float32) / self._block_cells,
-                           s["pool_covered"].to(torch.float32) / self._block_cells,
-                           positions.view(m, 2 * n), time[:, None], coverage[:, None]], dim=1)
-        return {"local": local, "state": state}
+    def _prepare(self, v: dict[str, torch.Tensor] | None = None) -> None:
+        """Build every environment's next start (after the episodes of state views ``v``, the
+        env's own by default) into the prepared record, and its observation for same_step."""
+        v = self._v if v is None else v
+        prep = self._prep_buf.clone() if torch.compiler.is_compiling() else self._prep_buf  # see `step`
+        start_episodes(self._lay, self._start_tables, prep, self._env_key, next_episode(v["episode"]), self._first_start)
+        if self.autoreset_mode == "same_step":
+            self._prep_obs = self._observe(prep, self._b_index)[0]
+        if prep is not self._prep_buf:
+            self._prep_buf.copy_(prep)
+        self._since_prepare = 0
+
+    def _observe(self, buf: torch.Tensor, b_index: torch.Tensor, coverage: torch.Tensor | None = None,
+                 cell: torch.Tensor | None = None):
+        if coverage is None:
+            v = self._lay.record.views(buf)
+            coverage = torch.div(v["covered"], v["free"])
+        return observe(self._lay, buf, coverage, self.obs_dtype, b_index, cell)
+
+    def _restart(self, mask: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]) -> None:
+        """Start the next episode where ``mask`` ([B] bool) in the state ``buf`` (views ``v``), in place."""
+        if self.reset_mode == "sparse":
+            ids = mask.nonzero().squeeze(1)  # host sync on a GPU: "prepared" avoids it
+            if ids.numel():
+                fresh = self._start(ids.shape[0], self._env_key[ids], next_episode(v["episode"][ids]))
+                buf.index_copy_(0, ids, fresh)
+        else:
+            words = as_words(buf)
+            torch.where(mask[:, None], as_words(self._prep_buf), words, out=words)
 
     # -- public API ----------------------------------------------------------------------------
     def reset(self, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Start new episodes everywhere (``mask=None``) or where the ``[B]`` bool ``mask`` is True.
 
-        Returns the observation of every environment: ``{"local": [B, N, L], "state": [B, S]}``.
+        Returns the observation of every environment: ``{"local": [B, N, L], "state": [B, S]}``
+        in ``obs_dtype``.
         """
-        if mask is None or self._state is None:
+        if mask is None or self._buf is None:
             if mask is not None:
                 raise RuntimeError("the first reset must reset every environment (mask=None)")
-            episode = torch.zeros_like(self.env_index) if self._state is None else _next(self._state["episode"])
-            self._state = self._fresh(self.env_index, episode)
+            episode = torch.zeros_like(self.env_index) if self._buf is None else next_episode(self._v["episode"])
+            self._set_buffer(self._start(self.num_envs, self._env_key, episode))
+            self._pending.zero_()
         else:
             self._check_mask(mask)
-            self._restart(mask)
-        return self._observe(self._state)
+            self._restart(mask, self._buf, self._v)
+            self._pending &= ~mask
+        if self.reset_mode != "sparse":
+            self._prepare()
+        return self.observe()
+
+    def _set_buffer(self, buf: torch.Tensor) -> None:
+        self._buf, self._v = buf, self._lay.record.views(buf)
 
     def step(self, actions: torch.Tensor):
         """Advance every environment one step.
@@ -269,69 +225,105 @@ class UAVSwarmEnv:
             actions: ``[B, N]`` int64 on the env's device, values in ``[0, num_actions)``.
         Returns:
             ``obs`` (after any autoreset), ``reward [B, N] float32``, ``terminated [B] bool``,
-            ``truncated [B] bool``, ``info``: ``coverage [B]`` (after the step, before reset),
-            ``collisions``/``near_misses [B, N] bool``, ``final_obs`` (the observation before
-            reset, equal to ``obs`` where the episode goes on; when no episode ended it may be the
-            very same tensors as ``obs``, so copy before writing into either) and, valid where the
-            episode ended,
-            ``episode_return [B]`` (mean over UAVs), ``episode_length``, ``episode_coverage``,
-            ``episode_collisions``, ``episode_near_misses``.
+            ``truncated [B] bool``, ``info``: ``coverage [B]`` float32 (after the step, before a
+            same-step reset), ``collisions``/``near_misses [B, N] bool``, ``final_obs``
+            (same_step only: the observation before the reset, equal to ``obs`` where the
+            episode goes on) and, valid where the episode ended, ``episode_return [B]`` float32
+            (mean over UAVs), ``episode_length``, ``episode_coverage``, ``episode_collisions``,
+            ``episode_near_misses`` (integers in the state's narrow dtypes).
         """
-        if self._state is None:
+        if self._buf is None:
             raise RuntimeError("call reset() before step()")
         self._check_actions(actions)
-        s = dict(self._state)
-        target = s["pos"] + self._moves[actions]
-        blocked = s["cells"].gather(1, self._flat(target)) == BLOCKED  # the border is blocked too
-        collided = blocked & (actions != 0)
-        pos = torch.where(blocked[..., None], s["pos"], target)
-        flat = self._flat(pos)
-        near = ((flat[:, :, None] == flat[:, None, :]) & self._not_self).any(2)
-        newly = self._cover(s["cells"], pos, s["pool_covered"])  # in place: the grid is never copied
-        s.update(pos=pos, covered=s["covered"] + newly, t=s["t"] + 1)
+        # torch.compile cannot write a graph input through views of another dtype (the state's
+        # fields): compiled, the step works on a copy of the state and writes it back whole.
+        buf = self._buf.clone() if torch.compiler.is_compiling() else self._buf
+        v = self._v if buf is self._buf else self._lay.record.views(buf)
+        if self.autoreset_mode == "next_step":
+            out = self._step_next(actions, buf, v)
+        else:
+            out = self._step_same(actions, buf, v)
+        if self.prepare_period:
+            self._since_prepare += 1
+            if self._since_prepare >= self.prepare_period:
+                self._prepare(v)
+        if buf is not self._buf:
+            self._buf.copy_(buf)
+        return out
 
-        free = s["free"].to(torch.float32)
-        coverage = s["covered"].to(torch.float32) / free
-        team = self._c_cov * (newly.to(torch.float32) / free) - self._c_time
-        reward = team[:, None] - self._c_coll * collided.to(torch.float32) - self._c_near * near.to(torch.float32)
-        terminated = coverage >= self._c_target
-        truncated = (s["t"] >= self.config.max_steps) & ~terminated
-        s["ep_reward"] = s["ep_reward"] + reward
-        s["ep_collisions"] = s["ep_collisions"] + collided.sum(1)
-        s["ep_near_misses"] = s["ep_near_misses"] + near.sum(1)
-        info = {
-            "coverage": coverage, "collisions": collided, "near_misses": near,
-            "final_obs": self._observe(s),
-            # Copies: the reset below overwrites the state in place.
-            "episode_return": mean_return(s["ep_reward"]), "episode_length": s["t"].clone(),
-            "episode_coverage": coverage, "episode_collisions": s["ep_collisions"].clone(),
-            "episode_near_misses": s["ep_near_misses"].clone(),
-        }
-        self._state = s
+    def _step_same(self, actions: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]):
+        final_obs, reward, terminated, truncated, info = self._advance(actions, buf, v)
         done = terminated | truncated
-        obs = self._restart(done, info["final_obs"])
+        info["final_obs"] = final_obs
+        if self.reset_mode == "sparse":
+            ids = done.nonzero().squeeze(1)  # host sync on a GPU
+            if ids.numel() == 0:  # the shape is known on the host already: skip all the copies
+                return final_obs, reward, terminated, truncated, info
+            fresh = self._start(ids.shape[0], self._env_key[ids], next_episode(v["episode"][ids]))
+            buf.index_copy_(0, ids, fresh)
+            new_obs = self._observe(fresh, self._b_index[: ids.shape[0]])[0]
+            obs = {k: x.index_copy(0, ids, new_obs[k]) for k, x in final_obs.items()}  # a copy: final_obs stays
+        else:
+            self._restart(done, buf, v)
+            obs = {k: swap_rows(done, self._prep_obs[k], x) for k, x in final_obs.items()}
         return obs, reward, terminated, truncated, info
 
-    def _restart(self, mask: torch.Tensor, obs: dict[str, torch.Tensor] | None = None):
-        """Begin the next episode where ``mask``; return observations of all envs if ``obs`` given."""
-        s = self._state
-        if self.reset_mode == "dense":
-            fresh = self._fresh(self.env_index, _next(s["episode"]))
-            self._state = {k: torch.where(mask.view(-1, *([1] * (v.dim() - 1))), fresh[k], v) for k, v in s.items()}
-            if obs is None:
-                return None
-            new_obs = self._observe(fresh)
-            return {k: torch.where(mask.view(-1, *([1] * (v.dim() - 1))), new_obs[k], v) for k, v in obs.items()}
-        ids = mask.nonzero().squeeze(1)  # host sync on a GPU: that is why CUDA defaults to "dense"
-        if ids.numel() == 0:  # the shape is known on the host already: skip all the copies
-            return obs
-        fresh = self._fresh(self.env_index[ids], _next(s["episode"][ids]))
-        for k, v in s.items():
-            v.index_copy_(0, ids, fresh[k])
-        if obs is None:
-            return None
-        new_obs = self._observe(fresh)
-        return {k: v.index_copy(0, ids, new_obs[k]) for k, v in obs.items()}  # a copy: final_obs stays intact
+    def _step_next(self, actions: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]):
+        pending = self._pending
+        self._restart(pending, buf, v)
+        actions = torch.where(pending[:, None], self._hover, actions)  # a restarted env does not move
+        obs, reward, terminated, truncated, info = self._advance(actions, buf, v, pending)
+        torch.logical_or(terminated, truncated, out=pending)
+        return obs, reward, terminated, truncated, info
+
+    def _advance(self, actions: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor],
+                 restarted: torch.Tensor | None = None):
+        """The rules' step for every environment of the state ``buf`` (views ``v``), in place,
+        without resets: ``(obs, reward, terminated, truncated, info)``. ``restarted`` ([B] bool):
+        environments whose episode starts this step (next_step mode): their clock does not advance."""
+        lay, b, n = self._lay, self.num_envs, self.num_uavs
+        grid, cell = v["grid"], v["cell"]
+        flags = torch.empty(b, n, 2, dtype=torch.bool, device=self.device)  # collided, near miss
+        collided, near = flags[..., 0], flags[..., 1]
+        target = cell + lay.move_flat[actions]
+        # Off the map is blocked too; a UAV's own cell never is, so a blocked move is a collision.
+        into(collided, torch.ge, grid.gather(1, target), lay.blocked_value)
+        moved_to = torch.where(collided, cell, target)
+        entered = lay.edges[torch.where(collided, self._hover, actions)]  # [B, N, E] cells new to each footprint
+        sidx = (moved_to[:, :, None] + entered).view(b, -1).sort(dim=1).values  # equal cells side by side
+        _, fresh = newly_covered(lay, v, sidx, self._first, lay.grid_dtype)
+        # One write of the grid: -1 / +1 UAV on the cells left / entered, COVERED added to the fresh cells.
+        into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
+        grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
+        cell.copy_(moved_to)
+        newly = fresh.sum(1)
+        v["covered"] += newly
+        v["t"] += 1 if restarted is None else ~restarted
+
+        free = v["free"]
+        coverage = torch.div(v["covered"], free)  # float32, as the rules divide
+        team = torch.div(newly, free).mul_(self._c_cov).sub_(self._c_time)
+        obs, own_cell = self._observe(buf, self._b_index, coverage, moved_to)
+        into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell
+        penalty = flags * self._penalties  # [B, N, 2] float32: collision, near miss
+        reward = team[:, None] - penalty[..., 0]
+        reward.sub_(penalty[..., 1])
+        terminated = coverage >= self._c_target
+        if restarted is not None:  # the first step of a restarted episode is its reset: no reward, no end
+            reward = torch.where(restarted[:, None], self._zero, reward)
+            if self._launch_can_end:  # a launch that meets the target ends nothing yet
+                terminated = torch.gt(terminated, restarted)
+        truncated = torch.gt(v["t"] >= self.config.max_steps, terminated)
+        v["ep_reward"] += reward
+        v["ep_counts"] += flags.sum(1)
+        ended = lay.record.span_views(lay.record.span(buf, "t", "ep_counts").clone(), "t", "ep_counts")
+        info = {
+            "coverage": coverage, "collisions": collided, "near_misses": near,
+            "episode_return": mean_return(v["ep_reward"]), "episode_length": ended["t"],
+            "episode_coverage": coverage, "episode_collisions": ended["ep_counts"][:, 0],
+            "episode_near_misses": ended["ep_counts"][:, 1],
+        }
+        return obs, reward, terminated, truncated, info
 
     # -- input checks ----------------------------------------------------------------------------
     def _check_actions(self, actions: Any) -> None:
@@ -356,33 +348,42 @@ class UAVSwarmEnv:
         if mask.device != self.device:
             raise ValueError(f"mask must be on {self.device}, got {mask.device}")
 
-    # -- checkpointing and rendering ---------------------------------------------------------------
+    # -- state, checkpointing and rendering ---------------------------------------------------------
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The state in the rules' terms (`uavsim.state_checks.STATE_KEYS`), ``[B, ...]``: views of
+        the live state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0
+        / COVERED 1 / BLOCKED 2) and ``pos`` ([B, N, 2] int16 (row, col)), computed on each access."""
+        if self._buf is None:
+            raise RuntimeError("call reset() before reading the state")
+        return rules_state(self._lay, self._v, self._pending)
+
+    def state_spec(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """``{key: (dtype, shape)}`` of each tensor of ``state`` (and of checkpoints)."""
+        return state_spec(self._lay, self.num_envs)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly (tensors are copies on the env's device)."""
-        if self._state is None:
+        if self._buf is None:
             raise RuntimeError("call reset() before state_dict()")
         return {"config": self.config.to_dict(), "seed": self.seed, "num_envs": self.num_envs,
-                "first_env_index": int(self.env_index[0]), "state": {k: v.clone() for k, v in self._state.items()}}
+                "first_env_index": int(self.env_index[0]), "state": {k: v.clone() for k, v in self.state.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Continue from `state_dict()`'s output; anything else is a `TypeError` / `ValueError`
         naming what does not fit (this env's identity, a tensor's dtype or shape, values out of
-        range)."""
-        state = checked_state(self, d)
-        self._state = {k: state[k].to(self.device).clone() for k in STATE_KEYS}
+        range, counts that disagree with the map)."""
+        s = checked_state(self, d)
+        self._pending.copy_(s["reset_pending"])
+        self._set_buffer(state_record(self._lay, s))
+        if self.reset_mode != "sparse":
+            self._prepare()
 
     def observe(self) -> dict[str, torch.Tensor]:
         """The current observation of every environment (no step)."""
-        if self._state is None:
+        if self._buf is None:
             raise RuntimeError("call reset() before observe()")
-        return self._observe(self._state)
-
-    @property
-    def state(self) -> dict[str, torch.Tensor]:
-        """The live state tensors (read-only by convention: for policies, rendering and tests)."""
-        if self._state is None:
-            raise RuntimeError("call reset() before reading the state")
-        return self._state
+        return self._observe(self._buf, self._b_index)[0]
 
     def render(self, env_index: int = 0, cell_px: int = 8) -> Any:
         """RGB uint8 ``[H * cell_px, W * cell_px, 3]`` NumPy image of one environment."""

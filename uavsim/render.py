@@ -116,7 +116,8 @@ def env_codes(env: "UAVSwarmEnv", env_index: int) -> tuple[np.ndarray, np.ndarra
     env_index = check_env_index(env, env_index)
     state = env.state
     grid = state["cells"][env_index].view(cfg.grid_height + 2 * p, -1)[p : p + cfg.grid_height, p : p + cfg.grid_width]
-    return grid.cpu().numpy().copy(), state["pos"][env_index].cpu().numpy().copy()  # CPU arrays would alias the state
+    # copies (CPU arrays would alias the state); int64 positions: pixel arithmetic on int16 would wrap
+    return grid.cpu().numpy().copy(), state["pos"][env_index].cpu().numpy().astype(np.int64)
 
 
 def render_env(env: "UAVSwarmEnv", env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:

@@ -1,8 +1,10 @@
-"""Checks on an environment state handed to `UAVSwarmEnv.load_state_dict` (a checkpoint's).
+"""The env's state in the rules' terms (what `UAVSwarmEnv.state` shows and checkpoints hold), its
+conversion from and to the packed state record, and the checks on a state handed to
+`UAVSwarmEnv.load_state_dict`.
 
 A state the env did not write would otherwise fail deep inside a step: an index out of bounds (a
-device-side assert on a GPU), a coverage divided by zero, a global state gone negative. Every
-check runs once per load, never in the step.
+device-side assert on a GPU), a coverage divided by zero, a global state gone negative, a UAV
+inside an obstacle. Every check runs once per load, never in the step.
 """
 
 from __future__ import annotations
@@ -11,20 +13,56 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from uavsim import rules
 from uavsim.rng import MAX_KEY
 from uavsim.rules import BLOCKED, COVERED, FREE
 
 if TYPE_CHECKING:
+    from uavsim.dynamics import Layout
     from uavsim.env import UAVSwarmEnv
 
 STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
-              "ep_reward", "ep_collisions", "ep_near_misses")
+              "ep_reward", "ep_collisions", "ep_near_misses", "reset_pending")
+
+
+def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The state of record views ``v`` (and next_step's ``pending`` flags) keyed by `STATE_KEYS`."""
+    return {"cells": lay.decode(v["grid"]), "pos": lay.positions(v["cell"]), "t": v["t"],
+            "episode": v["episode"], "covered": v["covered"], "free": v["free"],
+            "pool_blocked": v["pools"][:, 0], "pool_covered": v["pools"][:, 1], "ep_reward": v["ep_reward"],
+            "ep_collisions": v["ep_counts"][:, 0], "ep_near_misses": v["ep_counts"][:, 1], "reset_pending": pending}
+
+
+def state_spec(lay: Layout, num_envs: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """``{key: (dtype, shape)}`` of each tensor of `rules_state` for ``num_envs`` environments."""
+    b, n, p2, f = num_envs, lay.cfg.num_uavs, lay.cfg.state_pool**2, lay.record.fields
+    return {"cells": (torch.uint8, (b, lay.cells)), "pos": (torch.int16, (b, n, 2)),
+            "t": (f["t"].dtype, (b,)), "episode": (torch.int32, (b,)), "covered": (lay.count_dtype, (b,)),
+            "free": (lay.count_dtype, (b,)), "pool_blocked": (f["pools"].dtype, (b, p2)),
+            "pool_covered": (f["pools"].dtype, (b, p2)), "ep_reward": (torch.float32, (b, n)),
+            "ep_collisions": (f["ep_counts"].dtype, (b,)), "ep_near_misses": (f["ep_counts"].dtype, (b,)),
+            "reset_pending": (torch.bool, (b,))}
+
+
+def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A new state record ``[B, record bytes]`` holding the (checked) state ``s`` of `rules_state`."""
+    buf = lay.record.empty(s["t"].shape[0], lay.device)
+    v = lay.record.views(buf)
+    v["cell"].copy_(lay.cells_of(s["pos"]))
+    v["grid"].copy_(lay.encode(s["cells"], v["cell"]))
+    v["pools"][:, 0].copy_(s["pool_blocked"])
+    v["pools"][:, 1].copy_(s["pool_covered"])
+    v["ep_counts"][:, 0].copy_(s["ep_collisions"])
+    v["ep_counts"][:, 1].copy_(s["ep_near_misses"])
+    for k in ("t", "episode", "covered", "free", "ep_reward"):
+        v[k].copy_(s[k])
+    return buf
 
 
 def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
     """The state tensors of `d` (a `state_dict()` output) once they fit `env`: its identity, each
-    tensor's dtype and shape, value ranges, and the running counts against the map. Anything else
-    is a `TypeError` / `ValueError` naming what does not fit."""
+    tensor's dtype and shape (`UAVSwarmEnv.state_spec`), value ranges, and the running counts
+    against the map. Anything else is a `TypeError` / `ValueError` naming what does not fit."""
     if not isinstance(d, dict):
         raise TypeError(f"env state must be the dict from state_dict(), got {type(d).__name__}")
     mine = {"config": env.config.to_dict(), "seed": env.seed, "num_envs": env.num_envs,
@@ -35,18 +73,18 @@ def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
     state = d.get("state")
     if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
         raise ValueError(f"env state must hold the tensors {sorted(STATE_KEYS)}")
-    fresh = env._fresh(env.env_index, torch.zeros_like(env.env_index))
-    for k in STATE_KEYS:
+    for k, (dtype, shape) in env.state_spec().items():
         v = state[k]
-        if not isinstance(v, torch.Tensor) or v.shape != fresh[k].shape or v.dtype != fresh[k].dtype:
-            raise ValueError(f"env state {k!r}: expected {fresh[k].dtype} {tuple(fresh[k].shape)}, "
+        if not isinstance(v, torch.Tensor) or tuple(v.shape) != shape or v.dtype != dtype:
+            raise ValueError(f"env state {k!r}: expected {dtype} {shape}, "
                              f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}")
     state = {k: state[k].to(env.device) for k in STATE_KEYS}
     _check_ranges(env, state)
     bad = [k for k, ok in _counts_agree(env, state).items() if not ok]
     if bad:
         raise ValueError(f"env state {bad} disagree with the map in 'cells' (counts of free and covered cells, "
-                         "per-block pools, a blocked border) or are not finite / negative: not a state this env wrote")
+                         "per-block pools, a blocked border, UAVs on free cells with their footprints covered) "
+                         "or are not finite / negative: not a state this env wrote")
     return state
 
 
@@ -58,35 +96,48 @@ def _check_ranges(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> None:
         "pos": bool(((pos[..., 0] >= 0) & (pos[..., 0] < cfg.grid_height)
                      & (pos[..., 1] >= 0) & (pos[..., 1] < cfg.grid_width)).all()),
         "t": bool(((state["t"] >= 0) & (state["t"] <= cfg.max_steps)).all()),
-        "episode": bool(((state["episode"] >= 0) & (state["episode"] < MAX_KEY)).all()),
+        "episode": bool(((state["episode"] >= 0) & (state["episode"].long() < MAX_KEY)).all()),
         "covered": bool(((state["covered"] >= 0) & (state["covered"] <= state["free"])).all()),
+        # only next_step autoreset leaves an ended episode waiting for the next step
+        "reset_pending": env.autoreset_mode == "next_step" or not bool(state["reset_pending"].any()),
     }
     bad = [k for k, ok in checks.items() if not ok]
     if bad:
         raise ValueError(f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
                          f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
-                         "episode in [0, 2**31), covered in [0, free]): not a state this env wrote")
+                         "episode in [0, 2**31), covered in [0, free], no reset pending unless "
+                         "autoreset_mode='next_step'): not a state this env wrote")
 
 
 def _counts_agree(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> dict[str, bool]:
     """What the step keeps as running counts must equal what the map says (a wrong `free` would
-    divide coverage by zero; a wrong pool would corrupt the global state)."""
+    divide coverage by zero; a wrong pool would corrupt the global state); UAVs stand on free
+    cells, and their footprints are covered (the step covers only the cells a move brings in)."""
     cfg, p, b = env.config, env.config.pad, state["cells"].shape[0]
     grid = state["cells"].view(b, cfg.grid_height + 2 * p, cfg.grid_width + 2 * p)
     inside = grid[:, p : p + cfg.grid_height, p : p + cfg.grid_width].reshape(b, -1)
     border = grid.clone()
     border[:, p : p + cfg.grid_height, p : p + cfg.grid_width] = BLOCKED
     blocked, covered = (inside == BLOCKED).to(torch.int32), (inside == COVERED).to(torch.int32)
+    block_of_cell = torch.as_tensor(rules.block_of_cell(cfg), device=inside.device)
     pools = torch.zeros(2, b, cfg.state_pool**2, dtype=torch.int32, device=inside.device)
-    pools[0].index_add_(1, env._block_of_cell, blocked)
-    pools[1].index_add_(1, env._block_of_cell, covered)
+    pools[0].index_add_(1, block_of_cell, blocked)
+    pools[1].index_add_(1, block_of_cell, covered)
+    cell = env._flat(state["pos"])  # [B, N] padded flat cells
+    foot = torch.as_tensor(rules.footprint_offsets(cfg), device=cell.device)
+    footprints = cell[:, :, None] + foot[:, 0] * (cfg.grid_width + 2 * p) + foot[:, 1]
+    flat = state["cells"]
+    most = state["t"].long() * cfg.num_uavs
     return {
         "cells (border)": bool((border == BLOCKED).all()),
         "free": bool((state["free"] == inside.shape[1] - blocked.sum(1)).all() and (state["free"] > 0).all()),
         "covered": bool((state["covered"] == covered.sum(1)).all()),
         "pool_blocked": bool((state["pool_blocked"] == pools[0]).all()),
         "pool_covered": bool((state["pool_covered"] == pools[1]).all()),
+        "pos (on a blocked cell)": bool((flat.gather(1, cell) != BLOCKED).all()),
+        "cells (a free cell in a footprint)": bool((flat.gather(1, footprints.view(b, -1)) != FREE).all()),
         "ep_reward": bool(torch.isfinite(state["ep_reward"]).all()),
-        "ep_collisions": bool((state["ep_collisions"] >= 0).all()),
-        "ep_near_misses": bool((state["ep_near_misses"] >= 0).all()),
+        # at most one of each per UAV and step
+        "ep_collisions": bool(((state["ep_collisions"] >= 0) & (state["ep_collisions"] <= most)).all()),
+        "ep_near_misses": bool(((state["ep_near_misses"] >= 0) & (state["ep_near_misses"] <= most)).all()),
     }

@@ -21,7 +21,8 @@ def test_quick_run_writes_complete_results(tmp_path):
     errors = [r for r in rows if "error" in r]
     assert not errors, errors
     backends = {r["backend"] for r in rows}
-    assert {"reference-loop", "reference-async", "batched-cpu", "batched-cpu-dense", "vmas-navigation"} <= backends
+    assert {"reference-loop", "reference-async", "batched-cpu", "batched-cpu-sparse", "batched-cpu-dense",
+            "batched-cpu-next-step-bf16", "vmas-navigation"} <= backends
     for r in rows:
         assert r["env_steps_per_s"] > 0
         assert r["uav_steps_per_s"] == pytest.approx(r["env_steps_per_s"] * payload["config"]["num_uavs"])
@@ -39,15 +40,22 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert "| batched-cpu | 1024 |" in table and "x reference loop" in table
 
 
-def test_bytes_per_step_estimate_grows_with_the_task():
+def test_bytes_per_step_are_the_cost_models_count_for_each_variant():
+    from benchmarks.step_cost import bytes_per_env_step
     from uavsim import EnvConfig
 
-    small = env_throughput.bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2))
-    assert env_throughput.bytes_per_env_step(EnvConfig()) > small > 0
-    # dense resets (CUDA's default) build and merge a fresh episode every step: several times the traffic
-    assert env_throughput.bytes_per_env_step(EnvConfig(), "dense") > 3 * env_throughput.bytes_per_env_step(EnvConfig())
-    with pytest.raises(ValueError, match="reset_mode"):
-        env_throughput.bytes_per_env_step(EnvConfig(), "lazy")
+    counted = env_throughput.model_bytes_per_env_step(EnvConfig(), ["", "-sparse", "-dense", "-next-step-bf16"])
+    assert counted["sparse"] == bytes_per_env_step(EnvConfig(), num_envs=env_throughput.MODEL_ENVS,
+                                                   steps=env_throughput.MODEL_STEPS, reset_mode="sparse")
+    # dense resets build a fresh episode for every environment each step: several times the traffic;
+    # the prepared starts, rebuilt every 18 steps, cost far less; next-step bf16 least of all
+    assert counted["dense"] > 2 * counted["default"] > 0
+    assert counted["next-step-bf16"] < counted["default"]
+    small = env_throughput.model_bytes_per_env_step(EnvConfig(num_uavs=2, launch_size=2), ["-sparse"])
+    assert counted["sparse"] > small["sparse"] > 0
+    assert env_throughput.variant_of("batched-cuda-next-step-bf16") == "-next-step-bf16"
+    assert env_throughput.variant_of("batched-cpu-dense") == "-dense"
+    assert env_throughput.variant_of("batched-cpu") == ""
 
 
 def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypatch, capsys):

@@ -131,6 +131,10 @@ def test_bad_constructor_arguments():
         UAVSwarmEnv(EnvConfig(), num_envs=1, seed=-1)
     with pytest.raises(ValueError, match="reset_mode"):
         UAVSwarmEnv(EnvConfig(), num_envs=1, reset_mode="lazy")
+    with pytest.raises(ValueError, match="autoreset_mode must be one of \\('same_step', 'next_step'\\)"):
+        UAVSwarmEnv(EnvConfig(), num_envs=1, autoreset_mode="NEXT_STEP")
+    with pytest.raises(TypeError, match="obs_dtype must be one of"):
+        UAVSwarmEnv(EnvConfig(), num_envs=1, obs_dtype=torch.uint8)
     with pytest.raises(TypeError, match="config"):
         UAVSwarmEnv({"num_uavs": 3})
 

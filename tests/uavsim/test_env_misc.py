@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim.env import AUTORESET_MODES, RESET_MODES
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
 from uavsim.adapters._frames import render_reference
 from uavsim.reference import ReferenceEnv
@@ -21,20 +22,24 @@ def play(env, actions):
     out = []
     for a in actions:
         obs, reward, terminated, truncated, info = env.step(a)
-        out += [obs["local"], obs["state"], reward, terminated, truncated, info["final_obs"]["state"]]
+        out += [obs["local"], obs["state"], reward, terminated, truncated, info.get("final_obs", obs)["state"]]
     return out
 
 
-def test_state_dict_resumes_exactly():
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
+def test_state_dict_resumes_exactly(reset_mode, autoreset_mode):
     actions = torch.randint(0, SMALL.num_actions, (60, 5, SMALL.num_uavs), generator=torch.Generator().manual_seed(0))
-    env = UAVSwarmEnv(SMALL, num_envs=5, seed=7)
+    modes = dict(reset_mode=reset_mode, autoreset_mode=autoreset_mode)
+    env = UAVSwarmEnv(SMALL, num_envs=5, seed=7, **modes)
     env.reset()
-    play(env, actions[:25])
+    play(env, actions[:30])  # the first episodes end at step 30: next_step saves them pending
     saved = env.state_dict()
-    tail = play(env, actions[25:])
-    other = UAVSwarmEnv(SMALL, num_envs=5, seed=7)
+    assert saved["state"]["reset_pending"].any() == (autoreset_mode == "next_step")
+    tail = play(env, actions[30:])
+    other = UAVSwarmEnv(SMALL, num_envs=5, seed=7, **modes)
     other.load_state_dict(saved)
-    for a, b in zip(tail, play(other, actions[25:])):
+    for a, b in zip(tail, play(other, actions[30:])):
         assert torch.equal(a, b)
 
 
@@ -55,7 +60,7 @@ def test_load_state_dict_rejects_mismatch():
     ("pos", lambda v: v + SMALL.grid_height),  # off the map
     ("cells", lambda v: v + 3),  # no such cell code
     ("t", lambda v: v - 1 - SMALL.max_steps),
-    ("covered", lambda v: v + 10_000),  # more than the free cells
+    ("covered", lambda v: torch.full_like(v, 200)),  # more than the 144 cells (uint8 holds no more than 255)
 ])
 def test_load_state_dict_rejects_out_of_range_values(key, corrupt):
     env = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
@@ -86,6 +91,7 @@ def corrupt_first_env(v, value):
     ("ep_collisions", lambda v: corrupt_first_env(v, -1)),
     ("ep_near_misses", lambda v: corrupt_first_env(v, -1)),
     ("cells (border)", lambda v: corrupt_first_env(v, torch.cat([v[0, :1] * 0, v[0, 1:]]))),  # a border cell FREE
+    ("ep_collisions", lambda v: v + 4 * 31),  # more than one per UAV and step
 ])
 def test_load_state_dict_rejects_counts_that_disagree_with_the_map(key, corrupt):
     actions = torch.randint(0, SMALL.num_actions, (70, 3, SMALL.num_uavs), generator=torch.Generator().manual_seed(1))
@@ -151,15 +157,45 @@ def test_an_indexed_device_names_the_same_device_as_its_tensors(device):
     assert obs["local"].device == env.device
 
 
-def test_dense_and_sparse_resets_agree():
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+def test_every_reset_mode_plays_the_same_episodes(autoreset_mode):
     actions = torch.randint(0, SMALL.num_actions, (70, 6, SMALL.num_uavs), generator=torch.Generator().manual_seed(3))
     runs = []
-    for mode in ("dense", "sparse"):
-        env = UAVSwarmEnv(SMALL, num_envs=6, seed=9, reset_mode=mode)
+    for mode in RESET_MODES:
+        env = UAVSwarmEnv(SMALL, num_envs=6, seed=9, reset_mode=mode, autoreset_mode=autoreset_mode)
         env.reset()
         runs.append(play(env, actions))
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run):
+            assert torch.equal(a, b)
+
+
+def test_next_step_autoreset_restarts_one_step_later():
+    cfg = SMALL.replace(max_steps=2)
+    same, nxt = (UAVSwarmEnv(cfg, num_envs=3, seed=5, autoreset_mode=m) for m in AUTORESET_MODES)
+    same.reset(), nxt.reset()
+    hover = torch.zeros(3, cfg.num_uavs, dtype=torch.int64)
+    same.step(hover)
+    nxt.step(hover)
+    s_obs, _, _, s_trunc, s_info = same.step(hover)  # both end their first episode here
+    n_obs, _, _, n_trunc, n_info = nxt.step(hover)
+    assert s_trunc.all() and n_trunc.all() and "final_obs" not in n_info
+    assert torch.equal(n_obs["state"], s_info["final_obs"]["state"])  # next_step shows the last observation
+    assert nxt.state["reset_pending"].all() and (nxt.state["episode"] == 0).all()
+    n_obs, reward, terminated, truncated, info = nxt.step(torch.ones_like(hover))  # ignored: this step restarts
+    assert torch.equal(n_obs["state"], s_obs["state"]) and torch.equal(n_obs["local"], s_obs["local"])
+    assert not reward.any() and not terminated.any() and not truncated.any() and not info["collisions"].any()
+    assert (nxt.state["episode"] == 1).all() and (nxt.state["t"] == 0).all() and not nxt.state["reset_pending"].any()
+
+
+def test_load_state_dict_rejects_a_pending_reset_where_autoreset_is_same_step():
+    env = UAVSwarmEnv(SMALL, num_envs=2, seed=1, autoreset_mode="next_step")
+    env.reset()
+    saved = env.state_dict()
+    saved["state"]["reset_pending"][0] = True
+    env.load_state_dict(saved)  # next_step writes such states
+    with pytest.raises(ValueError, match="out of range in \\['reset_pending'\\]"):
+        UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
 
 
 def test_render_shapes_and_content():
@@ -235,7 +271,7 @@ def test_reference_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("reset_mode", ["dense", "sparse"])
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
 def test_the_episode_index_wraps_at_the_end_of_the_key_range_in_every_reset_path(reset_mode):
     from uavsim.rng import MAX_KEY
 
@@ -255,3 +291,35 @@ def test_the_episode_index_wraps_at_the_end_of_the_key_range_in_every_reset_path
             obs = env.reset()
         assert env.state["episode"].tolist() == [0, 0], restart
         assert torch.equal(obs["state"], fresh["state"]), restart  # episode 0's maps again
+
+
+def grid_of(state, b):
+    p = SMALL.pad
+    return state["cells"][b].view(SMALL.grid_height + 2 * p, -1), p
+
+
+def test_load_state_dict_rejects_a_uav_inside_an_obstacle_or_an_uncovered_footprint():
+    env = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
+    env.reset()
+    saved = env.state_dict()
+    inside = {k: v.clone() for k, v in saved["state"].items()}
+    grid, p = grid_of(inside, 0)
+    row, col = inside["pos"][0, 0].tolist()
+    grid[row + p, col + p] = 2  # BLOCKED under UAV 0 (counts and pools made to agree below)
+    covered_under = saved["state"]["cells"][0].view_as(grid)[row + p, col + p] == 1
+    inside["covered"][0] -= int(covered_under)
+    inside["free"][0] -= 1
+    block = (row * SMALL.state_pool // SMALL.grid_height) * SMALL.state_pool + col * SMALL.state_pool // SMALL.grid_width
+    inside["pool_blocked"][0, block] += 1
+    inside["pool_covered"][0, block] -= int(covered_under)
+    with pytest.raises(ValueError, match="'pos \\(on a blocked cell\\)'"):
+        UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict({**saved, "state": inside})
+    uncovered = {k: v.clone() for k, v in saved["state"].items()}
+    grid, p = grid_of(uncovered, 1)
+    row, col = uncovered["pos"][1, 0].tolist()
+    grid[row + p, col + p] = 0  # FREE under UAV 0 of env 1: its footprint is always covered
+    uncovered["covered"][1] -= 1
+    block = (row * SMALL.state_pool // SMALL.grid_height) * SMALL.state_pool + col * SMALL.state_pool // SMALL.grid_width
+    uncovered["pool_covered"][1, block] -= 1
+    with pytest.raises(ValueError, match="'cells \\(a free cell in a footprint\\)'"):
+        UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict({**saved, "state": uncovered})

@@ -1,8 +1,10 @@
 """Step-exact equivalence: env i of a batch plays exactly ReferenceEnv(seed, env_index=i)."""
 
 import pytest
+import torch
 
 from uavsim import EnvConfig
+from uavsim.env import AUTORESET_MODES, RESET_MODES
 
 from .helpers import run_lockstep
 
@@ -16,7 +18,8 @@ LARGE = EnvConfig(grid_height=48, grid_width=40, num_uavs=12, num_obstacles=60, 
                   obstacle_max_size=5, launch_size=4, sensor_radius=2, obs_radius=4, moves=8, state_pool=8)
 
 
-@pytest.mark.parametrize("reset_mode", ["sparse", "dense"])
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
 @pytest.mark.parametrize(
     "cfg, num_envs, seed, steps",
     [
@@ -27,15 +30,27 @@ LARGE = EnvConfig(grid_height=48, grid_width=40, num_uavs=12, num_obstacles=60, 
     ],
     ids=["default", "small-8-moves", "tall", "large"],
 )
-def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode):
-    ended = run_lockstep(cfg, num_envs, seed, steps, reset_mode)
+def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autoreset_mode):
+    ended = run_lockstep(cfg, num_envs, seed, steps, reset_mode, autoreset_mode=autoreset_mode)
     assert ended >= num_envs  # auto-resets were exercised
 
 
-@pytest.mark.parametrize("reset_mode", ["sparse", "dense"])
-def test_equivalence_through_partial_resets(reset_mode):
-    ended = run_lockstep(SMALL_8_MOVES, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1)
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
+def test_equivalence_through_partial_resets(reset_mode, autoreset_mode):
+    ended = run_lockstep(SMALL_8_MOVES, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1,
+                         autoreset_mode=autoreset_mode)
     assert ended > 0
+
+
+@pytest.mark.parametrize("obs_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("cfg, num_envs, steps", [(EnvConfig(), 3, 230), (SMALL_8_MOVES, 5, 120)],
+                         ids=["default", "small-8-moves"])
+def test_narrow_observations_are_the_references_cast_exactly(cfg, num_envs, steps, autoreset_mode, obs_dtype):
+    # Positions, time, pools and coverage are fractions: rounded once, from the rules' float32 value.
+    ended = run_lockstep(cfg, num_envs, 4, steps, "prepared", autoreset_mode=autoreset_mode, obs_dtype=obs_dtype)
+    assert ended >= num_envs
 
 
 def test_episode_return_and_the_episode_counter_match_the_reference_exactly_at_their_limits():

@@ -1,0 +1,372 @@
+"""What one step costs on a GPU, counted on any machine: kernels launched and bytes moved.
+
+    python -m benchmarks.step_cost            # writes benchmarks/results/step_cost-<machine>-<date>.*
+    python -m benchmarks.step_cost --quick    # small batch, a few seconds
+
+Counts, with `benchmarks.op_count.OpCounter` (a `TorchDispatchMode`; its docstring states the rules),
+the aten ops that would each launch a kernel and the bytes of their operands, per call of:
+
+    env.step[<mode>]   `UAVSwarmEnv.step` in each reset / autoreset / observation-dtype mode
+                       (`ENV_MODES`), with the trainer's settings (`check_action_range=False`);
+    policy step        `agents.rollout.policy_step` with the default config's networks, fp32 and bf16;
+    rollout step       one iteration of `agents.rollout.collect`'s loop: policy step, storage
+                       writes, env.step, episode statistics (default config, bf16);
+    PPO minibatch      `agents.ppo.minibatch_loss` + backward + `optimizer_step`, at the default
+                       config's minibatch.
+
+Episode phases are staggered so that resets happen at a steady rate: environment ``b`` starts the
+count at step ``max_steps - L + b % L`` of its episode (``L = --episode-length``), so about
+``B / L`` environments end in every counted step (truncations), as in a long training run whose
+episodes last ``L`` steps. Counts are per call, averaged over ``--steps`` calls (min and max too),
+and per environment-step (divided by the environments of the call). An env path counts whole
+periods of its rebuilds of prepared starts (``prepare_period`` steps: 18 on the default task), so
+the average carries their share; the max is a step with a rebuild.
+
+Beside the counts: ``graph_breaks`` (per path, from ``torch._dynamo.explain``; a graph break is
+where ``torch.compile``/CUDA graphs cannot capture the step whole) and a **model** of the ceiling a
+GPU could reach: ``min(bandwidth / bytes_per_env_step, envs / (kernels x launch_cost))`` env-steps/s,
+at 4,096 / 65,536 / 262,144 environments, for an H100 SXM (3.35 TB/s) and an H200 (4.8 TB/s) with
+``--launch-us`` per eager kernel launch. It assumes every byte counted crosses DRAM once at peak
+bandwidth and kernels do not overlap: a model to compare designs with, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.common import RESULTS_DIR, machine_info, out_dir_arg, write_results
+from benchmarks.op_count import OpCounter
+from uavsim import EnvConfig, UAVSwarmEnv
+
+GPUS = {"H100 SXM": 3.35e12, "H200": 4.8e12}  # peak DRAM bandwidth, bytes/s
+BASELINE = RESULTS_DIR / "step_cost-before-redesign"  # the counts before issue 15's env redesign (commit 159bf42)
+PROJECTED_ENVS = (4096, 65536, 262144)
+# (path name, UAVSwarmEnv keyword arguments): every reset / autoreset / observation mode.
+ENV_MODES = [  # "prepared" with same_step autoreset and float32 observations is the env's default
+    ("env.step[sparse]", {"reset_mode": "sparse"}),
+    ("env.step[dense]", {"reset_mode": "dense"}),
+    ("env.step[prepared]", {"reset_mode": "prepared"}),
+    ("env.step[prepared, next_step]", {"reset_mode": "prepared", "autoreset_mode": "next_step"}),
+    ("env.step[prepared, bf16 obs]", {"reset_mode": "prepared", "obs_dtype": torch.bfloat16}),
+    ("env.step[prepared, next_step, bf16 obs]", {"reset_mode": "prepared", "autoreset_mode": "next_step",
+                                                 "obs_dtype": torch.bfloat16}),
+]
+
+
+# -- counting ----------------------------------------------------------------------------------------
+def count_calls(call: Callable[[int], Any], calls: int, env_steps_per_call: int, top: int = 8) -> dict[str, Any]:
+    """Count ``call(i)`` for ``i < calls``: kernels and bytes per call (mean, min, max), bytes per
+    env-step, host syncs per call and the top ops by bytes (calls per call, bytes per env-step)."""
+    kernels, nbytes = [], []
+    total = OpCounter()
+    for i in range(calls):
+        with OpCounter() as one:
+            call(i)
+        kernels.append(one.kernels)
+        nbytes.append(one.bytes)
+        total.kernels += one.kernels
+        total.bytes += one.bytes
+        total.host_syncs += one.host_syncs
+        for op, (n, b) in one.by_op.items():
+            total.by_op[op][0] += n
+            total.by_op[op][1] += b
+    top_ops = [{"op": r["op"], "calls_per_call": r["calls"] / calls,
+                "bytes_per_env_step": r["bytes"] / (calls * env_steps_per_call)} for r in total.top_ops(top)]
+    return {
+        "env_steps_per_call": env_steps_per_call, "counted_calls": calls,
+        "kernels_per_call": total.kernels / calls, "kernels_min": min(kernels), "kernels_max": max(kernels),
+        "bytes_per_call": total.bytes / calls, "bytes_per_env_step": total.bytes / (calls * env_steps_per_call),
+        "bytes_per_env_step_max": max(nbytes) / env_steps_per_call,
+        "host_syncs_per_call": total.host_syncs / calls, "top_ops": top_ops,
+    }
+
+
+def graph_breaks(fn: Callable, *args) -> dict[str, Any]:
+    """Graphs and graph breaks `torch._dynamo.explain` finds in one call of ``fn(*args)`` (which runs)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    out = torch._dynamo.explain(fn)(*args)
+    reasons = [str(r.reason).strip().splitlines()[0][:160] for r in out.break_reasons]
+    torch._dynamo.reset()
+    return {"graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": sorted(set(reasons))}
+
+
+def projection(kernels: float, bytes_per_env_step: float, launch_us: float) -> list[dict[str, Any]]:
+    """The model's ceiling (env-steps/s) for each GPU and environment count (see module docstring)."""
+    rows = []
+    for gpu, bandwidth in GPUS.items():
+        for envs in PROJECTED_ENVS:
+            bw_bound = bandwidth / bytes_per_env_step
+            launch_bound = envs / (kernels * launch_us * 1e-6) if kernels else float("inf")
+            rows.append({"gpu": gpu, "envs": envs, "bandwidth_bound": bw_bound, "launch_bound": launch_bound,
+                         "ceiling": min(bw_bound, launch_bound),
+                         "bound_by": "bandwidth" if bw_bound <= launch_bound else "launches"})
+    return rows
+
+
+# -- the environment ------------------------------------------------------------------------------
+def staggered_env(cfg: EnvConfig, num_envs: int, episode_length: int, **kwargs) -> UAVSwarmEnv:
+    """An env whose environment ``b`` is at step ``max_steps - L + b % L`` of its first episode,
+    ``L = min(episode_length, max_steps)``: from here about ``B / L`` environments end per step."""
+    env = UAVSwarmEnv(cfg, num_envs=num_envs, seed=0, check_action_range=False, **kwargs)
+    env.reset()
+    length = min(episode_length, cfg.max_steps)
+    saved = env.state_dict()
+    t = saved["state"]["t"]
+    saved["state"]["t"] = (cfg.max_steps - length + torch.arange(num_envs, device=t.device) % length).to(t.dtype)
+    env.load_state_dict(saved)
+    return env
+
+
+def random_actions(cfg: EnvConfig, num_envs: int, calls: int, device: torch.device) -> list[torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(0)
+    return [torch.randint(0, cfg.num_actions, (num_envs, cfg.num_uavs), generator=gen, device=device)
+            for _ in range(calls)]
+
+
+def env_paths(args) -> dict[str, dict[str, Any]]:
+    cfg, out = EnvConfig(), {}
+    for name, kwargs in ENV_MODES:
+        env = staggered_env(cfg, args.num_envs, args.episode_length, **kwargs)
+        steps = whole_periods(args.steps, env)
+        actions = random_actions(cfg, args.num_envs, steps, env.device)
+        out[name] = count_calls(lambda i: env.step(actions[i]), steps, args.num_envs)
+        small = staggered_env(cfg, args.explain_envs, args.episode_length, **kwargs)
+        out[name]["graph_breaks"] = graph_breaks(small.step, random_actions(cfg, args.explain_envs, 1, small.device)[0])
+    return out
+
+
+def whole_periods(steps: int, env: UAVSwarmEnv) -> int:
+    """``steps`` rounded up to whole periods of the env's rebuilds of prepared starts."""
+    period = max(1, env.prepare_period)
+    return -(-steps // period) * period
+
+
+def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, episode_length: int = 100,
+                       **env_kwargs) -> float:
+    """Bytes one `env.step` moves per environment, counted by the model (steady resets, whole
+    rebuild periods, see module docstring): what `benchmarks.env_throughput` divides by."""
+    env = staggered_env(cfg, num_envs, episode_length, **env_kwargs)
+    steps = whole_periods(steps, env)
+    actions = random_actions(cfg, num_envs, steps, env.device)
+    return count_calls(lambda i: env.step(actions[i]), steps, num_envs)["bytes_per_env_step"]
+
+
+# -- the trainer ----------------------------------------------------------------------------------
+def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int):
+    """The trainer's learner for the default config (its networks, optimizer, storage), its env
+    staggered as in `staggered_env`."""
+    from agents.config import load_config
+    from agents.train_mappo import DEFAULT_CONFIG, build_learner
+
+    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
+                                       f"train.amp={amp}", "run.device=cpu"])
+    learner = build_learner(cfg, torch.device("cpu"))
+    learner.env = staggered_env(cfg.env_config(), num_envs, episode_length)
+    learner.obs = learner.env.observe()
+    return learner
+
+
+@torch.no_grad()  # as collect
+def rollout_step(learner, t: int, agent: torch.Tensor) -> None:
+    """One iteration of `agents.rollout.collect`'s loop body, on `learner`'s storage row ``t``."""
+    from agents.rollout import policy_step
+
+    s, obs = learner.storage, learner.obs
+    actions, logprob, heading = policy_step(learner.actor, obs, agent, learner.action_gen, learner.autocast)
+    if heading is not None:
+        s.heading[t] = heading
+    s.local[t] = obs["local"]
+    s.state[t] = obs["state"]
+    s.actions[t] = actions
+    s.logprobs[t] = logprob
+    obs, reward, terminated, truncated, info = learner.env.step(actions)
+    s.final_local[t] = info["final_obs"]["local"]
+    s.final_state[t] = info["final_obs"]["state"]
+    s.rewards[t] = reward
+    s.terminated[t] = terminated
+    s.truncated[t] = truncated
+    learner.stats.add(terminated, truncated, info)
+    learner.obs = obs
+
+
+def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
+    """One minibatch of `agents.ppo.update`: loss, backward, `optimizer_step`."""
+    from agents.ppo import minibatch_loss, optimizer_step
+
+    tc = learner.cfg.train
+    loss, _ = minibatch_loss(learner.actor, learner.critic, batch, frames, tc, learner.autocast)
+    learner.optimizer.zero_grad(set_to_none=True)
+    learner.scaler.scale(loss).backward()
+    optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, tc.max_grad_norm)
+
+
+def trainer_paths(args) -> dict[str, dict[str, Any]]:
+    from agents.rollout import agent_ids, collect, policy_step
+    from agents.train_mappo import prepare_batch
+
+    out: dict[str, dict[str, Any]] = {}
+    for amp in ("off", "bf16"):
+        name = f"policy step[{'fp32' if amp == 'off' else amp}]"
+        learner = learner_for(args.num_envs, 2, amp, args.episode_length)
+        agent = agent_ids(learner.env.num_envs, learner.env.num_uavs, learner.env.device)
+
+        @torch.no_grad()  # as in collect
+        def policy(_i, learner=learner, agent=agent):
+            policy_step(learner.actor, learner.obs, agent, learner.action_gen, learner.autocast)
+
+        out[name] = count_calls(policy, args.steps, args.num_envs)
+        small = learner_for(args.explain_envs, 2, amp, args.episode_length)
+        small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
+        out[name]["graph_breaks"] = graph_breaks(policy_step, small.actor, small.obs, small_agent, small.action_gen,
+                                                 small.autocast)
+
+    learner = learner_for(args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16",
+                          args.episode_length)
+    steps = learner.storage.actions.shape[0]
+    agent = agent_ids(learner.env.num_envs, learner.env.num_uavs, learner.env.device)
+    out["rollout step[bf16]"] = count_calls(lambda i: rollout_step(learner, i, agent), steps, args.num_envs)
+    small = learner_for(args.explain_envs, 2, "bf16", args.episode_length)
+    small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
+    out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(rollout_step, small, 0, small_agent)
+
+    # The update at the default config's batch geometry (its num_envs and num_steps).
+    learner = learner_for(args.update_envs, args.update_steps, "bf16", args.episode_length)
+    learner.obs = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
+                          learner.storage, learner.stats, learner.action_gen, learner.autocast)
+    batch, _ = prepare_batch(learner)
+    steps = batch.state.shape[0]
+    mb = steps // learner.cfg.train.num_minibatches
+    perm = torch.randperm(steps, generator=torch.Generator().manual_seed(0))
+    frames = [perm[i * mb:(i + 1) * mb] for i in range(args.update_calls + 1)]
+    minibatch_update(learner, batch, frames[-1])  # not counted: the first step also creates Adam's state
+    out["PPO minibatch[bf16]"] = count_calls(lambda i: minibatch_update(learner, batch, frames[i]),
+                                             args.update_calls, mb)
+    out["PPO minibatch[bf16]"]["graph_breaks"] = graph_breaks(minibatch_update, learner, batch, frames[0])
+    return out
+
+
+# -- report ---------------------------------------------------------------------------------------
+def measure(args) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    paths = env_paths(args)
+    if not args.env_only:
+        paths.update(trainer_paths(args))
+    for name, p in paths.items():
+        if not name.startswith("PPO"):
+            p["projection"] = projection(p["kernels_per_call"], p["bytes_per_env_step"], args.launch_us)
+    return {"benchmark": "step_cost", "machine": machine_info(), "config": EnvConfig().to_dict(), "quick": args.quick,
+            "baseline": baseline_paths(args.num_envs),
+            "settings": {"num_envs": args.num_envs, "steps": args.steps, "episode_length": args.episode_length,
+                         "launch_us": args.launch_us, "gpus_bandwidth_bytes_per_s": GPUS,
+                         "update_envs": args.update_envs, "update_steps": args.update_steps},
+            "graph_breaks": {name: p["graph_breaks"]["breaks"] for name, p in paths.items()},
+            "paths": paths}
+
+
+def baseline_paths(num_envs: int) -> dict[str, dict[str, float]]:
+    """The counts of `BASELINE` (same batch size only): ``{path: {kernels, bytes_per_env_step}}``."""
+    files = sorted(BASELINE.glob("*.json")) if BASELINE.is_dir() else []
+    if not files:
+        return {}
+    before = json.loads(files[-1].read_text())
+    if before["settings"]["num_envs"] != num_envs:
+        return {}
+    return {name: {"kernels_per_call": p["kernels_per_call"], "bytes_per_env_step": p["bytes_per_env_step"]}
+            for name, p in before["paths"].items()}
+
+
+def _kib(b: float) -> str:
+    return f"{b / 1024:.1f}"
+
+
+def _rate(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def table(payload: dict[str, Any]) -> str:
+    s, m = payload["settings"], payload["machine"]
+    lines = [f"# Step cost model ({'quick' if payload['quick'] else 'full'})", "",
+             f"Counted on {m['cpu']} ({m['cpu_count']} cores), torch {m['torch']}, {m['date']}: default task, "
+             f"{s['num_envs']} environments, {s['steps']} calls per path, episodes staggered to end after "
+             f"{s['episode_length']} steps. Counts are deterministic (benchmarks/op_count.py states the rules).", "",
+             "| path | kernels per call (min-max) | KiB per env-step (max) | host syncs per call | graph breaks |",
+             "|---|---:|---:|---:|---:|"]
+    for name, p in payload["paths"].items():
+        lines.append(f"| {name} | {p['kernels_per_call']:.1f} ({p['kernels_min']}-{p['kernels_max']}) "
+                     f"| {_kib(p['bytes_per_env_step'])} ({_kib(p['bytes_per_env_step_max'])}) "
+                     f"| {p['host_syncs_per_call']:.2f} | {p['graph_breaks']['breaks']} |")
+    if payload.get("baseline"):
+        lines += ["", f"## Before and after ({BASELINE.name}: the env before its redesign, same counting)", "",
+                  "The GPU-safe paths (prepared) are set against the GPU path before them, `env.step[dense]`.", "",
+                  "| path | before | kernels per call, before | after | KiB per env-step, before | after |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for name, p in payload["paths"].items():
+            was = "env.step[dense]" if name.startswith("env.step[prepared") else name
+            b = payload["baseline"].get(was)
+            if b:
+                lines.append(f"| {name} | {was} | {b['kernels_per_call']:.1f} | {p['kernels_per_call']:.1f} "
+                             f"| {_kib(b['bytes_per_env_step'])} | {_kib(p['bytes_per_env_step'])} |")
+    lines += ["", f"## Model: ceiling in env-steps/s = min(bandwidth / bytes per env-step, envs / (kernels x "
+                  f"{s['launch_us']} us))", "",
+              "A model, not a measurement: every counted byte crosses DRAM once at peak bandwidth, kernels run "
+              "one after another with a fixed eager launch cost. (The PPO minibatch is left out: its batch is "
+              "the config's, not the environments'.)", ""]
+    envs = PROJECTED_ENVS
+    lines += ["| path | GPU | " + " | ".join(f"{e:,} envs" for e in envs) + " |",
+              "|---|---|" + "---:|" * len(envs)]
+    for name, p in payload["paths"].items():
+        for gpu in GPUS:
+            cells = [r for r in p.get("projection", []) if r["gpu"] == gpu]
+            if cells:
+                lines.append(f"| {name} | {gpu} | " + " | ".join(
+                    f"{_rate(r['ceiling'])} ({r['bound_by'][0]})" for r in cells) + " |")
+    lines += ["", "(b) bound by bandwidth, (l) by kernel launches.", "", "## Top ops by bytes", ""]
+    for name, p in payload["paths"].items():
+        ops = ", ".join(f"{o['op'].removeprefix('aten.')} {_kib(o['bytes_per_env_step'])} KiB x{o['calls_per_call']:g}"
+                        for o in p["top_ops"])
+        lines.append(f"- **{name}**: {ops}")
+    lines += ["", "## Graph breaks (torch._dynamo.explain)", ""]
+    for name, p in payload["paths"].items():
+        g = p["graph_breaks"]
+        lines.append(f"- **{name}**: {g['graphs']} graph(s), {g['breaks']} break(s)"
+                     + (": " + "; ".join(g["reasons"]) if g["reasons"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small batch and few calls (CI smoke)")
+    parser.add_argument("--num-envs", type=int, default=None, help="environments per counted call (default 1024)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="counted calls per path (default 18; env paths: whole rebuild periods)")
+    parser.add_argument("--episode-length", type=int, default=100, help="steps per episode of the staggered start")
+    parser.add_argument("--launch-us", type=float, default=4.0, help="eager kernel launch cost of the model, us")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (counts do not depend on it)")
+    parser.add_argument("--env-only", action="store_true", help="only the env.step paths (no agents import)")
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.num_envs = (64 if quick else 1024) if args.num_envs is None else args.num_envs
+    args.steps = (4 if quick else 18) if args.steps is None else args.steps
+    args.explain_envs = 8 if quick else 64
+    args.update_envs, args.update_steps, args.update_calls = (8, 8, 1) if quick else (64, 64, 2)
+    for name in ("num_envs", "steps", "episode_length", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.launch_us > 0:
+        parser.error(f"--launch-us must be > 0, got {args.launch_us}")
+    payload = measure(args)
+    return write_results("step_cost", payload, table(payload), None, args.out_dir, subset=args.env_only)
+
+
+if __name__ == "__main__":
+    main()

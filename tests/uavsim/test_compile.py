@@ -1,0 +1,58 @@
+"""The GPU path captures whole: `torch.compile(env.step, fullgraph=True)` traces every non-sparse mode
+on the CPU (a graph break raises), and the captured step plays exactly the eager episodes."""
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim.env import AUTORESET_MODES
+
+# The prepared starts of this task are rebuilt every 6 steps (7 with next_step): episodes of 20.
+SMALL = EnvConfig(grid_height=16, grid_width=16, num_uavs=4, num_obstacles=8, max_steps=20, launch_size=2,
+                  target_coverage=0.5)
+
+
+def outputs(step_out):
+    obs, reward, terminated, truncated, info = step_out
+    return [obs["local"], obs["state"], reward, terminated, truncated,
+            *(info[k] for k in sorted(info) if k != "final_obs"), *info.get("final_obs", {}).values()]
+
+
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("reset_mode, obs_dtype", [("prepared", torch.float32), ("dense", torch.float32),
+                                                   ("prepared", torch.bfloat16)])
+def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(reset_mode, obs_dtype, autoreset_mode):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    kwargs = dict(num_envs=5, seed=3, reset_mode=reset_mode, autoreset_mode=autoreset_mode, obs_dtype=obs_dtype,
+                  check_action_range=False)  # the range check reads the actions back: trainers turn it off
+    eager, compiled = UAVSwarmEnv(SMALL, **kwargs), UAVSwarmEnv(SMALL, **kwargs)
+    eager.reset(), compiled.reset()
+    assert compiled.prepare_period == {"prepared": 6, "dense": 1}[reset_mode] + (autoreset_mode == "next_step"
+                                                                                  and reset_mode == "prepared")
+    # Graphs: one per side of the rebuild's host-side branch, once the step counter turned dynamic.
+    counter = CompileCounterWithBackend("aot_eager")
+    step = torch.compile(compiled.step, fullgraph=True, backend=counter)
+    gen = torch.Generator().manual_seed(0)
+    ended = 0
+    for _ in range(3 * SMALL.max_steps):  # episodes end, the prepared starts are rebuilt
+        actions = torch.randint(0, SMALL.num_actions, (5, SMALL.num_uavs), generator=gen)
+        want, got = outputs(eager.step(actions)), outputs(step(actions))
+        for a, b in zip(want, got, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+        ended += int(want[3].sum() + want[4].sum())
+    assert ended >= 5 and counter.frame_count <= 3
+    for k, v in eager.state.items():
+        assert torch.equal(v, compiled.state[k]), k
+
+
+def test_the_sparse_mode_is_the_one_that_breaks_the_graph():
+    import torch._dynamo
+
+    env = UAVSwarmEnv(SMALL, num_envs=3, reset_mode="sparse", check_action_range=False)
+    env.reset()
+    explained = torch._dynamo.explain(env.step)(torch.zeros(3, SMALL.num_uavs, dtype=torch.int64))
+    assert explained.graph_break_count >= 1  # nonzero(): a data-dependent shape, a host sync on a GPU
+    torch._dynamo.reset()

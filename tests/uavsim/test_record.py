@@ -1,0 +1,45 @@
+"""The state record: typed views of one row of bytes per environment, and row swaps that copy bits."""
+
+import torch
+
+from uavsim import EnvConfig
+from uavsim.dynamics import Layout
+from uavsim.record import Field, Record, as_words, swap_rows
+
+
+def test_fields_are_aligned_views_of_their_own_bytes():
+    rec = Record([Field("flag", torch.bool, ()), Field("count", torch.int32, (3,)), Field("x", torch.float32, (2, 2)),
+                  Field("big", torch.int64, ())])
+    assert rec.offsets == {"flag": 0, "count": 4, "x": 16, "big": 32} and rec.nbytes == 40
+    buf = torch.zeros(5, rec.nbytes, dtype=torch.uint8)
+    v = rec.views(buf)
+    assert v["count"].shape == (5, 3) and v["x"].shape == (5, 2, 2) and v["big"].shape == (5,)
+    v["count"] += torch.tensor([1, 2, 3], dtype=torch.int32)
+    v["x"][2] = -1.5
+    v["big"][4] = 2**40
+    assert buf[:, 4:16].view(torch.int32).tolist() == [[1, 2, 3]] * 5
+    assert (buf[2, 16:32].view(torch.float32) == -1.5).all() and buf[4, 32:40].view(torch.int64).item() == 2**40
+    assert not buf[:, 0].any()  # nothing spilled into the other fields
+    span = rec.span(buf, "count", "x").clone()
+    assert torch.equal(rec.span_views(span, "count", "x")["x"], v["x"])
+
+
+def test_swapping_rows_copies_bits_exactly():
+    new = torch.tensor([[float("nan"), -0.0, 1.0], [2.0, 3.0, 4.0]])
+    old = torch.tensor([[5.0, 6.0, 7.0], [8.0, float("-inf"), 9.0]])
+    out = swap_rows(torch.tensor([True, False]), new, old)
+    assert torch.equal(out.view(torch.int32), torch.stack([new[0], old[1]]).view(torch.int32))  # NaN, -0.0 kept
+    assert as_words(torch.zeros(4, 6, dtype=torch.uint8)).dtype == torch.int16  # 6 bytes: 3 int16 words
+    assert as_words(torch.zeros(4, 10, 150)).dtype == torch.int64
+
+
+def test_the_grid_leaves_room_for_the_windows_of_the_first_cells():
+    for cfg in (EnvConfig(), EnvConfig(grid_height=64, grid_width=64, obs_radius=6, num_obstacles=4, num_uavs=2,
+                                       launch_size=2, state_pool=4)):
+        lay = Layout(cfg, torch.device("cpu"))
+        assert lay.grid_offset >= lay.origin_shift and lay.record.nbytes % 8 == 0
+        # map cell (0, 0) and (H-1, W-1): their windows lie inside the row
+        buf = lay.record.empty(2, torch.device("cpu")).fill_(7)
+        corner = lay.cells_of(torch.tensor([[[0, 0], [cfg.grid_height - 1, cfg.grid_width - 1]]]))
+        windows = lay.windows(buf)[torch.arange(2)[:, None], corner.expand(2, -1)]
+        assert windows.shape == (2, 2, cfg.window, cfg.window)

@@ -1,0 +1,254 @@
+"""The step's physics on the packed state: moves, coverage, observations (`uavsim.rules`).
+
+`Layout` holds one config's constants on one device: the packed grid's encoding, the state
+record (`uavsim.record`), and small index tables. The functions below act on the record's field
+views ``v`` in place; every tensor is ``[M, ...]`` for ``M`` environments, no shape depends on
+data, nothing is read back to the host.
+
+The packed grid ``[M, pad + Hp * Ws]`` holds in each cell its code in the top two bits (FREE 0,
+COVERED 1, BLOCKED 3) and the number of UAVs on it in the bits below (``count_bits``: 6 in uint8
+for up to 63 UAVs, wider dtypes beyond). So one gather of a UAV's window gives all three
+observation channels, and adding COVERED to a free cell covers it. The map is surrounded by
+blocked cells: ``pad`` rows above and below (``Hp = H + 2 pad``) and ``pad`` columns between rows
+(row stride ``Ws = W + pad``): a row's right border is the next row's left one, which saves a
+tenth of the grid (and of every read of it) on the default task. Map cell ``(r, c)`` is grid cell
+``pad + (r + pad) * Ws + c``; ``env.state["cells"]`` shows the rules' layout (both borders).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from uavsim import rules
+from uavsim.config import EnvConfig
+from uavsim.record import Field, Record
+from uavsim.rng import MAX_KEY
+
+FREE_CODE, COVERED_CODE, BLOCKED_CODE = 0, 1, 3  # packed grid codes; uavsim.rules names 0, 1, 2
+
+
+def narrowest_int(max_value: int, signed: bool = False) -> torch.dtype:
+    """The smallest integer dtype holding ``[-max_value, max_value]`` (``[0, max_value]`` unsigned)."""
+    if not signed and max_value <= 255:
+        return torch.uint8
+    for dtype in (torch.int8, torch.int16, torch.int32):
+        if max_value <= torch.iinfo(dtype).max:
+            return dtype
+    return torch.int64
+
+
+def edge_sets(cfg: EnvConfig) -> list[list[tuple[int, int]]]:
+    """For each action, the (d_row, d_col) offsets from a UAV's new cell of the footprint cells
+    that were not in its footprint before the move (none for hovering). Only these cells can be
+    newly covered: at the end of every step each UAV's whole footprint is covered."""
+    foot = {tuple(int(x) for x in o) for o in rules.footprint_offsets(cfg)}
+    return [[o for o in sorted(foot) if (o[0] + m[0], o[1] + m[1]) not in foot] for m in rules.move_table(cfg)]
+
+
+def move_edges(cfg: EnvConfig) -> np.ndarray:
+    """``[A, E, 2]`` int64: `edge_sets` padded with (0, 0), the UAV's own cell, which the previous
+    footprint holds whenever the UAV moved (and which is its footprint when it did not)."""
+    edges = edge_sets(cfg)
+    width = max(1, max(len(e) for e in edges))
+    out = np.zeros((len(edges), width, 2), dtype=np.int64)
+    for a, e in enumerate(edges):
+        if e:
+            out[a, : len(e)] = e
+    return out
+
+
+class Layout:
+    """A config's constants and tables on a device (see the module docstring)."""
+
+    def __init__(self, cfg: EnvConfig, device: torch.device):
+        self.cfg, self.device = cfg, device
+        p, h, w, n = cfg.pad, cfg.grid_height, cfg.grid_width, cfg.num_uavs
+        self.hp, self.wp = h + 2 * p, w + 2 * p  # the rules' padded map (env.state["cells"])
+        self.cells = self.hp * self.wp
+        self.ws = w + p  # the packed grid's row stride: one border column between rows
+        self.grid_cells = p + self.hp * self.ws  # from the left border of the first border row
+        self.win2 = cfg.window**2
+        self.origin_shift = cfg.obs_radius * (self.ws + 1)  # a UAV's grid cell minus its window's top-left
+
+        # The packed grid: 2 code bits above count_bits UAV-count bits, in the narrowest dtype.
+        for dtype, bits in ((torch.uint8, 6), (torch.int16, 13), (torch.int32, 29)):
+            if n < 2**bits:
+                self.grid_dtype, self.count_bits = dtype, bits
+                break
+        self.covered_bit = COVERED_CODE << self.count_bits
+        self.blocked_value = BLOCKED_CODE << self.count_bits
+        self.count_mask = (1 << self.count_bits) - 1
+
+        pool_cells = int(rules.cells_per_block(cfg).max())
+        self.count_dtype = narrowest_int(h * w)
+        fields = [
+            Field("cell", torch.int64, (n,)),  # each UAV's grid cell: pad + (row + pad) * Ws + col
+            Field("pools", narrowest_int(pool_cells), (2, cfg.state_pool**2)),  # blocked, covered per block
+            Field("episode", torch.int32, ()),
+            Field("free", self.count_dtype, ()),
+            Field("covered", self.count_dtype, ()),
+            # zeroed at an episode's start: ep_reward to ep_counts
+            Field("ep_reward", torch.float32, (n,)),
+            Field("t", narrowest_int(cfg.max_steps), ()),
+            Field("ep_counts", narrowest_int(n * cfg.max_steps), (2,)),  # collisions, near misses
+        ]
+        # The grid comes last, after at least `origin_shift` cells' worth of bytes: a window's
+        # top-left cell (a UAV's cell - origin_shift) is then an offset from the grid's row start,
+        # so a strided view of the row indexes windows by the UAV cells themselves.
+        grid = Field("grid", self.grid_dtype, (self.grid_cells,))
+        item = self.grid_dtype.itemsize
+        before = Record([*fields, grid]).offsets["grid"]
+        if before < self.origin_shift * item:
+            fields.append(Field("pad", torch.uint8, (self.origin_shift * item - before,)))
+        self.record = Record([*fields, grid])
+        self.grid_offset = self.record.offsets["grid"] // item  # in grid cells from the row start
+        assert self.record.offsets["grid"] % item == 0 and self.record.nbytes % item == 0
+        assert MAX_KEY - 1 <= torch.iinfo(torch.int32).max
+
+        dev = device
+        as_long = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int64, device=dev)  # noqa: E731
+        flat = lambda rc: rc[..., 0] * self.ws + rc[..., 1]  # noqa: E731 -- offsets between grid cells
+        moves = rules.move_table(cfg)
+        self.moves = as_long(moves)  # [A, 2]
+        self.move_flat = as_long(flat(moves))  # [A]
+        self.edges = as_long(flat(move_edges(cfg)))  # [A, E]
+        self.foot = as_long(flat(rules.footprint_offsets(cfg)))  # [F]
+        rows, cols = np.divmod(np.arange(self.grid_cells) - p, self.ws)  # of each grid cell, on the map
+        rows -= p
+        on_map = (rows >= 0) & (rows < h) & (cols < w)
+        block = rules.block_of_cell(cfg)
+        self.block_of_grid = as_long(np.where(on_map, block[np.clip(rows, 0, h - 1) * w + np.clip(cols, 0, w - 1)], 0))
+        self.block_of_cell = as_long(block)
+        self.block_cells = torch.as_tensor(rules.cells_per_block(cfg), dtype=torch.float32, device=dev)
+        # Observation scalars of each grid cell: (row / (H - 1), col / (W - 1)) as float32, as the rules divide.
+        scale = torch.tensor([h - 1, w - 1], dtype=torch.float32)
+        rc = torch.from_numpy(np.stack([rows, cols], axis=1)).to(torch.float32)
+        self.cell_position = {torch.float32: (rc / scale).to(dev)}  # {dtype: [grid cells, 2]}, float32 values cast
+        self.scale = scale.to(dev)
+        self.channel_codes = torch.tensor([BLOCKED_CODE, COVERED_CODE], dtype=self.grid_dtype, device=dev)[:, None]
+        center = torch.zeros(self.win2, dtype=self.grid_dtype)
+        center[self.win2 // 2] = 1  # a UAV counts the others in its window: not itself at the centre
+        self.center = center.to(dev)
+        self.max_steps = torch.tensor(cfg.max_steps, dtype=torch.float32, device=dev)
+        self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
+
+    def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
+        """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
+        if dtype not in self.cell_position:
+            self.cell_position[dtype] = self.cell_position[torch.float32].to(dtype)
+        return self.cell_position[dtype]
+
+    # -- grid views ---------------------------------------------------------------------------------
+    def windows(self, buf: torch.Tensor) -> torch.Tensor:
+        """``[M, X, win, win]`` view of the state records ``buf`` (a fresh `Record.empty`):
+        element ``[b, x]`` is the window of environment ``b`` centred on grid cell ``x``."""
+        win = self.cfg.window
+        rows = buf.view(self.grid_dtype)
+        start = self.grid_offset - self.origin_shift  # >= 0: the record puts that many cells before the grid
+        return rows.as_strided((rows.shape[0], self.grid_cells - (win - 1) * (self.ws + 1) + self.origin_shift, win, win),
+                               (rows.shape[1], 1, self.ws, 1), start)
+
+    def map_view(self, grid: torch.Tensor) -> torch.Tensor:
+        """``[M, H, W]`` view of a packed grid's map cells."""
+        cfg, p = self.cfg, self.cfg.pad
+        start = p + p * self.ws
+        return grid[:, start : start + cfg.grid_height * self.ws].view(-1, cfg.grid_height, self.ws)[:, :, : cfg.grid_width]
+
+    def decode(self, grid: torch.Tensor) -> torch.Tensor:
+        """``[M, Hp * Wp]`` uint8 codes of `uavsim.rules` (FREE 0, COVERED 1, BLOCKED 2) of a packed
+        grid, in the rules' padded layout."""
+        cfg, p = self.cfg, self.cfg.pad
+        code = self.map_view(grid) >> self.count_bits
+        cells = torch.full((grid.shape[0], self.hp, self.wp), rules.BLOCKED, dtype=torch.uint8, device=grid.device)
+        cells[:, p : p + cfg.grid_height, p : p + cfg.grid_width] = code - (code >> 1)  # 3 -> 2
+        return cells.view(grid.shape[0], -1)
+
+    def encode(self, cells: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """The packed grid of ``cells`` (rules' codes and layout) with the UAVs on grid cells
+        ``cell [M, N]`` counted."""
+        cfg, p = self.cfg, self.cfg.pad
+        code = cells.view(-1, self.hp, self.wp)[:, p : p + cfg.grid_height, p : p + cfg.grid_width].to(self.grid_dtype)
+        grid = torch.full((cells.shape[0], self.grid_cells), self.blocked_value, dtype=self.grid_dtype,
+                          device=cells.device)
+        self.map_view(grid).copy_((code + (code >> 1)) << self.count_bits)  # 2 -> 3
+        ones = torch.ones(cell.shape, dtype=self.grid_dtype, device=cell.device)
+        return grid.scatter_add_(1, cell, ones)
+
+    def positions(self, cell: torch.Tensor) -> torch.Tensor:
+        """``[M, N, 2]`` int16 (row, col) on the map of grid cells ``[M, N]``."""
+        p = self.cfg.pad
+        return torch.stack([(cell - p) // self.ws - p, (cell - p) % self.ws], dim=-1).to(torch.int16)
+
+    def cells_of(self, pos: torch.Tensor) -> torch.Tensor:
+        """``[M, N]`` int64 grid cells of map positions ``[M, N, 2]``."""
+        p = self.cfg.pad
+        return p + (pos[..., 0].long() + p) * self.ws + pos[..., 1].long()
+
+    def padded_cells_of(self, pos: torch.Tensor) -> torch.Tensor:
+        """``[M, N]`` int64 flat cells of map positions ``[M, N, 2]`` in the rules' padded layout."""
+        p = self.cfg.pad
+        return (pos[..., 0].long() + p) * self.wp + (pos[..., 1].long() + p)
+
+
+# -- the step's parts ---------------------------------------------------------------------------------
+def into(out: torch.Tensor, op, *args) -> torch.Tensor:
+    """``op(*args, out=out)`` into a view ``out`` of a larger tensor: no temporary in eager mode.
+    Under torch.compile, which takes no non-contiguous ``out=``, ``out.copy_(op(*args))``: the
+    same values (``out=`` also computes in the op's dtype and casts), and the compiler fuses it."""
+    if torch.compiler.is_compiling():
+        return out.copy_(op(*args))
+    return op(*args, out=out)
+
+
+def newly_covered(lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, first: torch.Tensor | None = None,
+                  dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(before, newly)`` for the grid cells ``sidx [M, K]`` int64, sorted per row: the
+    grid values there, and ``[M, K]`` 0/1 (in ``dtype``, default the pools') where a cell is FREE,
+    counted once (its first slot). Adds them to the per-block counts; the grid is the caller's.
+
+    ``first``: a ``[M, K]`` bool scratch whose column 0 is True (allocated when None)."""
+    if first is None:
+        first = torch.ones(sidx.shape, dtype=torch.bool, device=sidx.device)
+    into(first[:, 1:], torch.ne, sidx[:, 1:], sidx[:, :-1])
+    before = v["grid"].gather(1, sidx)
+    pools = v["pools"]
+    newly = torch.empty(sidx.shape, dtype=dtype or pools.dtype, device=sidx.device)
+    torch.logical_and(before < lay.covered_bit, first, out=newly)  # FREE, whatever its UAV count
+    pools[:, 1].scatter_add_(1, lay.block_of_grid[sidx], newly if newly.dtype == pools.dtype else newly.to(pools.dtype))
+    return before, newly
+
+
+def cover(lay: Layout, v: dict[str, torch.Tensor], idx: torch.Tensor, first: torch.Tensor | None = None,
+          out: torch.Tensor | None = None) -> torch.Tensor:
+    """Cover the free cells at the grid cells ``idx [M, K]`` int64 in place (grid and
+    per-block counts); return ``[M]`` the number newly covered (each cell counted once), into
+    ``out`` if given (else int64). ``first``: as `newly_covered`'s."""
+    sidx = idx.sort(dim=1).values  # equal cells side by side: count each once
+    before, newly = newly_covered(lay, v, sidx, first)
+    v["grid"].scatter_(1, sidx, before | lay.covered_bit)  # FREE -> COVERED; COVERED and BLOCKED stay
+    return newly.sum(1) if out is None else into(out, torch.sum, newly, 1)
+
+
+def observe(lay: Layout, buf: torch.Tensor, coverage: torch.Tensor, dtype: torch.dtype, b_index: torch.Tensor,
+            cell: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The observation of the states ``buf`` (``coverage [M]`` float32 as the rules compute it),
+    in ``dtype``: ``{"local": [M, N, L], "state": [M, S]}``, each value the float32 rules' value
+    cast to ``dtype``; and the ``[M, N]`` packed grid value of each UAV's own cell (its window's
+    centre). ``b_index``: ``[M, 1]`` int64 arange; ``cell``: the UAVs' cells as a contiguous
+    ``[M, N]`` tensor if the caller has one (saves a copy)."""
+    cfg, w2, v = lay.cfg, lay.win2, lay.record.views(buf)
+    m, n, p2 = buf.shape[0], cfg.num_uavs, cfg.state_pool**2
+    local = torch.empty(m, n, cfg.local_obs_dim, dtype=dtype, device=lay.device)
+    state = torch.empty(m, cfg.state_dim, dtype=dtype, device=lay.device)
+    seen = lay.windows(buf)[b_index, v["cell"]].view(m, n, w2)
+    into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, (seen >> lay.count_bits)[:, :, None, :], lay.channel_codes)
+    into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
+    cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
+    into(local[..., -3:-1].view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
+    state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(local[..., -3:-1])
+    into(state[:, : 2 * p2].view(m, 2, p2), torch.div, v["pools"], lay.block_cells)
+    into(state[:, -2], torch.div, v["t"], lay.max_steps)
+    local[..., -1].copy_(state[:, -2:-1])
+    state[:, -1].copy_(coverage)
+    return {"local": local, "state": state}, seen[:, :, w2 // 2]

@@ -1,0 +1,128 @@
+"""Episode starts for the batched env: the first state of episodes, built straight into state records,
+and a lower bound on how soon an episode can end (what lets the env prepare starts ahead).
+
+`start_episodes` writes the start of episode ``episode[m]`` of environment ``m`` (maps, launch
+order, the launch footprint, zeroed counters: `uavsim.rules`, "Episode start") into the record
+views ``v`` of ``M`` environments, with no data-dependent shape and no host read.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+
+from uavsim import rules
+from uavsim.config import EnvConfig
+from uavsim.dynamics import Layout, cover, edge_sets, into
+from uavsim.rng import draw_hash, episode_key, salted_draw
+
+
+def min_episode_length(cfg: EnvConfig) -> int:
+    """See `episode_bounds`: the fewest steps any episode of ``cfg`` takes (>= 1)."""
+    return episode_bounds(cfg)[0]
+
+
+def launch_can_end(cfg: EnvConfig) -> bool:
+    """Whether the launch footprints alone can reach the target coverage on some map (`episode_bounds`)."""
+    return episode_bounds(cfg)[1]
+
+
+@functools.lru_cache(maxsize=64)
+def episode_bounds(cfg: EnvConfig) -> tuple[int, bool]:
+    """``(a length no episode can be shorter than (>= 1), whether the launch can already reach the
+    target)``, whatever the map and actions.
+
+    An episode ends by truncation after ``max_steps`` steps, or when ``covered >= target * free``
+    (float32). The fewest covered cells that can end one, ``c_min``, is that of the map with the
+    fewest free cells (every obstacle of the largest size, none overlapping another or the launch
+    area). After ``t`` steps a UAV is at most ``t`` moves from the launch area, so the covered
+    cells lie within the footprint of such cells: at most ``reach(t)`` of them; and each step
+    covers at most ``num_uavs x`` (the most footprint cells one move brings in) new cells on top
+    of the launch footprints. The bound is the first ``t`` at which both allow ``c_min``.
+    """
+    h, w, ls = cfg.grid_height, cfg.grid_width, cfg.launch_size
+    free_min = h * w - min(cfg.num_obstacles * cfg.obstacle_max_size**2, h * w - ls * ls)
+    target = float(np.float32(cfg.target_coverage))
+    c_min = max(1, math.ceil(target * free_min * (1 - 2.0**-22)))  # float32 coverage rounds by < 2**-23
+    dr = np.maximum(0, np.arange(h) - (ls - 1))[:, None]  # moves from the launch square, obstacles ignored
+    dc = np.maximum(0, np.arange(w) - (ls - 1))[None, :]
+    dist = (dr + dc) if cfg.moves == 4 else np.maximum(dr, dc)
+    reach = np.full((h, w), np.iinfo(np.int64).max, dtype=np.int64)  # steps before a cell can be covered
+    for oy, ox in rules.footprint_offsets(cfg):  # cell (i, j) is covered from (i - oy, j - ox)
+        src = dist[max(0, -oy) : h - max(0, oy), max(0, -ox) : w - max(0, ox)]
+        dst = reach[max(0, oy) : h - max(0, -oy), max(0, ox) : w - max(0, -ox)]
+        np.minimum(dst, src, out=dst)
+    by_reach = np.sort(reach.reshape(-1))
+    t_reach = int(by_reach[c_min - 1])
+    per_step = cfg.num_uavs * max(len(e) for e in edge_sets(cfg))
+    launch = int((reach == 0).sum())  # cells the launch footprints can cover
+    t_rate = math.ceil(max(0, c_min - launch) / max(1, per_step))
+    return max(1, min(cfg.max_steps, max(t_reach, t_rate))), launch >= c_min
+
+
+class StartTables:
+    """The constant tables `start_episodes` needs, on the env's device."""
+
+    def __init__(self, lay: Layout):
+        cfg, dev = lay.cfg, lay.device
+        k, h, w = cfg.num_obstacles, cfg.grid_height, cfg.grid_width
+        self.num_draws = rules.launch_draw(cfg, 0) + cfg.launch_size**2
+        self.draws = salted_draw(torch.arange(self.num_draws, device=dev))
+        self.size_span = cfg.obstacle_max_size - cfg.obstacle_min_size + 1
+        self.room = torch.tensor([h + 1, w + 1], device=dev)  # top row < H - h + 1, left col < W - w + 1
+        self.raster_strides = torch.tensor([w + 1, 1], device=dev)
+        # +1 at a rectangle's top-left and bottom-right corners, -1 at the other two: prefix sums raster it
+        self.corner_signs = torch.tensor([1, -1, -1, 1], dtype=self.raster_dtype(cfg), device=dev).repeat(k)
+        outside = torch.ones(h, w, dtype=torch.bool)
+        outside[: cfg.launch_size, : cfg.launch_size] = False  # the launch area is cleared of obstacles
+        self.outside_launch = outside.to(dev)
+        self.hw = torch.tensor(h * w, dtype=lay.count_dtype, device=dev)
+        self.uavs = torch.ones(cfg.num_uavs, dtype=lay.grid_dtype, device=dev)  # one more UAV on each launch cell
+
+    @staticmethod
+    def raster_dtype(cfg: EnvConfig) -> torch.dtype:
+        """Prefix sums of the corner marks count overlapping rectangles: at most ``num_obstacles``."""
+        for dtype in (torch.int8, torch.int16, torch.int32):
+            if cfg.num_obstacles <= torch.iinfo(dtype).max:
+                return dtype
+        return torch.int64
+
+
+def start_episodes(lay: Layout, tab: StartTables, buf: torch.Tensor, env_key: torch.Tensor,
+                   episode: torch.Tensor, first: torch.Tensor | None = None) -> None:
+    """Write the first state of episode ``episode [M]`` (int64) of the environments with keys
+    ``env_key [M]`` (`uavsim.rng.env_key`) into the state record ``buf [M, record bytes]``.
+    ``first``: `cover`'s scratch for ``M x num_uavs x footprint`` cells (allocated when None)."""
+    cfg, v = lay.cfg, lay.record.views(buf)
+    m, k, h, w = episode.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width
+    d = draw_hash(episode_key(env_key, episode)[:, None], tab.draws)  # [M, draws] in [0, 2**32)
+    rect = d[:, : 4 * k].view(m, k, 4)
+    size = cfg.obstacle_min_size + ((rect[..., :2] * tab.size_span) >> 32)  # [M, K, (h, w)]
+    top_left = (rect[..., 2:] * (tab.room - size)) >> 32  # [M, K, (top, left)]
+    rows_cols = torch.stack([top_left, top_left + size], dim=-1)  # [M, K, (row, col), (start, end)]
+    corners = rows_cols[..., 0, :, None] * (w + 1) + rows_cols[..., 1, None, :]  # [M, K, 2, 2]
+    raster = torch.zeros(m, (h + 1) * (w + 1), dtype=tab.corner_signs.dtype, device=lay.device)
+    raster.scatter_add_(1, corners.view(m, 4 * k), tab.corner_signs.expand(m, -1))
+    raster = raster.view(m, h + 1, w + 1).cumsum(2, dtype=raster.dtype).cumsum(1, dtype=raster.dtype)
+    blocked = torch.empty(m, h, w, dtype=v["pools"].dtype, device=lay.device)  # 0/1, summed into the pools
+    torch.logical_and(raster[:, :h, :w] > 0, tab.outside_launch, out=blocked)
+
+    grid = v["grid"]
+    grid.fill_(lay.blocked_value)
+    into(lay.map_view(grid), torch.mul, blocked, lay.blocked_value)
+    into(v["free"], torch.sub, tab.hw, blocked.view(m, h * w).sum(1))
+    pools = v["pools"]
+    pools.zero_()
+    pools[:, 0].index_add_(1, lay.block_of_cell, blocked.view(m, h * w))
+
+    # Launch cell j's key is hash * L + j: a stable sort of the hashes orders them alike.
+    order = d[:, 4 * k :].argsort(dim=1, stable=True)[:, : cfg.num_uavs]
+    cell = v["cell"]
+    into(cell, torch.gather, lay.launch_cell.expand(m, -1), 1, order)
+    grid.scatter_add_(1, cell, tab.uavs.expand(m, -1))
+    cover(lay, v, (cell[:, :, None] + lay.foot).view(m, -1), first, out=v["covered"])
+    v["episode"].copy_(episode)
+    lay.record.span(buf, "ep_reward", "ep_counts").zero_()
