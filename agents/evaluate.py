@@ -138,7 +138,7 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
     """`act(obs) -> actions [B, N]` of the trained actor on `env`. A recurrent actor's hidden state
     is carried from call to call and zeroed where `env`'s episode is at its first step."""
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    noise = ActionNoise(seed, env.env_index, env.num_uavs, env.num_actions)  # env b's draws whatever the batch
+    noise = ActionNoise(seed, env.env_index, env.num_uavs)  # env b's draws whatever the batch
     if not actor.recurrent:
         return lambda obs: policy_step(actor, obs, agent, noise, autocast, deterministic)[0]
     hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device)

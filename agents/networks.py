@@ -56,6 +56,7 @@ class SplitInputLinear(nn.Module):
         super().__init__()
         self.dims, self.num_agents = dims, num_agents
         self.linear = layer_init(nn.Linear(sum(dims) + num_agents, out_dim), generator=generator)
+        self.register_buffer("agent_ids", torch.arange(num_agents), persistent=False)
 
     def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
         w, bias = self.linear.weight, self.linear.bias
@@ -70,7 +71,9 @@ class SplitInputLinear(nn.Module):
         if self.num_agents:
             # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
             # backward is a serial index_put on the CPU, measured at a quarter of the update.
-            one_hot = F.one_hot(agent, self.num_agents).to(w.dtype)
+            # A comparison, not F.one_hot: that checks the ids' range by reading them back to the
+            # host (a sync per call, and a graph break under torch.compile).
+            one_hot = (agent[:, None] == self.agent_ids).to(w.dtype)
             out = F.linear(one_hot, w[:, col:], bias) if out is None else torch.addmm(out, one_hot, w[:, col:].t())
         for x, w_part, r in shared:  # one product per run of `r` rows, broadcast over the run
             y = F.linear(x, w_part).unsqueeze(1)
@@ -251,7 +254,9 @@ def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tens
     return log_prob, entropy
 
 
-def sample(logits: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
-    """Sample actions `[M]` int64 from `logits [M, A]` by the Gumbel-max trick, with the noise
-    `gumbel [M, A]` float32 (`agents.action_noise`: a counter hash, no generator state)."""
-    return torch.argmax(logits.float() + gumbel, dim=-1)
+def sample(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Sample actions `[M]` int64 from `logits [M, A]`: the first action whose cumulative
+    probability exceeds `uniform [M]` float32 in (0, 1) (`agents.action_noise`: a counter hash, no
+    generator state). One number per sample, where the Gumbel-max trick needs one per action."""
+    cdf = torch.softmax(logits.float(), dim=-1).cumsum(-1)
+    return (cdf < uniform[:, None]).sum(-1).clamp_max(logits.shape[-1] - 1)  # rounding may leave cdf[-1] < 1

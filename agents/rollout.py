@@ -143,7 +143,7 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
                     hidden=hidden.view(b * n, -1) if hidden is not None else None)
     logits, hidden = out if actor.recurrent else (out, None)
     actions = (torch.argmax(logits.float(), dim=-1) if deterministic
-               else sample(logits, noise.gumbel().view(b * n, -1)))
+               else sample(logits, noise.uniform().view(b * n)))
     logprob, _ = categorical(logits, actions)
     return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
 
@@ -183,14 +183,59 @@ def values_of_steps(critic: Critic, value_norm: ValueNorm, local: torch.Tensor, 
         out[start:start + k] = value_of(critic, value_norm, obs, agent[:k * b * n], autocast).view(k, b, n)
 
 
+def _write(buffer: torch.Tensor, row: torch.Tensor, value: torch.Tensor) -> None:
+    """`buffer[row] = value` for a device index `row [1]`: an index_copy_, which a captured graph
+    takes as it is (a tensor index in `__setitem__` would have the compiler specialize on its value)."""
+    buffer.index_copy_(0, row, value.unsqueeze(0).to(buffer.dtype))
+
+
+@torch.no_grad()
+def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: EpisodeStats, noise: ActionNoise,
+                 autocast: Callable[[], contextlib.AbstractContextManager], agent: torch.Tensor,
+                 obs: dict[str, torch.Tensor], hidden: torch.Tensor | None, t: torch.Tensor):
+    """One step of the rollout into storage row `t` (0-dim int64 on the device, advanced in place):
+    the policy step, `env.step`, the storage writes and the episode statistics. Returns the next
+    observation and a recurrent actor's next hidden state (None for a feed-forward one).
+
+    Written to be captured whole (`torch.compile(fullgraph=True)`, CUDA graphs): the row is a
+    device counter, not a Python int, so one graph serves every step; no branch reads a tensor
+    (a recurrent actor's state is stored at chunk starts through a `where`); the sampling noise
+    is a counter hash (`ActionNoise`), not a generator; nothing is read back to the host.
+    """
+    if hidden is not None:  # the update replays each chunk from the state at its start
+        chunk = (t // storage.chunk_length).view(1)
+        kept = storage.hidden.index_select(0, chunk)[0]
+        _write(storage.hidden, chunk, torch.where(t % storage.chunk_length == 0, hidden, kept))
+    row = t.view(1)
+    actions, logprob, heading, next_hidden = policy_step(actor, obs, agent, noise, autocast, hidden=hidden)
+    if heading is not None:
+        _write(storage.heading, row, heading)
+    _write(storage.local, row, obs["local"])
+    _write(storage.state, row, obs["state"])
+    _write(storage.actions, row, actions)
+    _write(storage.logprobs, row, logprob)
+    obs, reward, terminated, truncated, info = env.step(actions)
+    _write(storage.final_local, row, info["final_obs"]["local"])
+    _write(storage.final_state, row, info["final_obs"]["state"])
+    _write(storage.rewards, row, reward)
+    _write(storage.terminated, row, terminated)
+    _write(storage.truncated, row, truncated)
+    stats.add(terminated, truncated, info)
+    t.add_(1)
+    return obs, reset_where_done(next_hidden, terminated | truncated) if hidden is not None else None
+
+
+RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"]]
+
+
 @torch.no_grad()
 def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
             obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,
             noise: ActionNoise, autocast: Callable[[], contextlib.AbstractContextManager],
-            hidden: torch.Tensor | None = None):
+            hidden: torch.Tensor | None = None, step: RolloutStep = rollout_step):
     """Fill `storage` with `T` steps starting from `obs` (and a recurrent actor's `hidden [B, N, H]`
     float32); return the observation after the last step and the hidden state then (None for a
-    feed-forward actor).
+    feed-forward actor). `step` is `rollout_step`, or its compiled form (`train.compile_rollout`).
 
     values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
     uses where the step was truncated or the rollout ends. The steps run the actor only; the
@@ -198,26 +243,9 @@ def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNor
     fewer and better-shaped matmuls than two small calls per step).
     """
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    chunk = storage.chunk_length
-    for t in range(storage.actions.shape[0]):
-        if hidden is not None and t % chunk == 0:
-            storage.hidden[t // chunk] = hidden
-        actions, logprob, heading, next_hidden = policy_step(actor, obs, agent, noise, autocast, hidden=hidden)
-        if heading is not None:
-            storage.heading[t] = heading
-        storage.local[t] = obs["local"]
-        storage.state[t] = obs["state"]
-        storage.actions[t] = actions
-        storage.logprobs[t] = logprob
-        obs, reward, terminated, truncated, info = env.step(actions)
-        storage.final_local[t] = info["final_obs"]["local"]
-        storage.final_state[t] = info["final_obs"]["state"]
-        storage.rewards[t] = reward
-        storage.terminated[t] = terminated
-        storage.truncated[t] = truncated
-        stats.add(terminated, truncated, info)
-        if hidden is not None:
-            hidden = reset_where_done(next_hidden, terminated | truncated)
+    t = torch.zeros((), dtype=torch.int64, device=env.device)
+    for _ in range(storage.actions.shape[0]):
+        obs, hidden = step(env, actor, storage, stats, noise, autocast, agent, obs, hidden, t)
     values_of_steps(critic, value_norm, storage.local, storage.state, autocast, storage.values)
     values_of_steps(critic, value_norm, storage.final_local, storage.final_state, autocast, storage.next_values)
     return obs, hidden

@@ -165,34 +165,19 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int):
     from agents.train_mappo import DEFAULT_CONFIG, build_learner
 
     cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
-                                       f"train.amp={amp}", "run.device=cpu"])
+                                       f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
     learner = build_learner(cfg, torch.device("cpu"))
-    learner.env = staggered_env(cfg.env_config(), num_envs, episode_length)
+    learner.env = staggered_env(cfg.env_config(), num_envs, episode_length, obs_dtype=learner.env.obs_dtype)
     learner.obs = learner.env.observe()
     return learner
 
 
-@torch.no_grad()  # as collect
-def rollout_step(learner, t: int, agent: torch.Tensor) -> None:
-    """One iteration of `agents.rollout.collect`'s loop body, on `learner`'s storage row ``t``."""
-    from agents.rollout import policy_step
+def rollout_step(learner, agent: torch.Tensor, t: torch.Tensor) -> None:
+    """One step of `agents.rollout.collect`: `agents.rollout.rollout_step` on `learner`'s storage row `t`."""
+    from agents.rollout import rollout_step as step
 
-    s, obs = learner.storage, learner.obs
-    actions, logprob, heading = policy_step(learner.actor, obs, agent, learner.action_gen, learner.autocast)
-    if heading is not None:
-        s.heading[t] = heading
-    s.local[t] = obs["local"]
-    s.state[t] = obs["state"]
-    s.actions[t] = actions
-    s.logprobs[t] = logprob
-    obs, reward, terminated, truncated, info = learner.env.step(actions)
-    s.final_local[t] = info["final_obs"]["local"]
-    s.final_state[t] = info["final_obs"]["state"]
-    s.rewards[t] = reward
-    s.terminated[t] = terminated
-    s.truncated[t] = truncated
-    learner.stats.add(terminated, truncated, info)
-    learner.obs = obs
+    learner.obs, learner.hidden = step(learner.env, learner.actor, learner.storage, learner.stats,
+                                       learner.action_noise, learner.autocast, agent, learner.obs, learner.hidden, t)
 
 
 def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
@@ -218,27 +203,30 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
 
         @torch.no_grad()  # as in collect
         def policy(_i, learner=learner, agent=agent):
-            policy_step(learner.actor, learner.obs, agent, learner.action_gen, learner.autocast)
+            policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast)
 
         out[name] = count_calls(policy, args.steps, args.num_envs)
         small = learner_for(args.explain_envs, 2, amp, args.episode_length)
         small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
-        out[name]["graph_breaks"] = graph_breaks(policy_step, small.actor, small.obs, small_agent, small.action_gen,
-                                                 small.autocast)
+        out[name]["graph_breaks"] = graph_breaks(torch.no_grad()(policy_step), small.actor, small.obs, small_agent,
+                                                 small.action_noise, small.autocast)
 
     learner = learner_for(args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16",
                           args.episode_length)
     steps = learner.storage.actions.shape[0]
     agent = agent_ids(learner.env.num_envs, learner.env.num_uavs, learner.env.device)
-    out["rollout step[bf16]"] = count_calls(lambda i: rollout_step(learner, i, agent), steps, args.num_envs)
+    row = torch.zeros((), dtype=torch.int64)
+    out["rollout step[bf16]"] = count_calls(lambda i: rollout_step(learner, agent, row), steps, args.num_envs)
     small = learner_for(args.explain_envs, 2, "bf16", args.episode_length)
     small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
-    out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(rollout_step, small, 0, small_agent)
+    out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(rollout_step, small, small_agent,
+                                                             torch.zeros((), dtype=torch.int64))
 
     # The update at the default config's batch geometry (its num_envs and num_steps).
     learner = learner_for(args.update_envs, args.update_steps, "bf16", args.episode_length)
-    learner.obs = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
-                          learner.storage, learner.stats, learner.action_gen, learner.autocast)
+    learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
+                                          learner.storage, learner.stats, learner.action_noise, learner.autocast,
+                                          learner.hidden)
     batch, _ = prepare_batch(learner)
     steps = batch.state.shape[0]
     mb = steps // learner.cfg.train.num_minibatches
