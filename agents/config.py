@@ -110,6 +110,7 @@ class TrainConfig:
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
+    compile_rollout: bool = False  # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
     chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
 

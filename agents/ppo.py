@@ -203,6 +203,25 @@ LossFn = Callable[[Actor, Critic, Batch, torch.Tensor, TrainConfig, Callable[[],
                   tuple[torch.Tensor, LossStats]]
 
 
+def check_compiler(device: torch.device, key: str = "train.compile") -> None:
+    """Fail early, naming `key` and the fix, where `torch.compile` cannot build kernels: on the CPU
+    inductor needs a C++ compiler, on CUDA Triton and a C compiler (for its launcher)."""
+    if device.type == "cpu":
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as err:  # inductor raises its own error types for a missing compiler
+            raise ValueError(f"{key}=true on the CPU needs a C++ compiler for torch.compile "
+                             f"(inductor found none: {err}); install g++ or set {key}=false") from None
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton() or not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+            raise ValueError(f"{key}=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
+                             f"with one); install them or set {key}=false")
+
+
 def compile_loss(device: torch.device) -> LossFn:
     """`minibatch_loss` through `torch.compile`: the networks' forward, the log-probabilities and
     the loss fuse into one graph (and the backward into another), which removes most of the
@@ -211,20 +230,7 @@ def compile_loss(device: torch.device) -> LossFn:
 
     On the CPU, inductor builds C++ kernels: without a C++ compiler this fails here, with the fix
     named, rather than at the first update with a compiler error."""
-    if device.type == "cpu":
-        from torch._inductor import cpp_builder
-
-        try:
-            cpp_builder.get_cpp_compiler()
-        except Exception as err:  # inductor raises its own error types for a missing compiler
-            raise ValueError("train.compile=true on the CPU needs a C++ compiler for torch.compile "
-                             f"(inductor found none: {err}); install g++ or set train.compile=false") from None
-    elif device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton() or not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
-            raise ValueError("train.compile=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
-                             "with one); install them or set train.compile=false")
+    check_compiler(device)
     return torch.compile(minibatch_loss, dynamic=False)
 
 

@@ -228,6 +228,19 @@ def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: Episod
 RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"]]
 
 
+def compile_rollout_step(device: torch.device, backend: str = "inductor") -> RolloutStep:
+    """`rollout_step` captured whole (`train.compile_rollout`): on CUDA as CUDA graphs (inductor's
+    `reduce-overhead` mode: one launch per step instead of ~200, the ceiling `benchmarks.step_cost`
+    models), elsewhere as inductor's fused kernels. The env's rebuild of prepared starts is a
+    host-side branch: a few graphs, each captured once. Slow to compile on the CPU (minutes)."""
+    from agents.ppo import check_compiler
+
+    if backend == "inductor":
+        check_compiler(device, "train.compile_rollout")
+    mode = "reduce-overhead" if device.type == "cuda" and backend == "inductor" else None
+    return torch.compile(rollout_step, fullgraph=True, backend=backend, mode=mode)
+
+
 @torch.no_grad()
 def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
             obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,

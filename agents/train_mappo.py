@@ -38,7 +38,7 @@ from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_lo
 from agents.resume import check_run_dir, resume_config, resume_run_dir
 from agents.run_control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
                                  stopped_message)
-from agents.rollout import EpisodeStats, Storage, collect
+from agents.rollout import EpisodeStats, RolloutStep, Storage, collect, compile_rollout_step, rollout_step
 from agents.setup import amp_dtype, make_autocast, pick_device, setup_process  # noqa: F401 -- re-exported
 from agents.value_norm import ValueNorm
 from uavsim import hardware
@@ -66,6 +66,7 @@ class Learner:
     hidden: torch.Tensor | None  # [B, N, H] float32, a recurrent actor's state before the next step
     autocast: Callable[[], contextlib.AbstractContextManager]
     loss_fn: LossFn  # `minibatch_loss`, compiled under `train.compile`
+    rollout_fn: RolloutStep  # `rollout_step`, captured whole under `train.compile_rollout`
     replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
@@ -100,6 +101,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
+        rollout_fn=compile_rollout_step(device) if cfg.train.compile_rollout else rollout_step,
         replicas=replicas,
     )
 
@@ -164,7 +166,7 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     learner.stats.reset()
     learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
                                           learner.obs, learner.storage, learner.stats, learner.action_noise,
-                                          learner.autocast, learner.hidden)
+                                          learner.autocast, learner.hidden, step=learner.rollout_fn)
     timer and timer.mark("learn")
 
     batch, returns = prepare_batch(learner)

@@ -10,6 +10,8 @@ import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
+import torch._dynamo
+
 from agents.rollout import agent_ids, collect, rollout_step
 from agents.train_mappo import build_learner
 
@@ -62,3 +64,45 @@ def test_the_rollout_step_reads_nothing_back_to_the_host(make_config, monkeypatc
                                    learner.autocast, agent, obs, hidden, t)
     monkeypatch.undo()
     assert int(t) == learner.storage.actions.shape[0]
+
+
+def _rollouts(make_config, compile_rollout: bool, device: str):
+    """Two iterations' storage of the default-like learner, eager or with train.compile_rollout."""
+    cfg = make_config(*ROLLOUT, "model.actor_shared_map=true", f"run.device={device}",
+                      f"train.compile_rollout={str(compile_rollout).lower()}")
+    learner = build_learner(cfg, torch.device(device))
+    from agents.train_mappo import train_iteration
+
+    snapshots = []
+    for _ in range(2):
+        train_iteration(learner)
+        snapshots.append({k: v.clone() for k, v in storage_fields(learner.storage).items()})
+    return learner, snapshots
+
+
+def test_train_compile_rollout_runs_the_captured_step(make_config, monkeypatch):
+    """The trainer's wiring, with a backend that needs no compiler (inductor's own kernels are
+    tested on CUDA below; on the CPU they take minutes to build)."""
+    import agents.train_mappo as tm
+    from agents import rollout
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    monkeypatch.setattr(tm, "compile_rollout_step", lambda device: rollout.compile_rollout_step(device, counter))
+    captured, got = _rollouts(make_config, True, "cpu")
+    _, want = _rollouts(make_config, False, "cpu")
+    assert counter.frame_count >= 1
+    for snap_got, snap_want in zip(got, want):
+        for name, value in snap_want.items():
+            assert torch.equal(value, snap_got[name]), name
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_graph_rollout_equals_the_eager_one(make_config):
+    torch._dynamo.reset()
+    _, got = _rollouts(make_config, True, "cuda")
+    _, want = _rollouts(make_config, False, "cuda")
+    for snap_got, snap_want in zip(got, want):
+        for name, value in snap_want.items():
+            assert torch.equal(value, snap_got[name]), name
