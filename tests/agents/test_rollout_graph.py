@@ -8,9 +8,8 @@ import dataclasses
 
 import pytest
 import torch
-from torch._dynamo.testing import CompileCounterWithBackend
-
 import torch._dynamo
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from agents.rollout import agent_ids, collect, rollout_step
 from agents.train_mappo import build_learner
@@ -27,8 +26,6 @@ def storage_fields(storage) -> dict[str, torch.Tensor]:
                                      ["model.actor_shared_map=true", "train.amp=bf16"]],
                          ids=["shared-map", "recurrent", "shared-map-bf16"])
 def test_the_rollout_step_is_one_graph_and_fills_the_eager_storage(make_config, variant):
-    import torch._dynamo
-
     torch._dynamo.reset()
     cfg = make_config(*ROLLOUT, *variant)
     eager, captured = build_learner(cfg, torch.device("cpu")), build_learner(cfg, torch.device("cpu"))
