@@ -84,7 +84,8 @@ class ModelConfig:
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
     actor_shared_map: bool = False  # actor also sees the shared coverage map (pooled map + heading); on in default.yaml
-    recurrent: bool = False  # a GRU (hidden_size units) between the actor's encoder and its head (rMAPPO)
+    recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
+    recurrent_size: int = 0  # model.recurrent: the GRU's units; 0 for hidden_size
 
 
 @dataclass
@@ -279,6 +280,7 @@ def check_config(cfg: Config) -> None:
     need(cfg.env.num_envs == AUTO or (isinstance(cfg.env.num_envs, int) and cfg.env.num_envs >= 1),
          "env.num_envs", "auto or an int >= 1")
     need(m.hidden_size >= 1, "model.hidden_size", ">= 1")
+    need(m.recurrent_size >= 0, "model.recurrent_size", ">= 0 (0: model.hidden_size)")
     need(m.num_layers >= 1, "model.num_layers", ">= 1")
     need(t.total_env_steps >= 1, "train.total_env_steps", ">= 1")
     need(t.num_steps >= 1, "train.num_steps", ">= 1")

@@ -144,3 +144,14 @@ def test_evaluation_carries_the_hidden_state_and_zeroes_it_at_each_episode_start
     # the test can fail: without the reset the second episode's actions differ
     monkeypatch.setattr(evaluate, "reset_where_done", lambda hidden, done: hidden)
     assert not torch.equal(_play(actor, env(), 2 * steps)[steps:], both[steps:])
+
+
+def test_recurrent_size_sets_the_grus_units_and_is_checked(make_config):
+    actor = Actor(20, 4, 5, ModelConfig(hidden_size=16, recurrent=True, recurrent_size=24), torch.Generator())
+    assert actor.hidden_size == 24 and actor.gru.cell.weight_ih.shape == (72, 16)
+    logits, hidden = actor(torch.randn(8, 20), torch.arange(8) % 4, hidden=torch.zeros(8, 24))
+    assert logits.shape == (8, 5) and hidden.shape == (8, 24)
+    learner = build_learner(make_config(*RECURRENT, "model.recurrent_size=12"), torch.device("cpu"))
+    assert learner.actor.hidden_size == 12
+    with pytest.raises(ValueError, match="model.recurrent_size"):
+        make_config(*RECURRENT, "model.recurrent_size=-1")

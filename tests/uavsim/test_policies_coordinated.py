@@ -12,6 +12,7 @@ import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy
+from uavsim import rules
 from uavsim.rules import BLOCKED, COVERED, FREE
 
 SMALL = EnvConfig(grid_height=12, grid_width=12, num_uavs=4, num_obstacles=8, max_steps=30, launch_size=2)
@@ -86,14 +87,26 @@ CORRIDOR = EnvConfig(grid_height=3, grid_width=11, num_uavs=2, num_obstacles=0, 
 
 
 def draw(env: UAVSwarmEnv, picture: list[str], uavs: list[tuple[int, int]]) -> None:
-    """Write one map into every environment's live state: '#' blocked, '.' covered, 'o' uncovered;
-    ``uavs`` (row, col) of each UAV. Only the cells and positions policies read are written."""
-    p = env.config.pad
+    """Load one map into every environment: '#' blocked, '.' covered, 'o' uncovered; ``uavs`` (row,
+    col) of each UAV. `env.state`'s cells and positions are decoded copies, so the map goes in
+    through `load_state_dict`, with the counts and pools it implies (which that checks)."""
+    cfg, p, b = env.config, env.config.pad, env.num_envs
+    saved = env.state_dict()
+    state = saved["state"]
     codes = {"#": BLOCKED, ".": COVERED, "o": FREE}
-    grid = env.state["cells"].view(env.num_envs, env.config.grid_height + 2 * p, -1)
     inner = torch.tensor([[codes[ch] for ch in row] for row in picture], dtype=torch.uint8)
-    grid[:, p : p + env.config.grid_height, p : p + env.config.grid_width] = inner
-    env.state["pos"].copy_(torch.tensor(uavs).expand_as(env.state["pos"]))
+    grid = state["cells"].view(b, cfg.grid_height + 2 * p, -1)
+    grid[:, p : p + cfg.grid_height, p : p + cfg.grid_width] = inner
+    state["pos"].copy_(torch.tensor(uavs).expand_as(state["pos"]))
+    flat = inner.reshape(-1)
+    blocked, covered = (flat == BLOCKED).int(), (flat == COVERED).int()
+    block_of_cell = torch.as_tensor(rules.block_of_cell(cfg))
+    for key, count in (("pool_blocked", blocked), ("pool_covered", covered)):
+        pool = torch.zeros(cfg.state_pool**2, dtype=torch.int32).index_add_(0, block_of_cell, count)
+        state[key].copy_(pool.expand_as(state[key]))
+    state["free"].fill_(flat.numel() - int(blocked.sum()))
+    state["covered"].fill_(int(covered.sum()))
+    env.load_state_dict(saved)
 
 
 @pytest.mark.parametrize("seed", range(4))
