@@ -14,7 +14,9 @@ each entry with `mean_coverage` (at episode end), `mean_steps_to_target` (`max_s
 target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`, `mean_return`,
 `mean_length`. `policy` takes the most likely action, `policy_sampled` samples; `greedy` and
 `coordinated` are the scripted frontier baselines of `uavsim.policies`. A GIF and a PNG of the
-first episode of the trained policy are written next to the JSON. `paired_vs_greedy` and
+first episode of the trained policy (most likely action) are written next to the JSON, and
+`<out>_compare.gif`: greedy, coordinated and the trained policy (sampled actions) side by side on
+that map. `paired_vs_greedy` and
 `paired_vs_coordinated` compare steps to target map by map: the mean difference (negative: faster
 than the baseline), its standard error, and the counts of maps where the policy was faster, equal
 or slower. `coverage_curve` holds each policy's coverage at steps 0 .. max_steps over the maps
@@ -46,11 +48,14 @@ from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
 from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
 from uavsim.render import env_codes, render_grid
+from uavsim.video import side_by_side, write_video
 
 EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
 METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses", "return", "length")
 BASELINES = ("random", "greedy", "coordinated")  # scripted policies, played beside the trained one
 POLICIES = ("policy", "policy_sampled", *BASELINES)
+RECORDED = ("policy", "policy_sampled", "greedy", "coordinated")  # episode 0 of each is drawn
+COMPARED = {"greedy": "greedy", "coordinated": "coordinated", "policy_sampled": "MAPPO (sampled)"}  # <out>_compare.gif
 
 
 @torch.no_grad()
@@ -165,9 +170,10 @@ def scripted_policy(name: str, env: UAVSwarmEnv, seed: int) -> Callable[[UAVSwar
 
 
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
-                 record: bool = True, progress: bool | None = False) -> tuple[dict, list[np.ndarray]]:
+                 record: bool = True, progress: bool | None = False) -> tuple[dict, dict[str, list[np.ndarray]]]:
     """Trained policy (argmax and sampled) and the `BASELINES` on the same episodes: the results
-    of the module docstring less `meta`, and the frames of the argmax policy's first episode.
+    of the module docstring less `meta`, and `{name: frames}` of the first episode of each of
+    `RECORDED` (the same map for each; empty without `record`).
     `progress`: a bar of steps per policy (None: only on a terminal)."""
     def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
         if name in ("policy", "policy_sampled"):
@@ -175,16 +181,17 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
         scripted = scripted_policy(name, env, seed)
         return lambda obs: scripted(env)
 
-    raw, frames = {}, []
+    raw, frames = {}, {}
     disable = None if progress is None else not progress  # tqdm: None disables it off a terminal
     total = len(POLICIES) * env_cfg.max_steps
     with tqdm(total=total, unit="step", desc="evaluate", disable=disable, file=sys.stderr) as bar:
         for i, name in enumerate(POLICIES):
             env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
             bar.set_postfix(policy=name)
-            raw[name], drawn = run_episodes(env, policy(name, env), record=0 if record and i == 0 else None,
+            raw[name], drawn = run_episodes(env, policy(name, env), record=0 if record and name in RECORDED else None,
                                             on_step=bar.update)
-            frames = drawn if i == 0 else frames
+            if drawn:
+                frames[name] = drawn
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
     results = {name: summarize(res) for name, res in raw.items()}
     for base in ("greedy", "coordinated"):
@@ -275,6 +282,11 @@ def baseline_reference(name: str, env_cfg: EnvConfig, num_envs: int, seed: int,
     return _BASELINE_RESULTS[key]
 
 
+def compare_gif_path(out: Path) -> Path:
+    """Where `main` draws `COMPARED` side by side on map 0."""
+    return out.with_name(out.stem + "_compare.gif")
+
+
 def coverage_plot_path(out: Path) -> Path:
     """Where the coverage-over-time plot of the results file `out` goes: `<stem>_coverage.png`."""
     return out.with_name(f"{out.stem}_coverage.png")
@@ -333,8 +345,10 @@ def main(argv: list[str] | None = None) -> int:
                        "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
-    imageio.mimsave(out.with_suffix(".gif"), frames, duration=0.08, loop=0)
-    imageio.imwrite(out.with_suffix(".png"), frames[-1])
+    imageio.mimsave(out.with_suffix(".gif"), frames["policy"], duration=0.08, loop=0)
+    imageio.imwrite(out.with_suffix(".png"), frames["policy"][-1])
+    compare = compare_gif_path(out)
+    write_video(side_by_side([frames[n] for n in COMPARED], list(COMPARED.values())), compare, fps=12.5)
     plot = coverage_plot_path(out)
     plot_coverage(results["coverage_curve"], plot,
                   f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training",
@@ -347,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, d in results[f"paired_vs_{base}"].items():
             print(f"{name:15s} vs {base} on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
                   f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})")
-    print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}, {plot}")
+    print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}, {plot}, {compare}")
     return 0
 
 

@@ -127,6 +127,44 @@ def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: 
     return frames
 
 
+def side_by_side(clips: Sequence[Sequence[np.ndarray]], labels: Sequence[str] | None = None,
+                 gap: int = 4) -> list[np.ndarray]:
+    """Several episodes as one clip: frame t shows each clip's frame t side by side (``gap`` white
+    pixels apart), a clip that ended holding its last frame, under a header of ``labels`` (one per
+    clip, drawn with Pillow's built-in font) when given. Clips must have frames of one height."""
+    stacks = [_check_frames(c) for c in clips]
+    if not stacks:
+        raise ValueError("clips must not be empty")
+    if len({s.shape[1] for s in stacks}) != 1:
+        raise ValueError(f"clips must have frames of one height, got {[s.shape[1] for s in stacks]}")
+    if labels is not None and len(labels) != len(stacks):
+        raise ValueError(f"labels must name each of the {len(stacks)} clips, got {len(labels)}")
+    gap = check_int("gap", gap, 0)
+    height, length = stacks[0].shape[1], max(len(s) for s in stacks)
+    spacer = np.full((height, gap, 3), 255, dtype=np.uint8)
+    frames = []
+    for t in range(length):
+        parts = []
+        for i, s in enumerate(stacks):
+            parts += [spacer] * (i > 0) + [s[min(t, len(s) - 1)]]
+        frames.append(np.concatenate(parts, axis=1))
+    if labels is None:
+        return frames
+    header = _label_strip([s.shape[2] for s in stacks], labels, gap)
+    return [np.concatenate([header, f], axis=0) for f in frames]
+
+
+def _label_strip(widths: Sequence[int], labels: Sequence[str], gap: int) -> np.ndarray:
+    from PIL import Image, ImageDraw  # Pillow comes with imageio
+
+    strip = Image.new("RGB", (sum(widths) + gap * (len(widths) - 1), 14), "white")
+    draw, left = ImageDraw.Draw(strip), 0
+    for width, label in zip(widths, labels):
+        draw.text((left + 2, 2), str(label), fill="black")
+        left += width + gap
+    return np.asarray(strip, dtype=np.uint8)
+
+
 def _check_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
     if len(frames) == 0:
         raise ValueError("frames must not be empty")

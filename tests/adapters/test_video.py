@@ -186,3 +186,22 @@ def test_a_failed_mp4_write_leaves_no_file(recording, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="encoder failed"):
         write_video(recording.frames[:2], tmp_path / "x.mp4")
     assert not (tmp_path / "x.mp4").exists()
+
+
+def test_side_by_side_holds_each_clips_last_frame_and_labels_them():
+    from uavsim.video import side_by_side
+
+    short = [np.full((6, 5, 3), 10 * i, dtype=np.uint8) for i in range(2)]
+    long = [np.full((6, 7, 3), 100 + i, dtype=np.uint8) for i in range(4)]
+    frames = side_by_side([short, long], gap=2)
+    assert len(frames) == 4 and all(f.shape == (6, 5 + 2 + 7, 3) for f in frames)
+    assert (frames[3][:, :5] == 10).all() and (frames[3][:, 5:7] == 255).all() and (frames[3][:, 7:] == 103).all()
+    labelled = side_by_side([short, long], ["a", "b"], gap=2)
+    assert labelled[0].shape == (14 + 6, 14, 3) and np.array_equal(labelled[2][14:], frames[2])
+    assert (labelled[0][:14] < 255).any()  # the labels are drawn
+    with pytest.raises(ValueError, match="one height"):
+        side_by_side([short, [np.zeros((5, 5, 3), np.uint8)]])
+    with pytest.raises(ValueError, match="labels must name each"):
+        side_by_side([short, long], ["a"])
+    with pytest.raises(ValueError, match="must not be empty"):
+        side_by_side([])

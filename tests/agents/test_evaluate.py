@@ -186,7 +186,9 @@ def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
     shown, shown_frames = evaluate_all(actor, cfg.env_config(), 6, 3, torch.device("cpu"), progress=True)
     bar = capsys.readouterr().err
     assert f"{5 * cfg.env.max_steps}/{5 * cfg.env.max_steps}" in bar and "policy=coordinated" in bar
-    assert shown == quiet and all(np.array_equal(a, b) for a, b in zip(frames, shown_frames)) and frames
+    assert shown == quiet and set(frames) == set(shown_frames) == {"policy", "policy_sampled", "greedy", "coordinated"}
+    assert all(len(frames[k]) == len(shown_frames[k]) and all(np.array_equal(a, b) for a, b in zip(frames[k], shown_frames[k]))
+               for k in frames)
 
 
 def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
