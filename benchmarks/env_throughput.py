@@ -246,7 +246,8 @@ def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> Non
 def table(payload: dict[str, Any]) -> str:
     m = payload["machine"]
     lines = [f"# Environment throughput ({'quick' if payload['quick'] else 'full'})", "",
-             f"CPU: {m['cpu']} ({m['cpu_count']} cores, torch threads {payload['threads']})"
+             f"CPU: {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}, "
+             f"torch threads {payload['threads']})"
              + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}", "",
              "| backend | envs | env-steps/s | UAV-steps/s | x reference loop | x VMAS (CPU) | peak RSS MiB | CUDA MiB | BW fraction |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -283,7 +283,7 @@ def _rate(x: float) -> str:
 def table(payload: dict[str, Any]) -> str:
     s, m = payload["settings"], payload["machine"]
     lines = [f"# Step cost model ({'quick' if payload['quick'] else 'full'})", "",
-             f"Counted on {m['cpu']} ({m['cpu_count']} cores), torch {m['torch']}, {m['date']}: default task, "
+             f"Counted on {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}), torch {m['torch']}, {m['date']}: default task, "
              f"{s['num_envs']} environments, {s['steps']} calls per path, episodes staggered to end after "
              f"{s['episode_length']} steps. Counts are deterministic (benchmarks/op_count.py states the rules).", "",
              "| path | kernels per call (min-max) | KiB per env-step (max) | host syncs per call | graph breaks |",
