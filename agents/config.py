@@ -87,6 +87,11 @@ class ModelConfig:
     recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
     recurrent_size: int = 0  # model.recurrent: the GRU's units; 0 for hidden_size
 
+    @property
+    def gru_units(self) -> int:
+        """Units of the recurrent actor's GRU (the size of a UAV's hidden state)."""
+        return self.recurrent_size or self.hidden_size
+
 
 @dataclass
 class TrainConfig:

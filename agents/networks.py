@@ -179,9 +179,8 @@ class Actor(nn.Module):
         self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, None if self.recurrent else num_actions,
                         0.01, generator)
         if self.recurrent:
-            units = cfg.recurrent_size or cfg.hidden_size
-            self.gru = GRU(cfg.hidden_size, units, generator)
-            self.head = layer_init(nn.Linear(units, num_actions), std=0.01, generator=generator)
+            self.gru = GRU(cfg.hidden_size, cfg.gru_units, generator)
+            self.head = layer_init(nn.Linear(cfg.gru_units, num_actions), std=0.01, generator=generator)
 
     @property
     def hidden_size(self) -> int:

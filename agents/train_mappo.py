@@ -111,7 +111,7 @@ def allocate_storage(cfg: Config, env) -> Storage:
     `machine_defaults.estimate_memory` sizes a run with this very call)."""
     recurrent = cfg.model.recurrent
     return Storage.allocate(cfg.train.num_steps, env, amp_dtype(cfg.train.amp),
-                            cfg.model.hidden_size if recurrent else 0, cfg.train.chunk_length if recurrent else 1)
+                            cfg.model.gru_units if recurrent else 0, cfg.train.chunk_length if recurrent else 1)
 
 
 def steps_per_iteration(learner: Learner) -> int:

@@ -14,7 +14,7 @@ from agents.evaluate import actor_policy
 from agents.learner_state import learner_state, load_learner_state
 from agents.networks import GRU, Actor
 from agents.rollout import collect
-from agents.train_mappo import build_learner
+from agents.train_mappo import build_learner, train_iteration
 from uavsim.env import UAVSwarmEnv
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "train.num_steps=16", "env.max_steps=5"]
@@ -152,6 +152,10 @@ def test_recurrent_size_sets_the_grus_units_and_is_checked(make_config):
     logits, hidden = actor(torch.randn(8, 20), torch.arange(8) % 4, hidden=torch.zeros(8, 24))
     assert logits.shape == (8, 5) and hidden.shape == (8, 24)
     learner = build_learner(make_config(*RECURRENT, "model.recurrent_size=12"), torch.device("cpu"))
-    assert learner.actor.hidden_size == 12
+    assert learner.actor.hidden_size == 12 and learner.storage.hidden.shape[-1] == 12
+    before = [p.clone() for p in learner.actor.parameters()]
+    train_iteration(learner)  # a rollout that stores the state, and an update that replays it
+    assert all(torch.isfinite(p).all() for p in learner.actor.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, learner.actor.parameters()))
     with pytest.raises(ValueError, match="model.recurrent_size"):
         make_config(*RECURRENT, "model.recurrent_size=-1")
