@@ -33,7 +33,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import torch
 
 from agents.config import Config, load_config
 
@@ -30,3 +31,11 @@ def make_config():
 # torch.compile on the CPU builds C++ kernels (train.compile)
 needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
                                     reason="torch.compile on the CPU needs a C++ compiler")
+
+
+@pytest.fixture
+def restore_threads():
+    """Puts torch's thread count back after a test that sets it."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

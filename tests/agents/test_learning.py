@@ -15,11 +15,7 @@ SMALL_MAP = ["env.grid_height=12", "env.grid_width=12", "env.num_uavs=3", "env.n
              "run.checkpoint_interval=0", "run.eval_interval=0", "run.torch_threads=1"]
 
 
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_threads")  # tests here set torch's thread count
 
 
 @pytest.mark.slow

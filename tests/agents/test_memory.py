@@ -21,11 +21,7 @@ def live_tensors() -> tuple[int, int]:
     return len(tensors), sum(t.nbytes for t in tensors if not t.is_meta)
 
 
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_threads")  # tests here set torch's thread count
 
 
 @pytest.mark.parametrize("amp", ["off", "fp16"])

@@ -111,11 +111,7 @@ def recall_rate(learner, episodes_per_env: int = 3) -> float:
     return hits / answers
 
 
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_threads")  # tests here set torch's thread count
 
 
 @pytest.mark.slow
