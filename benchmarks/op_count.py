@@ -27,7 +27,9 @@ Bytes
     covers less memory than it has elements). Arguments an op writes (in-place and ``out=``
     arguments) count as outputs, and also as inputs unless the op only writes them (``copy_``,
     ``fill_``, ``zero_``, ``out=``). A gather or a scatter counts its whole source / destination,
-    so for indexed ops the count is an upper bound of the traffic.
+    so for indexed ops the count is an upper bound of the traffic; except ``index_copy_``, which
+    writes whole rows it is given (the rollout's storage writes one step's row of a [T, ...]
+    tensor): its destination counts as the source's bytes, written only.
 """
 
 from __future__ import annotations
@@ -99,6 +101,8 @@ class OpCounter(TorchDispatchMode):
                 read += tensors
         if not written:  # a functional op: what it returns is what it writes
             written = _tensors(out)
+        if name == "index_copy_":  # (self, dim, index, source): the rows written, not all of self
+            read, written = _tensors(args[2:4]), _tensors(args[3])
         nbytes = sum(map(operand_bytes, read)) + sum(map(operand_bytes, written))
         self.kernels += 1
         self.bytes += nbytes

@@ -26,6 +26,17 @@ def test_the_counter_skips_views_and_counts_operands_whole():
     assert c.top_ops(1) == [{"op": "aten.add_", "calls": 1.0, "bytes": 384.0}]
 
 
+def test_index_copy_in_place_counts_the_rows_it_writes_not_its_whole_destination():
+    storage = torch.zeros(64, 10, 8)  # 20,480 bytes
+    row, index = torch.ones(1, 10, 8), torch.tensor([3])  # 320 bytes, 8 bytes
+    with OpCounter() as c:
+        storage.index_copy_(0, index, row)  # reads index and row, writes one row
+        fresh = storage.index_copy(0, index, row)  # out of place: reads and writes all of it
+    assert c.by_op["aten.index_copy_"] == [1, 8 + 320 + 320]
+    assert c.by_op["aten.index_copy"] == [1, 20480 + 8 + 320 + 20480]
+    assert storage[3].eq(1).all() and fresh[3].eq(1).all()
+
+
 def test_an_overlapping_view_counts_the_memory_it_spans():
     base = torch.zeros(10, dtype=torch.uint8)
     assert operand_bytes(base.expand(5, 10)) == 10  # stride 0: the same 10 bytes five times
