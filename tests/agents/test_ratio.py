@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from agents.ppo import chunk_frames, evaluate_actions
 from agents.rollout import collect
 from agents.train_mappo import build_learner, prepare_batch
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]  # episodes end inside chunks
+
+
+def fp16_products_depend_on_the_row_count() -> bool:
+    """Whether this CPU's fp16 matrix products give a row a result that depends on how many rows
+    share the product (native AVX512-FP16 kernels block by the row count; emulated fp16, fp32 and
+    bf16 here do not). Where they do, the rollout (all environments' rows) and the update (a
+    minibatch's rows) cannot agree to the last bit, only to rounding."""
+    g = torch.Generator().manual_seed(0)
+    w, x = torch.randn(16, 16, generator=g), torch.randn(64, 16, generator=g)
+    with torch.autocast("cpu", dtype=torch.float16):
+        return not torch.equal(F.linear(x, w), torch.cat([F.linear(rows, w) for rows in x.split(16)]))
 
 
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
@@ -39,5 +51,9 @@ def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
                                                                     learner.autocast)
         assert new_logprob.dtype == torch.float32 and new_value.dtype == torch.float32
         ratio = (new_logprob - batch.logprobs[mb_inds]).exp()
-        assert torch.equal(ratio, torch.ones_like(ratio)), f"max |ratio - 1| = {(ratio - 1).abs().max()}"
+        if amp == "fp16" and fp16_products_depend_on_the_row_count():
+            # rounding only: a wrong hidden state or chunk start moves the ratio by far more
+            assert (ratio - 1).abs().max() <= 1e-5, f"max |ratio - 1| = {(ratio - 1).abs().max()}"
+        else:
+            assert torch.equal(ratio, torch.ones_like(ratio)), f"max |ratio - 1| = {(ratio - 1).abs().max()}"
         assert torch.isfinite(entropy).all()
