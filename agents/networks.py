@@ -60,21 +60,33 @@ class SplitInputLinear(nn.Module):
 
     def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
         w, bias = self.linear.weight, self.linear.bias
-        out, shared, col = None, [], 0
+        out, shared, narrow, narrow_w, col = None, [], [], [], 0
         for x, d, r in zip(parts, self.dims, repeats):
             w_part, col = w[:, col:col + d], col + d
             if r > 1:
                 shared.append((x, w_part, r))
-            else:  # per-row parts accumulate in the GEMM itself (addmm), no separate add pass; not
-                # in place (addmm_): vmap, which TorchRL's losses apply to modules, has no rule for it
-                out = F.linear(x, w_part, bias) if out is None else torch.addmm(out, x, w_part.t())
+            elif out is None:  # the first per-row part carries the bias: no separate add pass
+                out = F.linear(x, w_part, bias)
+            else:
+                narrow.append(x)
+                narrow_w.append(w_part)
         if self.num_agents:
             # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
             # backward is a serial index_put on the CPU, measured at a quarter of the update.
             # A comparison, not F.one_hot: that checks the ids' range by reading them back to the
             # host (a sync per call, and a graph break under torch.compile).
-            one_hot = (agent[:, None] == self.agent_ids).to(w.dtype)
-            out = F.linear(one_hot, w[:, col:], bias) if out is None else torch.addmm(out, one_hot, w[:, col:].t())
+            narrow.append(agent[:, None] == self.agent_ids)
+            narrow_w.append(w[:, col:])
+        if narrow:
+            # The later per-row parts (the heading, the agent id: a few columns each) in one product:
+            # each product reads and writes the whole [M, out] activation, whatever its width.
+            # Cast to the product's dtype before concatenating (autocast would cast the wider result).
+            dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+            x = narrow[0].to(dtype) if len(narrow) == 1 else torch.cat([part.to(dtype) for part in narrow], 1)
+            w_narrow = narrow_w[0] if len(narrow_w) == 1 else torch.cat(narrow_w, 1)
+            # accumulated by the GEMM itself (addmm); not in place (addmm_): vmap, which TorchRL's
+            # losses apply to modules, has no rule for it
+            out = F.linear(x, w_narrow, bias) if out is None else torch.addmm(out, x, w_narrow.t())
         for x, w_part, r in shared:  # one product per run of `r` rows, broadcast over the run
             y = F.linear(x, w_part).unsqueeze(1)
             out = (y.expand(-1, r, -1) + bias.to(y.dtype) if out is None
@@ -242,16 +254,25 @@ class Critic(nn.Module):
         return value.squeeze(-1).float()
 
 
+def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """`log_prob [M]` float32 of int `actions [M]` under `logits [M, A]` (any float dtype): the one
+    expression the rollout (here) and the update (`categorical`) both compute, so the PPO ratio is
+    exactly 1 before the first update; the rollout needs no entropy."""
+    return _log_prob(torch.log_softmax(logits.float(), dim=-1), actions)
+
+
+def _log_prob(logp_all: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    return logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+
 def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`(log_prob [M] float32, entropy [M] float32)` of int `actions [M]` under `logits [M, A]`.
 
-    Always float32 whatever the autocast dtype of `logits`: the rollout and the update call this
-    same function, so the PPO ratio is exactly 1 before the first update.
+    Always float32 whatever the autocast dtype of `logits`, and the log-probability is `log_prob`'s.
     """
     logp_all = torch.log_softmax(logits.float(), dim=-1)
-    log_prob = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return log_prob, entropy
+    return _log_prob(logp_all, actions), entropy
 
 
 def sample(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 
 from agents.action_noise import ActionNoise
 from agents.features import HEADING_DIM
-from agents.networks import Actor, Critic, categorical, sample
+from agents.networks import Actor, Critic, log_prob, sample
 from agents.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
 
@@ -142,9 +142,9 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
                     heading=heading.view(b * n, -1) if heading is not None else None,
                     hidden=hidden.view(b * n, -1) if hidden is not None else None)
     logits, hidden = out if actor.recurrent else (out, None)
-    actions = (torch.argmax(logits.float(), dim=-1) if deterministic
-               else sample(logits, noise.uniform().view(b * n)))
-    logprob, _ = categorical(logits, actions)
+    logits = logits.float()
+    actions = torch.argmax(logits, dim=-1) if deterministic else sample(logits, noise.uniform().view(b * n))
+    logprob = log_prob(logits, actions)
     return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
 
 

@@ -45,3 +45,23 @@ def test_heading_is_zero_when_every_free_cell_is_covered():
     state[:, 2 * p2:2 * p2 + 4] = 0.5
     assert torch.equal(MapHeading(cfg)(state), torch.zeros(2, 2, 3))
     assert list(MapHeading(cfg).state_dict()) == []  # nothing to checkpoint
+
+
+def test_heading_is_exact_from_a_bfloat16_state():
+    # Positions in a bf16 state are rounded fractions of the map's size: the heading rounds them
+    # back to whole cells, so it equals the float32 state's heading exactly (the trainer's
+    # observations are bf16), ties included (lowest block index).
+    cfg = EnvConfig()
+    env = UAVSwarmEnv(cfg, num_envs=64, seed=5, device="cpu")
+    obs, heading = env.reset(), MapHeading(cfg)
+    for _ in range(40):
+        obs, *_ = env.step(torch.randint(0, cfg.num_actions, (64, cfg.num_uavs)))
+        assert torch.equal(heading(obs["state"].bfloat16()), heading(obs["state"]))
+
+
+def test_squared_distances_fit_their_integer_tables():
+    small, large = MapHeading(EnvConfig()), MapHeading(EnvConfig(grid_height=200, grid_width=150, num_obstacles=10))
+    assert small.row_sq.dtype == torch.int16 and large.row_sq.dtype == torch.int32
+    for h in (small, large):  # "far" must exceed every real squared distance, and fit the dtype
+        assert h.far > int(h.row_sq.max()) + int(h.col_sq.max())
+        assert h.far <= torch.iinfo(h.row_sq.dtype).max

@@ -111,3 +111,19 @@ def test_the_gpu_safe_step_keeps_to_its_budget_on_the_default_task():
         assert counted["kernels_per_call"] <= 60, (name, counted["kernels_per_call"])
         if kwargs.get("autoreset_mode") == "next_step" and kwargs.get("obs_dtype") == torch.bfloat16:
             assert counted["bytes_per_env_step"] <= 32 * 1024, counted["bytes_per_env_step"]
+
+
+def test_the_policy_step_keeps_to_its_budget():
+    # The trainer's bf16 policy step (default config, 1,024 environments), as counted by the model:
+    # 99.4 KiB per env-step before the heading was computed from integer tables and the narrow
+    # inputs (heading, agent id) shared one product; 51.5 after (issue 15; target 24, see
+    # docs/performance.md). A change that costs more fails here.
+    from agents.rollout import agent_ids, policy_step
+
+    learner = step_cost.learner_for(1024, 2, "bf16", 100)
+    agent = agent_ids(1024, learner.env.num_uavs, learner.env.device)
+    with torch.no_grad():
+        counted = step_cost.count_calls(
+            lambda i: policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024)
+    assert counted["host_syncs_per_call"] == 0
+    assert counted["bytes_per_env_step"] <= 52 * 1024, counted["bytes_per_env_step"]
