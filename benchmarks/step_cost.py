@@ -14,6 +14,9 @@ the aten ops that would each launch a kernel and the bytes of their operands, pe
     PPO minibatch      `agents.ppo.minibatch_loss` + backward + `optimizer_step`, at the default
                        config's minibatch.
 
+and, with `--fused` (the default of a full run), the bf16 policy step compiled whole by inductor,
+counted by inductor itself (`benchmarks.fused_count`): what capture and fusion save.
+
 Episode phases are staggered so that resets happen at a steady rate: environment ``b`` starts the
 count at step ``max_steps - L + b % L`` of its episode (``L = --episode-length``), so about
 ``B / L`` environments end in every counted step (truncations), as in a long training run whose
@@ -240,11 +243,27 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
 
 
 # -- report ---------------------------------------------------------------------------------------
+def fused_paths(args) -> dict[str, dict[str, Any]]:
+    """The bf16 policy step captured whole and fused by inductor, counted by inductor
+    (`benchmarks.fused_count`): the policy part of what `train.compile_rollout` runs, at the same
+    batch. Not the whole rollout step: inductor counts a write of one row into the rollout's storage
+    (and a gather from the env's maps) as its whole buffer, which would bury the step's traffic."""
+    from agents.rollout import agent_ids, policy_step
+
+    from benchmarks.fused_count import fused_count
+
+    learner = learner_for(args.num_envs, 2, "bf16", args.episode_length)
+    agent = agent_ids(args.num_envs, learner.env.num_uavs, learner.env.device)
+    return {"policy step[bf16]": fused_count(torch.no_grad()(policy_step), learner.actor, learner.obs, agent,
+                                             learner.action_noise, learner.autocast, env_steps_per_call=args.num_envs)}
+
+
 def measure(args) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     paths = env_paths(args)
     if not args.env_only:
         paths.update(trainer_paths(args))
+    fused = fused_paths(args) if args.fused else {}
     for name, p in paths.items():
         if not name.startswith("PPO"):
             p["projection"] = projection(p["kernels_per_call"], p["bytes_per_env_step"], args.launch_us)
@@ -254,7 +273,7 @@ def measure(args) -> dict[str, Any]:
                          "launch_us": args.launch_us, "gpus_bandwidth_bytes_per_s": GPUS,
                          "update_envs": args.update_envs, "update_steps": args.update_steps},
             "graph_breaks": {name: p["graph_breaks"]["breaks"] for name, p in paths.items()},
-            "paths": paths}
+            "paths": paths, "fused": fused}
 
 
 def baseline_paths(num_envs: int) -> dict[str, dict[str, float]]:
@@ -322,6 +341,18 @@ def table(payload: dict[str, Any]) -> str:
         ops = ", ".join(f"{o['op'].removeprefix('aten.')} {_kib(o['bytes_per_env_step'])} KiB x{o['calls_per_call']:g}"
                         for o in p["top_ops"])
         lines.append(f"- **{name}**: {ops}")
+    if payload.get("fused"):
+        lines += ["", "## Captured and fused: inductor's own count (benchmarks/fused_count.py)", "",
+                  "The same call compiled whole (`torch.compile(fullgraph=True)`, as `train.compile_rollout` "
+                  "compiles it within the rollout step), counted by inductor's scheduler on this CPU: each fused kernel's buffers read and "
+                  "written once. Other rules than the eager count above (temporaries inside a kernel never "
+                  "reach memory), so compare the two only as eager against captured.", "",
+                  "| path | eager kernels | fused kernels | eager KiB per env-step | fused KiB per env-step |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, f in payload["fused"].items():
+            e = payload["paths"].get(name, {})
+            lines.append(f"| {name} | {e.get('kernels_per_call', float('nan')):.1f} | {f['kernels_per_call']} "
+                         f"| {_kib(e.get('bytes_per_env_step', float('nan')))} | {_kib(f['bytes_per_env_step'])} |")
     lines += ["", "## Graph breaks (torch._dynamo.explain)", ""]
     for name, p in payload["paths"].items():
         g = p["graph_breaks"]
@@ -340,12 +371,18 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--launch-us", type=float, default=4.0, help="eager kernel launch cost of the model, us")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (counts do not depend on it)")
     parser.add_argument("--env-only", action="store_true", help="only the env.step paths (no agents import)")
+    parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
+                        help="also count the policy step compiled by inductor (default: on, off with "
+                             "--quick or --env-only; needs a C++ compiler, about 10 s)")
     parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     quick = args.quick
     args.num_envs = (64 if quick else 1024) if args.num_envs is None else args.num_envs
     args.steps = (4 if quick else 18) if args.steps is None else args.steps
     args.explain_envs = 8 if quick else 64
+    args.fused = not (quick or args.env_only) if args.fused is None else args.fused
+    if args.fused and args.env_only:
+        parser.error("--fused counts the trainer's steps: it cannot go with --env-only")
     args.update_envs, args.update_steps, args.update_calls = (8, 8, 1) if quick else (64, 64, 2)
     for name in ("num_envs", "steps", "episode_length", "threads"):
         if getattr(args, name) < 1:

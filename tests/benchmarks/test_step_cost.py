@@ -86,7 +86,7 @@ def test_quick_run_writes_the_schema_and_counts_the_same_twice(tmp_path):
     assert "| env.step[sparse] |" in first["md"].read_text()
 
 
-@pytest.mark.parametrize("argv", [["--num-envs", "0"], ["--steps", "0"], ["--launch-us", "0"]])
+@pytest.mark.parametrize("argv", [["--num-envs", "0"], ["--steps", "0"], ["--launch-us", "0"], ["--env-only", "--fused"]])
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         step_cost.main(["--quick", "--out-dir", str(tmp_path), *argv])
@@ -127,3 +127,19 @@ def test_the_policy_step_keeps_to_its_budget():
             lambda i: policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024)
     assert counted["host_syncs_per_call"] == 0
     assert counted["bytes_per_env_step"] <= 52 * 1024, counted["bytes_per_env_step"]
+
+
+def test_the_fused_count_of_the_policy_step_is_deterministic_and_below_the_eager_one():
+    # inductor's own count of the compiled bf16 policy step (benchmarks/fused_count.py), twice.
+    from agents.rollout import agent_ids, policy_step
+    from benchmarks.fused_count import fused_count
+
+    learner = step_cost.learner_for(64, 2, "bf16", 100)
+    agent = agent_ids(64, learner.env.num_uavs, learner.env.device)
+    args = (learner.actor, learner.obs, agent, learner.action_noise, learner.autocast)
+    step = torch.no_grad()(policy_step)
+    first, second = (fused_count(step, *args, env_steps_per_call=64) for _ in range(2))
+    assert first == second and first["kernels_per_call"] > 0
+    eager = step_cost.count_calls(lambda i: step(*args), 1, 64)
+    assert first["kernels_per_call"] < eager["kernels_per_call"] / 2
+    assert first["bytes_per_env_step"] < eager["bytes_per_env_step"]
