@@ -34,6 +34,8 @@ class MapHeading(nn.Module):
     is one `[F, N, P^2]` int16 tensor written and read per step, where float offsets built
     `[F, N, P^2, 2]` float32 temporaries (10 kernels, 50 KiB per environment-step of the policy's
     99 on the default task, counted by `benchmarks.step_cost`). Ties go to the lowest block index.
+    The tables are kept as int32 buffers and cast per step (two tiny kernels): DDP broadcasts every
+    buffer at wrap time, and neither gloo nor NCCL takes int16.
     """
 
     def __init__(self, env_cfg: EnvConfig):
@@ -46,9 +48,9 @@ class MapHeading(nn.Module):
         twice_dr = (2 * (row_centre[None, :] - torch.arange(h, dtype=torch.float64)[:, None])).round().long()
         twice_dc = (2 * (col_centre[None, :] - torch.arange(w, dtype=torch.float64)[:, None])).round().long()
         self.far = int(twice_dr.square().max() + twice_dc.square().max()) + 1  # above every squared distance
-        dtype = torch.int16 if self.far <= torch.iinfo(torch.int16).max else torch.int32
-        self.register_buffer("row_sq", twice_dr.square().to(dtype), persistent=False)  # [H, P]: (2 dr)^2
-        self.register_buffer("col_sq", twice_dc.square().to(dtype), persistent=False)  # [W, P]: (2 dc)^2
+        self.sq_dtype = torch.int16 if self.far <= torch.iinfo(torch.int16).max else torch.int32
+        self.register_buffer("row_sq", twice_dr.square().int(), persistent=False)  # [H, P]: (2 dr)^2
+        self.register_buffer("col_sq", twice_dc.square().int(), persistent=False)  # [W, P]: (2 dc)^2
         self.register_buffer("row_centre", row_centre.float(), persistent=False)  # [P] in cells
         self.register_buffer("col_centre", col_centre.float(), persistent=False)
         self.register_buffer("cells", (row_count[:, None] * col_count[None, :]).view(-1).float(), persistent=False)
@@ -63,7 +65,8 @@ class MapHeading(nn.Module):
         # Positions are fractions of (H - 1, W - 1), rounded in the state's dtype: back to whole cells.
         cell = (state[:, 2 * p2:2 * p2 + 2 * n].float().view(-1, n, 2) * self.scale).round()  # [F, N, 2]
         row, col = cell.long().unbind(-1)  # [F, N]
-        sq = self.row_sq[row][:, :, :, None] + self.col_sq[col][:, :, None, :]  # [F, N, P, P]: (2 d)^2
+        row_sq, col_sq = self.row_sq.to(self.sq_dtype), self.col_sq.to(self.sq_dtype)
+        sq = row_sq[row][:, :, :, None] + col_sq[col][:, :, None, :]  # [F, N, P, P]: (2 d)^2
         nearest, idx = torch.where(has, sq, self.far).view(-1, n, p2).min(-1)  # [F, N]
         off = torch.stack([self.row_centre[idx // p], self.col_centre[idx % p]], -1) - cell
         heading = torch.cat([off / self.scale, (nearest.float().sqrt() * (0.5 / self.diagonal))[..., None]], -1)

@@ -61,7 +61,22 @@ def test_heading_is_exact_from_a_bfloat16_state():
 
 def test_squared_distances_fit_their_integer_tables():
     small, large = MapHeading(EnvConfig()), MapHeading(EnvConfig(grid_height=200, grid_width=150, num_obstacles=10))
-    assert small.row_sq.dtype == torch.int16 and large.row_sq.dtype == torch.int32
+    assert small.sq_dtype == torch.int16 and large.sq_dtype == torch.int32
     for h in (small, large):  # "far" must exceed every real squared distance, and fit the dtype
         assert h.far > int(h.row_sq.max()) + int(h.col_sq.max())
-        assert h.far <= torch.iinfo(h.row_sq.dtype).max
+        assert h.far <= torch.iinfo(h.sq_dtype).max
+
+
+# What DDP can broadcast when it wraps a module: gloo and NCCL take no int16 or other odd widths.
+COLLECTIVE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                     torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool}
+
+
+def test_every_buffer_of_the_networks_can_be_broadcast_by_ddp(make_config):
+    from agents.train_mappo import build_learner
+
+    learner = build_learner(make_config("model.actor_shared_map=true"), torch.device("cpu"))
+    assert any(isinstance(m, MapHeading) for m in learner.actor.modules())
+    for net in (learner.actor, learner.critic):
+        odd = {name: b.dtype for name, b in net.named_buffers() if b.dtype not in COLLECTIVE_DTYPES}
+        assert not odd, f"buffers DDP cannot broadcast: {odd}"
