@@ -8,9 +8,10 @@ be asserted in tests):
 Kernels
     Every aten op counts one, except ops that only make metadata:
     * views and aliases: ops whose schema returns an alias of an input without writing it
-      (``OpOverload.is_view``: ``view``, ``_unsafe_view``, ``expand``, ``as_strided``, ``t``,
-      ``transpose``, ``permute``, ``select``, ``slice``, ``unfold``, ``detach``, ``alias``,
-      ``unsqueeze``, ``squeeze``, ...);
+      (``OpOverload.is_view``: ``view``, ``expand``, ``as_strided``, ``t``, ``transpose``,
+      ``permute``, ``select``, ``slice``, ``unfold``, ``detach``, ``alias``, ``unsqueeze``,
+      ``squeeze``, ...), and ``_unsafe_view`` (a view whose schema does not say so: ``reshape``
+      ends with it after the copy it makes of a tensor it cannot view);
     * allocations without a fill (``empty``, ``empty_strided``, ``empty_like``, ``lift_fresh``),
       symbolic-size queries (``sym_*``) and any ``prim`` op;
     * ``_local_scalar_dense`` (``.item()``, ``bool(tensor)``): no kernel, but a host read, counted
@@ -42,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "lift_fresh",
+                       "_unsafe_view",
                        "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
                        "is_same_size", "_has_compatible_shallow_copy_type", "record_stream", "set_"})
 HOST_SYNC = frozenset({"_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", "unique", "_unique",
