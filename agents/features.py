@@ -51,24 +51,29 @@ class MapHeading(nn.Module):
         self.sq_dtype = torch.int16 if self.far <= torch.iinfo(torch.int16).max else torch.int32
         self.register_buffer("row_sq", twice_dr.square().int(), persistent=False)  # [H, P]: (2 dr)^2
         self.register_buffer("col_sq", twice_dc.square().int(), persistent=False)  # [W, P]: (2 dc)^2
-        self.register_buffer("row_centre", row_centre.float(), persistent=False)  # [P] in cells
-        self.register_buffer("col_centre", col_centre.float(), persistent=False)
-        self.register_buffer("cells", (row_count[:, None] * col_count[None, :]).view(-1).float(), persistent=False)
+        # [P^2, 2]: block b's centre (row, column) in cells, read with one gather of the nearest block
+        centre = torch.stack(torch.broadcast_tensors(row_centre[:, None], col_centre[None, :]), -1).view(-1, 2)
+        self.register_buffer("centre", centre.float(), persistent=False)
+        # A block holds an uncovered free cell where its blocked and covered fractions (whole cells
+        # each) sum to less than 1 - 1/cells: below 1 - 0.5/cells, which absorbs their rounding.
+        cells = (row_count[:, None] * col_count[None, :]).view(-1)
+        self.register_buffer("filled_below", (1.0 - 0.5 / cells).float(), persistent=False)
         self.register_buffer("scale", torch.tensor([h - 1.0, w - 1.0]).clamp_min(1.0), persistent=False)
         self.diagonal = math.hypot(h - 1, w - 1) or 1.0
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         p, p2, n = self.pool, self.pool**2, self.num_uavs
-        pools = state[:, :2 * p2].float()
-        uncovered = (1.0 - pools[:, :p2] - pools[:, p2:]) * self.cells  # free cells not yet covered
-        has = (uncovered > 0.5).view(-1, 1, p, p)  # counts are whole numbers; 0.5 absorbs the fractions' rounding
-        # Positions are fractions of (H - 1, W - 1), rounded in the state's dtype: back to whole cells.
-        cell = (state[:, 2 * p2:2 * p2 + 2 * n].float().view(-1, n, 2) * self.scale).round()  # [F, N, 2]
+        # float32 sums (one cast, fused into the add where the state is float32 already)
+        filled = state[:, :p2].float() + state[:, p2:2 * p2]
+        has = (filled < self.filled_below).view(-1, 1, p, p)
+        # Positions are fractions of (H - 1, W - 1), rounded in the state's dtype: back to whole
+        # cells (the product with the float32 scale is in float32).
+        cell = (state[:, 2 * p2:2 * p2 + 2 * n].view(-1, n, 2) * self.scale).round()  # [F, N, 2]
         row, col = cell.long().unbind(-1)  # [F, N]
         row_sq, col_sq = self.row_sq.to(self.sq_dtype), self.col_sq.to(self.sq_dtype)
         sq = row_sq[row][:, :, :, None] + col_sq[col][:, :, None, :]  # [F, N, P, P]: (2 d)^2
         nearest, idx = torch.where(has, sq, self.far).view(-1, n, p2).min(-1)  # [F, N]
-        off = torch.stack([self.row_centre[idx // p], self.col_centre[idx % p]], -1) - cell
+        off = self.centre[idx] - cell
         heading = torch.cat([off / self.scale, (nearest.float().sqrt() * (0.5 / self.diagonal))[..., None]], -1)
         return torch.where((nearest < self.far)[..., None], heading, 0.0)
 

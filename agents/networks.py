@@ -48,6 +48,17 @@ class SplitInputLinear(nn.Module):
     lookup, and a part can be given once per environment and shared by that environment's agents
     (`repeat`), which saves the critic most of its global-state product in the rollout.
 
+    The products accumulate in one `[M, out]` tensor, in a fixed order whatever the mode (so the
+    rollout and the update compute the same numbers): the shared parts' product (with the bias)
+    copied to its rows, then the narrow per-row parts' (the heading, the agent id), then the first
+    per-row part's (the local observation), each GEMM adding the tensor so far into its output. With
+    `relu` the layer returns the ReLU of that sum; with `in_place` too (no-grad callers: the rollout,
+    evaluation) the GEMMs accumulate into the tensor itself and the last one applies the ReLU in its
+    epilogue (`torch._addmm_activation`: one cuBLASLt kernel on CUDA), so the activation is written
+    once where an add and a ReLU would each read and write it again. Autograd has no derivative for
+    `_addmm_activation`, and vmap (which TorchRL's value estimators apply) no rule for in-place GEMMs:
+    `in_place` is ignored where gradients are on, and the default is off.
+
     The weight is one `[out, sum(dims) + num_agents]` matrix, initialised exactly as the equivalent
     `nn.Linear` would be (orthogonal over the full concatenated input).
     """
@@ -58,15 +69,20 @@ class SplitInputLinear(nn.Module):
         self.linear = layer_init(nn.Linear(sum(dims) + num_agents, out_dim), generator=generator)
         self.register_buffer("agent_ids", torch.arange(num_agents), persistent=False)
 
-    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
+    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int], relu: bool = False,
+                in_place: bool = False) -> torch.Tensor:
         w, bias = self.linear.weight, self.linear.bias
-        out, shared, narrow, narrow_w, col = None, [], [], [], 0
+        # Cast explicitly (autocast would, for `linear` and `addmm`, but has no rule for `_addmm_activation`).
+        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+        w, bias = w.to(dtype), bias.to(dtype)
+        in_place = in_place and not torch.is_grad_enabled()
+        per_row, shared, narrow, narrow_w, col = [], [], [], [], 0
         for x, d, r in zip(parts, self.dims, repeats):
             w_part, col = w[:, col:col + d], col + d
             if r > 1:
                 shared.append((x, w_part, r))
-            elif out is None:  # the first per-row part carries the bias: no separate add pass
-                out = F.linear(x, w_part, bias)
+            elif not per_row:
+                per_row.append((x, w_part))
             else:
                 narrow.append(x)
                 narrow_w.append(w_part)
@@ -78,20 +94,29 @@ class SplitInputLinear(nn.Module):
             narrow.append(agent[:, None] == self.agent_ids)
             narrow_w.append(w[:, col:])
         if narrow:
-            # The later per-row parts (the heading, the agent id: a few columns each) in one product:
-            # each product reads and writes the whole [M, out] activation, whatever its width.
-            # Cast to the product's dtype before concatenating (autocast would cast the wider result).
-            dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+            # The narrow per-row parts (a few columns each) in one product: each product reads and
+            # writes the whole [M, out] activation, whatever its width.
             x = narrow[0].to(dtype) if len(narrow) == 1 else torch.cat([part.to(dtype) for part in narrow], 1)
-            w_narrow = narrow_w[0] if len(narrow_w) == 1 else torch.cat(narrow_w, 1)
-            # accumulated by the GEMM itself (addmm); not in place (addmm_): vmap, which TorchRL's
-            # losses apply to modules, has no rule for it
-            out = F.linear(x, w_narrow, bias) if out is None else torch.addmm(out, x, w_narrow.t())
-        for x, w_part, r in shared:  # one product per run of `r` rows, broadcast over the run
-            y = F.linear(x, w_part).unsqueeze(1)
-            out = (y.expand(-1, r, -1) + bias.to(y.dtype) if out is None
-                   else out.view(-1, r, out.shape[-1]) + y).reshape(-1, y.shape[-1])
-        return out
+            per_row.insert(0, (x, narrow_w[0] if len(narrow_w) == 1 else torch.cat(narrow_w, 1)))
+        out = None
+        for x, w_part, r in shared:  # one product per run of `r` rows, copied to the run's rows
+            y = F.linear(x.to(dtype), w_part, bias if out is None else None)
+            rows = y.unsqueeze(1).expand(-1, r, -1).reshape(-1, y.shape[-1])
+            out = rows if out is None else out + rows
+        for i, (x, w_part) in enumerate(per_row):
+            x, last = x.to(dtype), i == len(per_row) - 1
+            if out is None:
+                out = (torch._addmm_activation(bias, x, w_part.t()) if last and relu and in_place
+                       else F.linear(x, w_part, bias))
+            elif in_place:
+                if last and relu:
+                    return torch._addmm_activation(out, x, w_part.t(), out=out)
+                out.addmm_(x, w_part.t())
+            else:
+                out = torch.addmm(out, x, w_part.t())
+            if last and relu and in_place:
+                return out
+        return F.relu(out) if relu else out
 
 
 class _MLP(nn.Module):
@@ -102,11 +127,11 @@ class _MLP(nn.Module):
                  generator: torch.Generator | None):
         super().__init__()
         act = ACTIVATIONS[cfg.activation]
+        self.relu = cfg.activation == Activation.relu
         self.first = SplitInputLinear(dims, num_agents, cfg.hidden_size, generator)
-        # The first activation is out of place: with a shared part its input is a view (the runs
-        # broadcast and flattened), and an in-place op on a view costs its backward autograd's
-        # CopySlices (clones and zero-fills of whole activations: 16 % of the fp32 update on a
-        # 2-core AMD EPYC, profiled). The later layers' outputs are fresh tensors: in place there.
+        # rest[0], the first activation: a ReLU network applies it in `SplitInputLinear` (out of
+        # place: an in-place op on a view would cost its backward autograd's CopySlices, 16 % of the
+        # fp32 update on a 2-core AMD EPYC, profiled); kept here for tanh and the state dict's keys.
         layers: list[nn.Module] = [FIRST_ACTIVATIONS[cfg.activation]()]
         for _ in range(cfg.num_layers - 1):
             layers += [layer_init(nn.Linear(cfg.hidden_size, cfg.hidden_size), generator=generator), act()]
@@ -114,8 +139,26 @@ class _MLP(nn.Module):
             layers.append(layer_init(nn.Linear(cfg.hidden_size, out_dim), std=out_std, generator=generator))
         self.rest = nn.Sequential(*layers)
 
-    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
-        return self.rest(self.first(parts, agent, repeats))
+    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int],
+                in_place: bool = False) -> torch.Tensor:
+        """`in_place`: no-grad callers let each ReLU layer's GEMM apply bias and ReLU in its
+        epilogue (`SplitInputLinear`); the same numbers as without."""
+        if not self.relu:
+            return self.rest(self.first(parts, agent, repeats))
+        x = self.first(parts, agent, repeats, relu=True, in_place=in_place)  # rest[0], the ReLU, applied
+        if not in_place or torch.is_grad_enabled():
+            return self.rest[1:](x)
+        dtype = x.dtype
+        layers = list(self.rest)
+        for i in range(1, len(layers)):
+            layer = layers[i]
+            if isinstance(layer, nn.Linear):
+                w, b = layer.weight.to(dtype), layer.bias.to(dtype)
+                followed_by_relu = i + 1 < len(layers) and isinstance(layers[i + 1], nn.ReLU)
+                x = torch._addmm_activation(b, x, w.t()) if followed_by_relu else F.linear(x, w, b)
+            elif not isinstance(layer, nn.ReLU):  # the ReLUs ran in the GEMMs before them
+                raise TypeError(f"_MLP: unexpected layer {type(layer).__name__} in a ReLU network")
+        return x
 
 
 class GRU(nn.Module):
@@ -212,12 +255,13 @@ class Actor(nn.Module):
 
     def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
                 state_repeat: int = 1, heading: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-                starts: torch.Tensor | None = None):
-        """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors)."""
+                starts: torch.Tensor | None = None, in_place: bool = False):
+        """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors).
+        `in_place`: see `SplitInputLinear` (no-grad callers; the same numbers)."""
         if not self.map_dim:
-            x = self.net([local], agent, [1])
+            x = self.net([local], agent, [1], in_place)
         else:
-            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
+            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat], in_place)
         if not self.recurrent:
             return x
         if hidden is None:
@@ -246,11 +290,12 @@ class Critic(nn.Module):
         self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, 1, 1.0, generator)
 
     def forward(self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor,
-                state_repeat: int = 1) -> torch.Tensor:
+                state_repeat: int = 1, in_place: bool = False) -> torch.Tensor:
+        """`in_place`: see `SplitInputLinear` (no-grad callers; the same numbers)."""
         if self.centralized:
-            value = self.net([state, local], agent, [state_repeat, 1])
+            value = self.net([state, local], agent, [state_repeat, 1], in_place)
         else:
-            value = self.net([local], agent, [1])
+            value = self.net([local], agent, [1], in_place)
         return value.squeeze(-1).float()
 
 

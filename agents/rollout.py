@@ -140,7 +140,7 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
         heading = actor.headings(obs["state"]) if actor.map_dim else None
         out = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n,
                     heading=heading.view(b * n, -1) if heading is not None else None,
-                    hidden=hidden.view(b * n, -1) if hidden is not None else None)
+                    hidden=hidden.view(b * n, -1) if hidden is not None else None, in_place=True)
     logits, hidden = out if actor.recurrent else (out, None)
     logits = logits.float()
     actions = torch.argmax(logits, dim=-1) if deterministic else sample(logits, noise.uniform().view(b * n))
@@ -160,7 +160,7 @@ def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor]
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():  # the state's share of the first layer is computed once per environment
-        v = critic(obs["state"], local.reshape(b * n, -1), agent, state_repeat=n)
+        v = critic(obs["state"], local.reshape(b * n, -1), agent, state_repeat=n, in_place=True)
     return value_norm.denormalize(v).view(b, n)
 
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from agents.config import CriticKind, ModelConfig
+from agents.config import Activation, CriticKind, ModelConfig
 from agents.networks import Actor, Critic, SplitInputLinear, categorical, sample
 
 
@@ -100,3 +100,66 @@ def test_categorical_log_prob_and_entropy():
     torch.testing.assert_close(logp, torch.tensor([math.log(0.25), math.log(0.75)]), atol=2e-2, rtol=0)
     # entropy of uniform(4) = log 4; of (3/4, 1/4) = -(.75 log .75 + .25 log .25) = 0.5623
     torch.testing.assert_close(ent, torch.tensor([math.log(4.0), 0.5623]), atol=2e-2, rtol=0)
+
+
+def _in_place_cases():
+    from uavsim import EnvConfig
+
+    env = EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4, launch_size=2)
+    local_dim, state_dim, n = env.local_obs_dim, env.state_dim, env.num_uavs
+    relu = {"hidden_size": 32, "activation": Activation.relu}
+    for model in (ModelConfig(**relu, num_layers=2), ModelConfig(**relu, num_layers=3),
+                  ModelConfig(**relu, agent_id=False), ModelConfig(hidden_size=32, activation=Activation.tanh),
+                  ModelConfig(**relu, recurrent=True, recurrent_size=16)):
+        for shared_map in (False, True):
+            gen = torch.Generator().manual_seed(5)
+            actor = Actor(local_dim, n, env.num_actions, model, gen, env if shared_map else None)
+            for p in actor.parameters():  # non-zero biases, so a dropped or doubled bias shows
+                torch.nn.init.normal_(p, std=0.3, generator=gen)
+            yield f"actor {model} shared_map={shared_map}", actor
+        critic = Critic(state_dim, local_dim, n, model, torch.Generator().manual_seed(6))
+        for p in critic.parameters():
+            torch.nn.init.normal_(p, std=0.3, generator=torch.Generator().manual_seed(7))
+        yield f"critic {model}", critic
+
+
+def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm():
+    # `in_place=True` (the rollout's no-grad calls) must equal the default forward bit for bit in
+    # fp32 and bf16 (the PPO ratio is exactly 1 before the first update), be ignored where gradients
+    # are on (no derivative for _addmm_activation), and save the ReLU passes of a ReLU network.
+    from benchmarks.op_count import OpCounter
+    from uavsim import EnvConfig, UAVSwarmEnv
+
+    b = 4
+    env = UAVSwarmEnv(EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4,
+                                launch_size=2), num_envs=b, seed=1)
+    obs = env.reset()
+    n = env.num_uavs
+    local, state = obs["local"].reshape(b * n, -1), obs["state"]
+    agent = torch.arange(n).repeat(b)
+    for name, net in _in_place_cases():
+        for amp in (False, True):
+            def call(in_place, net=net):
+                with torch.autocast("cpu", torch.bfloat16, enabled=amp):
+                    if isinstance(net, Critic):
+                        return net(state, local, agent, state_repeat=n, in_place=in_place)
+                    heading = net.headings(state).view(b * n, -1) if net.map_dim else None
+                    hidden = torch.zeros(b * n, net.hidden_size) if net.recurrent else None
+                    out = net(local, agent, state if net.map_dim else None, state_repeat=n, heading=heading,
+                              hidden=hidden, in_place=in_place)
+                    return out[0] if net.recurrent else out
+
+            with torch.no_grad():
+                with OpCounter() as plain_count:
+                    plain = call(False)
+                with OpCounter() as fused_count:
+                    fused = call(True)
+            assert torch.equal(plain, fused), (name, amp)
+            relu = net.net.relu
+            assert ("aten._addmm_activation" in fused_count.by_op) == relu, name
+            if relu:
+                assert "aten.relu" not in fused_count.by_op and "aten.relu_" not in fused_count.by_op, name
+                assert fused_count.bytes < plain_count.bytes, name
+            graded = call(True)  # gradients on: the default path, differentiable
+            assert graded.requires_grad and torch.equal(graded.detach(), plain), (name, amp)
+            graded.float().sum().backward()

@@ -26,6 +26,16 @@ def test_the_counter_skips_views_and_counts_operands_whole():
     assert c.top_ops(1) == [{"op": "aten.add_", "calls": 1.0, "bytes": 384.0}]
 
 
+def test_a_reshape_that_copies_counts_the_copy_once():
+    # reshape of a tensor it cannot view is a copy (clone) and then `_unsafe_view`, which launches
+    # nothing although its schema does not mark it as a view.
+    y = torch.zeros(4, 1, 8)  # 128 bytes
+    with OpCounter() as c:
+        rows = y.expand(4, 3, 8).reshape(12, 8)  # reads the 128 bytes the expanded view spans, writes 384
+    assert rows.shape == (12, 8)
+    assert c.kernels == 1 and c.bytes == 128 + 384
+
+
 def test_index_copy_in_place_counts_the_rows_it_writes_not_its_whole_destination():
     storage = torch.zeros(64, 10, 8)  # 20,480 bytes
     row, index = torch.ones(1, 10, 8), torch.tensor([3])  # 320 bytes, 8 bytes
@@ -116,8 +126,9 @@ def test_the_gpu_safe_step_keeps_to_its_budget_on_the_default_task():
 def test_the_policy_step_keeps_to_its_budget():
     # The trainer's bf16 policy step (default config, 1,024 environments), as counted by the model:
     # 99.4 KiB per env-step before the heading was computed from integer tables and the narrow
-    # inputs (heading, agent id) shared one product; 51.5 after (issue 15; target 24, see
-    # docs/performance.md). A change that costs more fails here.
+    # inputs (heading, agent id) shared one product; 51.5 after; 41.5 once the GEMMs accumulate in
+    # place and apply the ReLUs in their epilogues (issue 15; target 24, see docs/performance.md).
+    # A change that costs more fails here.
     from agents.rollout import agent_ids, policy_step
 
     learner = step_cost.learner_for(1024, 2, "bf16", 100)
@@ -126,7 +137,7 @@ def test_the_policy_step_keeps_to_its_budget():
         counted = step_cost.count_calls(
             lambda i: policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024)
     assert counted["host_syncs_per_call"] == 0
-    assert counted["bytes_per_env_step"] <= 52 * 1024, counted["bytes_per_env_step"]
+    assert counted["bytes_per_env_step"] <= 42 * 1024, counted["bytes_per_env_step"]
 
 
 def test_the_fused_count_of_the_policy_step_is_deterministic_and_below_the_eager_one():
