@@ -101,21 +101,20 @@ class SplitInputLinear(nn.Module):
         out = None
         for x, w_part, r in shared:  # one product per run of `r` rows, copied to the run's rows
             y = F.linear(x.to(dtype), w_part, bias if out is None else None)
-            rows = y.unsqueeze(1).expand(-1, r, -1).reshape(-1, y.shape[-1])
+            # contiguous(): always a copy (reshape would return a stride-0 view for one run)
+            rows = y.unsqueeze(1).expand(-1, r, -1).contiguous().view(-1, y.shape[-1])
             out = rows if out is None else out + rows
+        fused = relu and in_place
         for i, (x, w_part) in enumerate(per_row):
-            x, last = x.to(dtype), i == len(per_row) - 1
+            x = x.to(dtype)
+            if fused and i == len(per_row) - 1:  # the last product, with the ReLU in its epilogue
+                if out is None:
+                    return torch._addmm_activation(bias, x, w_part.t())
+                return torch._addmm_activation(out, x, w_part.t(), out=out)
             if out is None:
-                out = (torch._addmm_activation(bias, x, w_part.t()) if last and relu and in_place
-                       else F.linear(x, w_part, bias))
-            elif in_place:
-                if last and relu:
-                    return torch._addmm_activation(out, x, w_part.t(), out=out)
-                out.addmm_(x, w_part.t())
+                out = F.linear(x, w_part, bias)
             else:
-                out = torch.addmm(out, x, w_part.t())
-            if last and relu and in_place:
-                return out
+                out = out.addmm_(x, w_part.t()) if in_place else torch.addmm(out, x, w_part.t())
         return F.relu(out) if relu else out
 
 

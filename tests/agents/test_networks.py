@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from agents.config import Activation, CriticKind, ModelConfig
@@ -123,14 +124,14 @@ def _in_place_cases():
         yield f"critic {model}", critic
 
 
-def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm():
+@pytest.mark.parametrize("b", [1, 4])  # one environment: its shared rows must still be a copy
+def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm(b):
     # `in_place=True` (the rollout's no-grad calls) must equal the default forward bit for bit in
     # fp32 and bf16 (the PPO ratio is exactly 1 before the first update), be ignored where gradients
     # are on (no derivative for _addmm_activation), and save the ReLU passes of a ReLU network.
     from benchmarks.op_count import OpCounter
     from uavsim import EnvConfig, UAVSwarmEnv
 
-    b = 4
     env = UAVSwarmEnv(EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4,
                                 launch_size=2), num_envs=b, seed=1)
     obs = env.reset()
