@@ -63,7 +63,7 @@ class MapHeading(nn.Module):
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         p, p2, n = self.pool, self.pool**2, self.num_uavs
-        # float32 sums (one cast, fused into the add where the state is float32 already)
+        # summed in float32 (the cast is a no-op for a float32 state)
         filled = state[:, :p2].float() + state[:, p2:2 * p2]
         has = (filled < self.filled_below).view(-1, 1, p, p)
         # Positions are fractions of (H - 1, W - 1), rounded in the state's dtype: back to whole

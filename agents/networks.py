@@ -128,9 +128,8 @@ class _MLP(nn.Module):
         act = ACTIVATIONS[cfg.activation]
         self.relu = cfg.activation == Activation.relu
         self.first = SplitInputLinear(dims, num_agents, cfg.hidden_size, generator)
-        # rest[0], the first activation: a ReLU network applies it in `SplitInputLinear` (out of
-        # place: an in-place op on a view would cost its backward autograd's CopySlices, 16 % of the
-        # fp32 update on a 2-core AMD EPYC, profiled); kept here for tanh and the state dict's keys.
+        # rest[0], the first activation: a ReLU network applies it in `SplitInputLinear` instead
+        # (in the last GEMM's epilogue where it can); kept here for tanh and the state dict's keys.
         layers: list[nn.Module] = [FIRST_ACTIVATIONS[cfg.activation]()]
         for _ in range(cfg.num_layers - 1):
             layers += [layer_init(nn.Linear(cfg.hidden_size, cfg.hidden_size), generator=generator), act()]
