@@ -83,7 +83,7 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
-    actor_shared_map: bool = False  # actor also sees the shared coverage map (pooled map + heading); on in default.yaml
+    actor_shared_map: bool = False  # actor also sees the shared coverage map (pooled map + heading); on in shared_map.yaml
     recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
     recurrent_size: int = 0  # model.recurrent: the GRU's units; 0 for hidden_size
 

@@ -6,7 +6,7 @@ Both take flat samples, one row per (environment, UAV): the rollout flattens `[B
 in both places, and the global state's share of a first layer is computed once per environment step.
 
     Actor  : [local obs (L), one-hot agent id (N)]                      -> logits [A]
-             + [heading (3), pooled map (2 P^2)] with `model.actor_shared_map` (the default config)
+             + [heading (3), pooled map (2 P^2)] with `model.actor_shared_map` (configs/shared_map.yaml)
              with `model.recurrent`: encoder -> GRU (hidden state [H] per UAV) -> head
     Critic : [global state (S), local obs (L), one-hot agent id (N)]    -> value  (mappo)
              [local obs (L), one-hot agent id (N)]                      -> value  (ippo)

@@ -21,6 +21,10 @@ from uavsim import hardware
 from uavsim.host_memory import retain_freed_memory
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+# The trainer's benchmarks (step_cost, train_throughput, update_matmuls, distributed) measure the
+# communicating recipe: the default until 2026-11-25, so every committed result stays comparable,
+# and the heavier policy step (the shared map and heading on top of the local window).
+TRAINER_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shared_map.yaml"
 _HOST: dict[str, Any] = {"host_memory_retained": False}
 
 

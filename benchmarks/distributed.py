@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import (RESULTS_DIR, fmt_rate, hardware_label, machine_info, out_dir_arg, setup_host, sync,
+from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg, setup_host, sync,
                                write_results)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def worker(args) -> None:
 
     from agents.config import load_config
     from agents.distributed import setup
-    from agents.train_mappo import (DEFAULT_CONFIG, build_learner, prepare_batch, read_metrics, resolve_for_machine,
+    from agents.train_mappo import (build_learner, prepare_batch, read_metrics, resolve_for_machine,
                                     train_iteration)
     from uavsim import EnvConfig, UAVSwarmEnv
 
@@ -78,7 +78,7 @@ def worker(args) -> None:
     rate = torch.tensor(calls * args.num_envs / elapsed, dtype=torch.float64, device=replicas.device)
     result["env_steps_per_s"] = float(replicas.sum(rate))
 
-    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
+    cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        "run.torch_threads=1", "train.total_env_steps=1000000000"])
     cfg, _ = resolve_for_machine(cfg, replicas.device, replicas)  # train.amp=auto: rank 0's choice for all
     learner = build_learner(cfg, replicas.device, replicas)

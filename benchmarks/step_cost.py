@@ -8,10 +8,10 @@ the aten ops that would each launch a kernel and the bytes of their operands, pe
 
     env.step[<mode>]   `UAVSwarmEnv.step` in each reset / autoreset / observation-dtype mode
                        (`ENV_MODES`), with the trainer's settings (`check_action_range=False`);
-    policy step        `agents.rollout.policy_step` with the default config's networks, fp32 and bf16;
+    policy step        `agents.rollout.policy_step` with the trainer config's networks, fp32 and bf16;
     rollout step       one iteration of `agents.rollout.collect`'s loop: policy step, storage
-                       writes, env.step, episode statistics (default config, bf16);
-    PPO minibatch      `agents.ppo.minibatch_loss` + backward + `optimizer_step`, at the default
+                       writes, env.step, episode statistics (trainer config, bf16);
+    PPO minibatch      `agents.ppo.minibatch_loss` + backward + `optimizer_step`, at the trainer
                        config's minibatch.
 
 and, with `--fused` (the default of a full run), the bf16 policy step compiled whole by inductor,
@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, machine_info, out_dir_arg, write_results
+from benchmarks.common import RESULTS_DIR, TRAINER_CONFIG, machine_info, out_dir_arg, write_results
 from benchmarks.op_count import OpCounter
 from uavsim import EnvConfig, UAVSwarmEnv
 
@@ -161,13 +162,13 @@ def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, ep
 
 
 # -- the trainer ----------------------------------------------------------------------------------
-def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int):
-    """The trainer's learner for the default config (its networks, optimizer, storage), its env
-    staggered as in `staggered_env`."""
+def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, config: Path = TRAINER_CONFIG):
+    """The trainer's learner for `config` (its networks, optimizer, storage; by default
+    configs/shared_map.yaml, what the committed results count), its env staggered as in `staggered_env`."""
     from agents.config import load_config
-    from agents.train_mappo import DEFAULT_CONFIG, build_learner
+    from agents.train_mappo import build_learner
 
-    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
+    cfg = load_config(config, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
                                        f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
     learner = build_learner(cfg, torch.device("cpu"))
     learner.env = staggered_env(cfg.env_config(), num_envs, episode_length, obs_dtype=learner.env.obs_dtype)
@@ -225,7 +226,7 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
     out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(rollout_step, small, small_agent,
                                                              torch.zeros((), dtype=torch.int64))
 
-    # The update at the default config's batch geometry (its num_envs and num_steps).
+    # The update at the trainer config's batch geometry (its num_envs and num_steps).
     learner = learner_for(args.update_envs, args.update_steps, "bf16", args.episode_length)
     learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
                                           learner.storage, learner.stats, learner.action_noise, learner.autocast,

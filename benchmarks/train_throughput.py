@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import (RESULTS_DIR, fmt_rate, hardware_label, machine_info, out_dir_arg, profile_ops, setup_host,
+from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg, profile_ops, setup_host,
                                sync, write_results)
 
 
@@ -60,9 +60,9 @@ def ours_runner(compiled: bool):
 def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
     from agents.config import load_config
     from agents.logger import PhaseTimer
-    from agents.train_mappo import DEFAULT_CONFIG, build_learner, read_metrics, train_iteration
+    from agents.train_mappo import build_learner, read_metrics, train_iteration
 
-    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
+    cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
                                        f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
                                        "train.total_env_steps=100000000", f"train.compile={str(compiled).lower()}",
@@ -148,10 +148,9 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
 
     from agents.config import load_config
     from agents.networks import Critic, make_actor
-    from agents.train_mappo import DEFAULT_CONFIG
     from uavsim.adapters.torchrl_env import UAVTorchRLEnv
 
-    cfg = load_config(DEFAULT_CONFIG, [f"model.hidden_size={args.hidden}", *SAME_TASK])
+    cfg = load_config(TRAINER_CONFIG, [f"model.hidden_size={args.hidden}", *SAME_TASK])
     env_cfg = cfg.env_config()
     env = UAVTorchRLEnv(args.num_envs, env_cfg, seed=cfg.seed, device=device, check_action_range=False)
     n, obs_dim, num_actions = env_cfg.num_uavs, env_cfg.local_obs_dim, env_cfg.num_actions

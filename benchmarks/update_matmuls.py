@@ -6,7 +6,7 @@
 What bounds our training iteration on the CPU (see ``train_throughput --profile``) is partly these
 products. Each is timed as autograd issues it for one linear layer ``y = x W^T`` of the default
 networks, at the default minibatch of ``M`` agent-steps (``num_steps x num_envs x num_uavs /
-num_minibatches`` of ``configs/default.yaml``):
+num_minibatches`` of ``configs/shared_map.yaml``, `benchmarks.common.TRAINER_CONFIG`):
 
     forward  ``x [M, in] @ W^T``      the layer's output
     dgrad    ``dy [M, out] @ W``      the gradient of its input (hidden and head layers)
@@ -28,15 +28,14 @@ from typing import Any
 import torch
 
 from agents.machine_defaults import CPU_NUM_ENVS
-from benchmarks.common import RESULTS_DIR, hardware_label, machine_info, out_dir_arg, setup_host, write_results
+from benchmarks.common import RESULTS_DIR, TRAINER_CONFIG, hardware_label, machine_info, out_dir_arg, setup_host, write_results
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
-    """`(in, out)` of each timed layer of the default networks."""
+    """`(in, out)` of each timed layer of the trainer config's networks."""
     from agents.config import load_config
-    from agents.train_mappo import DEFAULT_CONFIG
 
-    cfg = load_config(DEFAULT_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"])
+    cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"])
     env, hidden = cfg.env_config(), cfg.model.hidden_size
     return {"first layer, local obs": (env.local_obs_dim, hidden), "first layer, agent id": (env.num_uavs, hidden),
             "hidden layer": (hidden, hidden), "policy head": (hidden, env.num_actions), "value head": (hidden, 1)}
@@ -44,9 +43,8 @@ def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
 
 def default_minibatch() -> int:
     from agents.config import load_config
-    from agents.train_mappo import DEFAULT_CONFIG
 
-    return load_config(DEFAULT_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"]).minibatch_size
+    return load_config(TRAINER_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"]).minibatch_size
 
 
 def time_us(fn, repeats: int) -> float:
@@ -114,7 +112,7 @@ def table(payload: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small minibatch, few repeats (CI smoke)")
-    parser.add_argument("--minibatch", type=int, default=None, help="rows (default: the default config's minibatch)")
+    parser.add_argument("--minibatch", type=int, default=None, help="rows (default: the trainer config's minibatch)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)

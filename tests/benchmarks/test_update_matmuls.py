@@ -24,12 +24,12 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert "| bf16 | value head | wgrad | [1,256] @ [256,128] |" in paths["md"].read_text()
 
 
-def test_default_minibatch_is_the_default_configs():
+def test_default_minibatch_is_the_trainer_configs():
     from agents.config import load_config
     from agents.machine_defaults import CPU_NUM_ENVS
-    from agents.train_mappo import DEFAULT_CONFIG
+    from benchmarks.common import TRAINER_CONFIG
 
-    cfg = load_config(DEFAULT_CONFIG)  # num_envs: auto, which is CPU_NUM_ENVS on the CPU
+    cfg = load_config(TRAINER_CONFIG)  # num_envs: auto, which is CPU_NUM_ENVS on the CPU
     assert cfg.env.num_envs == "auto"
     assert update_matmuls.default_minibatch() == cfg.train.num_steps * CPU_NUM_ENVS * cfg.env.num_uavs // cfg.train.num_minibatches
 
