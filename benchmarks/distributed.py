@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg, setup_host, sync,
-                               write_results)
+from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg,
+                               setup_host, sync, write_results)
 
 REPO = Path(__file__).resolve().parent.parent
 

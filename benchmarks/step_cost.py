@@ -169,7 +169,7 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
     from agents.train_mappo import build_learner
 
     cfg = load_config(config, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
-                                       f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
+                               f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
     learner = build_learner(cfg, torch.device("cpu"))
     learner.env = staggered_env(cfg.env_config(), num_envs, episode_length, obs_dtype=learner.env.obs_dtype)
     learner.obs = learner.env.observe()

@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg, profile_ops, setup_host,
-                               sync, write_results)
+from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg,
+                               profile_ops, setup_host, sync, write_results)
 
 
 # Every pipeline's actor sees the local observation only (TorchRL's recipe has no shared-map input).

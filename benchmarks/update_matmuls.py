@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from agents.machine_defaults import CPU_NUM_ENVS
-from benchmarks.common import RESULTS_DIR, TRAINER_CONFIG, hardware_label, machine_info, out_dir_arg, setup_host, write_results
+from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, hardware_label, machine_info, out_dir_arg, setup_host,
+                               write_results)
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
