@@ -22,9 +22,9 @@ from uavsim.host_memory import retain_freed_memory
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # The trainer's benchmarks (step_cost, train_throughput, update_matmuls, distributed) measure the
-# communicating recipe: the default until 2026-11-25, so every committed result stays comparable,
-# and the heavier policy step (the shared map and heading on top of the local window).
-TRAINER_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "shared_map.yaml"
+# communicating recipe as it was until 2026-11-25 (7x7 window, pooled map and heading), frozen in
+# this folder so that every committed result stays comparable as the presets in configs/ move on.
+TRAINER_CONFIG = Path(__file__).resolve().parent / "trainer_config.yaml"
 _HOST: dict[str, Any] = {"host_memory_retained": False}
 
 

@@ -40,7 +40,7 @@ def plot(curves: dict[str, dict[str, list[list[float]]]], path: Path, title: str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     for label, tags in curves.items():
         x, y = zip(*tags["eval_sampled/mean_steps_to_target"])
         line, = ax.plot([v / 1e6 for v in x], y, marker="o", label=f"{label} (sampled)")
@@ -55,10 +55,9 @@ def plot(curves: dict[str, dict[str, list[list[float]]]], path: Path, title: str
     ax.set_xlabel("environment steps (millions)")
     ax.set_ylabel("mean steps to the coverage target (lower is better)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: never over the curves' ends
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -164,7 +164,7 @@ def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, ep
 # -- the trainer ----------------------------------------------------------------------------------
 def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, config: Path = TRAINER_CONFIG):
     """The trainer's learner for `config` (its networks, optimizer, storage; by default
-    configs/shared_map.yaml, what the committed results count), its env staggered as in `staggered_env`."""
+    benchmarks/trainer_config.yaml, what the committed results count), its env staggered as in `staggered_env`."""
     from agents.config import load_config
     from agents.train_mappo import build_learner
 

@@ -6,7 +6,7 @@
 What bounds our training iteration on the CPU (see ``train_throughput --profile``) is partly these
 products. Each is timed as autograd issues it for one linear layer ``y = x W^T`` of the default
 networks, at the default minibatch of ``M`` agent-steps (``num_steps x num_envs x num_uavs /
-num_minibatches`` of ``configs/shared_map.yaml``, `benchmarks.common.TRAINER_CONFIG`):
+num_minibatches`` of ``benchmarks/trainer_config.yaml``, `benchmarks.common.TRAINER_CONFIG`):
 
     forward  ``x [M, in] @ W^T``      the layer's output
     dgrad    ``dy [M, out] @ W``      the gradient of its input (hidden and head layers)
