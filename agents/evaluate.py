@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from agents.paths import file_problem
     from agents.resume import owning_run_dir, saved_config
-    from agents.train_mappo import pick_device
+    from agents.setup import pick_device
 
     try:
         device = pick_device(args.device, "--device")

@@ -15,7 +15,7 @@ from agents import checkpoint as ckpt
 from agents.config import to_dict
 
 if TYPE_CHECKING:
-    from agents.train_mappo import Learner
+    from agents.learner import Learner
 
 
 def _rank_state(learner: Learner) -> dict:

@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 
 from agents.config import AUTO, Amp, Config, check_config
+from agents.learner import allocate_storage
 from uavsim import hardware
 
 CPU_NUM_ENVS = 64
@@ -104,7 +105,6 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     """Bytes a run needs on its device: rollout storage (exact, allocated on the meta device),
     environment state and one step's transients (from a 2-env instance), and the update's
     activations (an estimate: each layer's output kept for the backward, in two networks)."""
-    from agents.train_mappo import allocate_storage  # late: the trainer imports this module
     from uavsim.env import UAVSwarmEnv
 
     env_cfg = cfg.env_config()

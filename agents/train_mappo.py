@@ -5,203 +5,36 @@
     python -m agents.train_mappo --resume runs/mappo-0-20250101-120000
     python -m agents.train_mappo --print-config train.amp=off      # every key and its value, no training
 
-Reads top to bottom: seeding and setup, the learner state, one training iteration (collect ->
-GAE -> value normalization -> PPO epochs x minibatches), then the loop with logging, evaluation
-images and checkpoints. Inside an iteration nothing is read back to the host; the iteration's
-metrics are read once, at its end.
+The run around the learner (`agents.learner`: its state and one training iteration): the machine's
+defaults, resume, the loop with logging, evaluation images and checkpoints, and the CLI.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents import machine_defaults
-from agents.action_noise import ActionNoise
-from agents.config import Amp, Config, load_config, to_dict, to_yaml
+from agents.config import Config, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
-from agents.gae import compute_gae
+from agents.learner import (Learner, build_learner, num_iterations, read_episode_stats, read_metrics,
+                            steps_per_iteration, train_iteration)
 from agents.learner_state import learner_state, load_learner_state
 from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
-from agents.networks import Actor, Critic, make_actor
-from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
 from agents.resume import check_run_dir, resume_config, resume_run_dir
 from agents.run_control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
                                  stopped_message)
-from agents.rollout import EpisodeStats, RolloutStep, Storage, collect, compile_rollout_step, rollout_step
-from agents.setup import amp_dtype, make_autocast, pick_device, setup_process  # noqa: F401 -- re-exported
-from agents.value_norm import ValueNorm
+from agents.setup import pick_device, setup_process
 from uavsim import hardware
-from uavsim.env import UAVSwarmEnv
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
-
-
-@dataclass
-class Learner:
-    """Everything a training run carries from one iteration to the next (and checkpoints)."""
-
-    cfg: Config
-    env: UAVSwarmEnv
-    actor: Actor
-    critic: Critic
-    value_norm: ValueNorm
-    optimizer: torch.optim.Adam
-    scaler: torch.amp.GradScaler
-    action_noise: ActionNoise  # action sampling: a counter hash of (seed, env, step, agent), on the device
-    minibatch_gen: torch.Generator  # minibatch permutations, on the device
-    storage: Storage
-    stats: EpisodeStats
-    obs: dict[str, torch.Tensor]
-    hidden: torch.Tensor | None  # [B, N, H] float32, a recurrent actor's state before the next step
-    autocast: Callable[[], contextlib.AbstractContextManager]
-    loss_fn: LossFn  # `minibatch_loss`, compiled under `train.compile`
-    rollout_fn: RolloutStep  # `rollout_step`, captured whole under `train.compile_rollout`
-    replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
-    iteration: int = 0
-    env_steps: int = 0  # counted over all ranks
-    bad_iterations: int = 0  # consecutive bad iterations (run_control.iteration_problem)
-
-
-def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
-    """The learner of a config whose `auto` values are resolved (`agents.machine_defaults.resolve`)."""
-    if not cfg.resolved:
-        raise ValueError("build_learner needs a resolved config (train.amp, run.torch_threads, env.num_envs not "
-                         "'auto'): pass it through agents.machine_defaults.resolve(cfg, device) first")
-    replicas = replicas or Replicas(device=device)
-    # Rank r plays environments [r * B, (r + 1) * B) of the seed: disjoint episode streams.
-    # Observations in the AMP dtype: exactly the float32 ones cast (uavsim tests it), which the
-    # networks' autocast and the storage would cast them to anyway, at a third less traffic per step.
-    env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
-                      first_env_index=replicas.rank * cfg.env.num_envs, check_action_range=False,
-                      obs_dtype=amp_dtype(cfg.train.amp))
-    init_gen = torch.Generator().manual_seed(cfg.seed)
-    actor = make_actor(env.config, cfg.model, init_gen).to(device)
-    critic = Critic(env.state_dim, env.local_obs_dim, env.num_uavs, cfg.model, init_gen).to(device)
-    value_norm = ValueNorm(cfg.train.value_norm_beta, enabled=cfg.train.value_norm, device=device)
-    return Learner(
-        cfg=cfg, env=env, actor=actor, critic=critic, value_norm=value_norm,
-        optimizer=make_optimizer(actor, critic, cfg.train),
-        scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
-        action_noise=ActionNoise(cfg.seed, env.env_index, env.num_uavs),
-        minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2 + 1000 * replicas.rank),
-        storage=allocate_storage(cfg, env),
-        stats=EpisodeStats(device, env.config.max_steps),
-        obs=env.reset(),
-        hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
-        autocast=make_autocast(cfg.train.amp, device),
-        loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
-        rollout_fn=compile_rollout_step(device) if cfg.train.compile_rollout else rollout_step,
-        replicas=replicas,
-    )
-
-
-def allocate_storage(cfg: Config, env) -> Storage:
-    """The rollout storage of `cfg` for `env` (a `UAVSwarmEnv`, or its sizes on the meta device:
-    `machine_defaults.estimate_memory` sizes a run with this very call)."""
-    recurrent = cfg.model.recurrent
-    return Storage.allocate(cfg.train.num_steps, env, amp_dtype(cfg.train.amp),
-                            cfg.model.gru_units if recurrent else 0, cfg.train.chunk_length if recurrent else 1)
-
-
-def steps_per_iteration(learner: Learner) -> int:
-    """Environment steps one iteration adds over all ranks."""
-    return learner.cfg.env_steps_per_iteration * learner.replicas.world_size
-
-
-def num_iterations(learner: Learner) -> int:
-    return max(1, learner.cfg.train.total_env_steps // steps_per_iteration(learner))
-
-
-# -- one iteration ---------------------------------------------------------------------------------
-def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
-    """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
-    the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`."""
-    s, tc = learner.storage, learner.cfg.train
-    advantages, returns = compute_gae(s.rewards, s.values, s.next_values, s.terminated, s.truncated,
-                                      tc.gamma, tc.gae_lambda)
-    learner.value_norm.update(returns, reduce=learner.replicas.mean if learner.replicas.active else None)
-    b_advantages = advantages.reshape(-1)
-    if tc.norm_adv:
-        b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
-    recurrent = learner.actor.recurrent
-    if recurrent:  # step t began an episode where step t - 1 ended one (t = 0: the stored state says so)
-        starts = torch.zeros_like(s.terminated)
-        starts[1:] = s.terminated[:-1] | s.truncated[:-1]
-    batch = Batch(
-        local=s.local.reshape(-1, s.local.shape[-1]), state=s.state.reshape(-1, s.state.shape[-1]),
-        heading=s.heading.reshape(-1, s.heading.shape[-1]),
-        actions=s.actions.reshape(-1), logprobs=s.logprobs.reshape(-1),
-        values=learner.value_norm.normalize(s.values).reshape(-1),
-        returns=learner.value_norm.normalize(returns).reshape(-1),
-        advantages=b_advantages, num_agents=learner.env.num_uavs, num_envs=learner.env.num_envs,
-        hidden=s.hidden.view(-1, *s.hidden.shape[2:]) if recurrent else None,
-        starts=starts.view(-1) if recurrent else None,
-    )
-    return batch, returns
-
-
-def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[str, torch.Tensor]:
-    """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates.
-
-    Returns 0-dim device tensors; nothing here reads a tensor on the host.
-    """
-    tc = learner.cfg.train
-    if tc.anneal_lr:
-        frac = 1.0 - learner.iteration / num_iterations(learner)
-        for group in learner.optimizer.param_groups:
-            group["lr"] = frac * (tc.actor_lr if group["name"] == "actor" else tc.critic_lr)
-
-    timer and timer.mark("env")
-    learner.stats.reset()
-    learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                          learner.obs, learner.storage, learner.stats, learner.action_noise,
-                                          learner.autocast, learner.hidden, step=learner.rollout_fn)
-    timer and timer.mark("learn")
-
-    batch, returns = prepare_batch(learner)
-    metrics = update(learner.actor, learner.critic, learner.optimizer, learner.scaler, batch, tc,
-                     learner.minibatch_gen, learner.autocast,
-                     learner.replicas.average_gradients if learner.replicas.active else None, learner.loss_fn)
-    timer and timer.mark("end")
-
-    var_y = returns.var()
-    metrics["explained_variance"] = torch.where(
-        var_y > 0, 1 - (returns - learner.storage.values).var() / var_y, torch.full_like(var_y, float("nan")))
-    metrics["value_norm_mean"], value_norm_var = learner.value_norm.mean_var()
-    metrics["value_norm_std"] = value_norm_var.sqrt()
-    metrics["return_mean"] = returns.mean()
-    learner.iteration += 1
-    learner.env_steps += steps_per_iteration(learner)
-    return metrics
-
-
-def read_metrics(metrics: dict[str, torch.Tensor], replicas: Replicas | None = None) -> dict[str, float]:
-    """The iteration's one host read: all device scalars in a single transfer (means over ranks)."""
-    names = list(metrics)
-    values = torch.stack([metrics[k].detach().float().reshape(()) for k in names])
-    if replicas is not None and replicas.active:
-        values = replicas.mean(values)
-    return dict(zip(names, values.tolist()))
-
-
-def read_episode_stats(learner: Learner) -> dict[str, float]:
-    """The iteration's episode statistics, summed over ranks (`last_coverage` averaged)."""
-    if learner.replicas.active:
-        summed = learner.replicas.sum(learner.stats.sums)
-        summed[EpisodeStats.KEYS.index("last_coverage")] /= learner.replicas.world_size
-        learner.stats.sums.copy_(summed)
-    return learner.stats.read()
 
 
 # -- the loop ------------------------------------------------------------------------------------

@@ -56,8 +56,8 @@ def worker(args) -> None:
 
     from agents.config import load_config
     from agents.distributed import setup
-    from agents.train_mappo import (build_learner, prepare_batch, read_metrics, resolve_for_machine,
-                                    train_iteration)
+    from agents.learner import build_learner, prepare_batch, read_metrics, train_iteration
+    from agents.train_mappo import resolve_for_machine
     from uavsim import EnvConfig, UAVSwarmEnv
 
     retained = setup_host(1, banner=os.environ.get("RANK", "0") == "0")

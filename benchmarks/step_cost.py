@@ -166,7 +166,7 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
     """The trainer's learner for `config` (its networks, optimizer, storage; by default
     benchmarks/trainer_config.yaml, what the committed results count), its env staggered as in `staggered_env`."""
     from agents.config import load_config
-    from agents.train_mappo import build_learner
+    from agents.learner import build_learner
 
     cfg = load_config(config, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
                                f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
@@ -197,7 +197,7 @@ def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:
     from agents.rollout import agent_ids, collect, policy_step
-    from agents.train_mappo import prepare_batch
+    from agents.learner import prepare_batch
 
     out: dict[str, dict[str, Any]] = {}
     for amp in ("off", "bf16"):

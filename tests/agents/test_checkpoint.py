@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from agents import checkpoint as ckpt
-from agents.train_mappo import build_learner, learner_state, load_learner_state, train_iteration
+from agents.learner import build_learner, train_iteration
+from agents.learner_state import learner_state, load_learner_state
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from torch._dynamo.utils import counters
 
 from agents.ppo import chunk_frames, compile_loss, minibatch_loss
 from agents.rollout import collect
-from agents.train_mappo import build_learner, prepare_batch, read_metrics, train_iteration
+from agents.learner import build_learner, prepare_batch, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
 
 

@@ -73,7 +73,7 @@ COLLECTIVE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64
 
 
 def test_every_buffer_of_the_networks_can_be_broadcast_by_ddp(make_config):
-    from agents.train_mappo import build_learner
+    from agents.learner import build_learner
 
     learner = build_learner(make_config("model.actor_shared_map=true"), torch.device("cpu"))
     assert any(isinstance(m, MapHeading) for m in learner.actor.modules())

@@ -8,7 +8,8 @@ import torch
 
 from agents import checkpoint as ckpt
 from agents import ppo, run_control, train_mappo
-from agents.train_mappo import TrainingStopped, build_learner, train
+from agents.learner import build_learner
+from agents.train_mappo import TrainingStopped, train
 
 
 def snapshot(learner):

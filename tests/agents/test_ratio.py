@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from agents.ppo import chunk_frames, evaluate_actions
 from agents.rollout import collect
-from agents.train_mappo import build_learner, prepare_batch
+from agents.learner import build_learner, prepare_batch
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]  # episodes end inside chunks
 

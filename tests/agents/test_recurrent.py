@@ -14,7 +14,7 @@ from agents.evaluate import actor_policy
 from agents.learner_state import learner_state, load_learner_state
 from agents.networks import GRU, Actor
 from agents.rollout import collect
-from agents.train_mappo import build_learner, train_iteration
+from agents.learner import build_learner, train_iteration
 from uavsim.env import UAVSwarmEnv
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "train.num_steps=16", "env.max_steps=5"]

@@ -8,7 +8,7 @@ import torch
 
 from agents.ppo import frame_rows
 from agents.rollout import Storage, agent_ids, collect, value_of
-from agents.train_mappo import build_learner
+from agents.learner import build_learner
 from uavsim.env import UAVSwarmEnv
 
 

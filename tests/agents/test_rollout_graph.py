@@ -12,7 +12,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from agents.rollout import agent_ids, collect, rollout_step
-from agents.train_mappo import build_learner
+from agents.learner import build_learner
 
 # Episodes of at most 12 steps: resets and the env's rebuilds of prepared starts inside 24 steps.
 ROLLOUT = ["train.num_steps=24", "train.chunk_length=8", "env.num_envs=6", "train.num_minibatches=2"]
@@ -68,7 +68,7 @@ def _rollouts(make_config, compile_rollout: bool, device: str):
     cfg = make_config(*ROLLOUT, "model.actor_shared_map=true", f"run.device={device}",
                       f"train.compile_rollout={str(compile_rollout).lower()}")
     learner = build_learner(cfg, torch.device(device))
-    from agents.train_mappo import train_iteration
+    from agents.learner import train_iteration
 
     snapshots = []
     for _ in range(2):
@@ -80,12 +80,12 @@ def _rollouts(make_config, compile_rollout: bool, device: str):
 def test_train_compile_rollout_runs_the_captured_step(make_config, monkeypatch):
     """The trainer's wiring, with a backend that needs no compiler (inductor's own kernels are
     tested on CUDA below; on the CPU they take minutes to build)."""
-    import agents.train_mappo as tm
+    import agents.learner as learner_module
     from agents import rollout
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
-    monkeypatch.setattr(tm, "compile_rollout_step", lambda device: rollout.compile_rollout_step(device, counter))
+    monkeypatch.setattr(learner_module, "compile_rollout_step", lambda device: rollout.compile_rollout_step(device, counter))
     captured, got = _rollouts(make_config, True, "cpu")
     _, want = _rollouts(make_config, False, "cpu")
     assert counter.frame_count >= 1
