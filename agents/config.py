@@ -50,6 +50,14 @@ class CriticKind(str, enum.Enum):
     ippo = "ippo"
 
 
+class Teacher(str, enum.Enum):
+    """The scripted planner the actor imitates before PPO (`agents.imitation`); `none`: no warm start."""
+
+    none = "none"
+    greedy = "greedy"
+    coordinated = "coordinated"
+
+
 class Activation(str, enum.Enum):
     tanh = "tanh"
     relu = "relu"
@@ -117,8 +125,20 @@ class TrainConfig:
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
     compile_rollout: bool = False  # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
+    actor_warmup: float = 0.0  # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
     chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
+
+
+@dataclass
+class ImitationConfig:
+    """A warm start: the actor imitates a scripted planner before PPO (`agents.imitation`)."""
+
+    teacher: Teacher = Teacher.none  # none | greedy | coordinated
+    env_steps: int = 81_920  # demonstration steps (environments x steps) per rank
+    epochs: int = 20  # passes of behaviour cloning over the demonstrations
+    lr: float = 1e-3
+    minibatch_steps: int = 512  # environment steps (all their UAVs) per cloning minibatch
 
 
 @dataclass
@@ -141,6 +161,7 @@ class Config:
     env: EnvSection = field(default_factory=EnvSection)  # type: ignore[valid-type]
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    imitation: ImitationConfig = field(default_factory=ImitationConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def env_config(self) -> EnvConfig:
@@ -299,6 +320,14 @@ def check_config(cfg: Config) -> None:
     need(0 <= t.gae_lambda <= 1, "train.gae_lambda", "in [0, 1]")
     need(0 < t.value_norm_beta < 1, "train.value_norm_beta", "in (0, 1)")
     need(t.max_bad_iterations >= 1, "train.max_bad_iterations", ">= 1")
+    need(0 <= t.actor_warmup <= 1, "train.actor_warmup", "in [0, 1]")
+    im = cfg.imitation
+    need(im.env_steps >= 1, "imitation.env_steps", ">= 1")
+    need(im.epochs >= 1, "imitation.epochs", ">= 1")
+    need(0 < im.lr < math.inf, "imitation.lr", "finite and > 0")
+    need(im.minibatch_steps >= 1, "imitation.minibatch_steps", ">= 1")
+    if im.teacher != Teacher.none:
+        need(not m.recurrent, "imitation.teacher", "none with model.recurrent=true (cloning fits a feed-forward actor)")
     need(r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),
          "run.torch_threads", "auto or an int >= 0 (0: torch's own default)")
     need(r.checkpoint_interval >= 0, "run.checkpoint_interval", ">= 0")

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 
 from agents.action_noise import ActionNoise
-from agents.config import Amp, Config
+from agents.config import Amp, Config, TrainConfig
 from agents.distributed import Replicas
 from agents.gae import compute_gae
 from agents.logger import PhaseTimer
@@ -102,6 +102,15 @@ def num_iterations(learner: Learner) -> int:
     return max(1, learner.cfg.train.total_env_steps // steps_per_iteration(learner))
 
 
+def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str, float]:
+    """`{"actor": lr, "critic": lr}` for `iteration` of `iterations`: linearly annealed to 0 over
+    the run (`train.anneal_lr`), the actor's also ramped up from 0 over the first
+    `train.actor_warmup` of the iterations (a cloned actor waits for the critic: `agents.imitation`)."""
+    frac = 1.0 - iteration / iterations if tc.anneal_lr else 1.0
+    ramp = min(1.0, iteration / (tc.actor_warmup * iterations)) if tc.actor_warmup > 0 else 1.0
+    return {"actor": frac * ramp * tc.actor_lr, "critic": frac * tc.critic_lr}
+
+
 # -- one iteration ---------------------------------------------------------------------------------
 def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
     """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
@@ -136,10 +145,9 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     Returns 0-dim device tensors; nothing here reads a tensor on the host.
     """
     tc = learner.cfg.train
-    if tc.anneal_lr:
-        frac = 1.0 - learner.iteration / num_iterations(learner)
-        for group in learner.optimizer.param_groups:
-            group["lr"] = frac * (tc.actor_lr if group["name"] == "actor" else tc.critic_lr)
+    rates = learning_rates(tc, learner.iteration, num_iterations(learner))
+    for group in learner.optimizer.param_groups:
+        group["lr"] = rates[group["name"]]
 
     timer and timer.mark("env")
     learner.stats.reset()

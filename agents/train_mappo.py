@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from agents import checkpoint as ckpt
 from agents import machine_defaults
-from agents.config import Config, load_config, to_dict, to_yaml
+from agents.config import Config, Teacher, load_config, to_dict, to_yaml
 from agents.distributed import Replicas, setup as setup_replicas
 from agents.learner import (Learner, build_learner, num_iterations, read_episode_stats, read_metrics,
                             steps_per_iteration, train_iteration)
@@ -137,6 +137,8 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     start = learner.env_steps + 1 if payload is not None else 0
     logger = Logger(run_dir, purge_step=start, enabled=replicas.is_main)
     logger.hyperparameters(flatten(to_dict(cfg)), start)
+    if payload is None and cfg.imitation.teacher != Teacher.none:  # a resumed actor was cloned before
+        _warm_start(learner, logger)
     timer = PhaseTimer(device)
     iterations = num_iterations(learner)
     total = iterations * steps_per_iteration(learner)
@@ -152,6 +154,18 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         bar.close()
         logger.close()
     return learner
+
+
+def _warm_start(learner: Learner, logger: Logger) -> None:
+    """The actor imitates `imitation.teacher` (`agents.imitation`); its loss, accuracy and time at step 0."""
+    from agents.imitation import warm_start
+
+    show = learner.cfg.run.progress and learner.replicas.is_main
+    stats = warm_start(learner, progress=show)
+    logger.scalars({f"imitation/{k}": v for k, v in stats.items()}, 0)
+    if learner.replicas.is_main:
+        print(f"imitation of {learner.cfg.imitation.teacher.value}: accuracy {stats['accuracy']:.3f}, "
+              f"loss {stats['loss']:.3f}, {stats['seconds']:.0f} s", file=sys.stderr)
 
 
 def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_dir: Path, last_good: Path | None,

@@ -77,6 +77,18 @@ def test_two_recurrent_ranks_keep_their_own_hidden_states_and_resume(tmp_path):
     assert payload["env_steps"] == 3072 and payload["replica_checksums"][0] == payload["replica_checksums"][1]
 
 
+@pytest.mark.slow
+def test_two_ranks_clone_the_planner_into_identical_replicas(tmp_path):
+    run = tmp_path / "run"
+    done = torchrun(2, *SMOKE, "imitation.teacher=greedy", "imitation.env_steps=256", "imitation.epochs=2",
+                    "train.actor_warmup=0.5", f"run.dir={run}", "train.total_env_steps=1024")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("imitation of greedy: accuracy") == 1  # rank 0 alone reports
+    payload = ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])
+    assert payload["replica_checksums"][0] == payload["replica_checksums"][1]
+    assert scalar_steps(run, "imitation/accuracy") == [0]
+
+
 def test_single_process_replicas_are_no_ops():
     r = Replicas()
     assert r.is_main and not r.active

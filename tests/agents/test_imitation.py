@@ -1,0 +1,114 @@
+"""The imitation warm start: the actor learns the planner's moves, once per run, on its own maps."""
+
+import math
+
+import pytest
+import torch
+
+from agents import imitation
+from agents.config import Teacher, load_config
+from agents.evaluate import actor_policy, run_episodes
+from agents.imitation import DEMO_FIRST_ENV, clone, collect_demonstrations, demo_env_shape, make_teacher
+from agents.learner import build_learner, learning_rates
+from agents.setup import make_autocast
+from agents.train_mappo import train
+from uavsim.env import UAVSwarmEnv
+from agents.config import Amp
+
+
+def agreement(actor, demos: imitation.Demonstrations) -> float:
+    """How often the actor's most likely move is the planner's."""
+    n = demos.num_agents
+    with torch.no_grad():
+        logits = actor(demos.local, torch.arange(n).repeat(demos.num_frames), demos.shared_map, state_repeat=n,
+                       heading=demos.heading)
+    return (logits.argmax(1) == demos.actions).float().mean().item()
+
+
+def demonstrations(learner, teacher: Teacher, steps: int, first_env: int = DEMO_FIRST_ENV):
+    env = UAVSwarmEnv(learner.env.config, num_envs=8, seed=learner.cfg.seed, first_env_index=first_env)
+    return collect_demonstrations(learner.actor, env, make_teacher(teacher, env, 0), steps,
+                                  make_autocast(Amp.off, env.device))
+
+
+@pytest.mark.parametrize("shared_map", [False, True])
+def test_cloning_makes_the_actor_move_like_the_planner(make_config, shared_map):
+    cfg = make_config(f"model.actor_shared_map={shared_map}", "model.hidden_size=64")
+    learner = build_learner(cfg, torch.device("cpu"))
+    demos = demonstrations(learner, Teacher.greedy, 96)
+    held_out = demonstrations(learner, Teacher.greedy, 48, first_env=DEMO_FIRST_ENV + 100)
+    assert demos.num_frames == 96 * 8 and demos.actions.shape == (96 * 8 * 2,)
+    assert (demos.heading is not None) == shared_map == (demos.shared_map is not None)
+    before = agreement(learner.actor, held_out)
+    stats = clone(learner.actor, demos, epochs=30, lr=3e-3, minibatch_steps=64, generator=torch.Generator().manual_seed(0),
+                  autocast=make_autocast(Amp.off, torch.device("cpu")))
+    after = agreement(learner.actor, held_out)
+    assert stats["accuracy"] > 0.6 and math.isfinite(stats["loss"])
+    assert after > before + 0.3, (before, after)  # on maps it never saw
+
+    def coverage(actor) -> float:  # at the end of the tiny task's 12-step episodes
+        env = UAVSwarmEnv(cfg.env_config(), num_envs=32, seed=777)
+        return run_episodes(env, actor_policy(actor, env, True, 777))[0]["coverage"].mean()
+
+    fresh = build_learner(cfg, torch.device("cpu")).actor
+    assert coverage(learner.actor) > coverage(fresh) + 0.3, (coverage(learner.actor), coverage(fresh))
+
+
+def test_demonstrations_play_maps_that_training_never_plays(make_config):
+    learner = build_learner(make_config(), torch.device("cpu"))
+    demos = demonstrations(learner, Teacher.coordinated, 4)
+    assert not torch.equal(demos.local[: 8 * 2], learner.obs["local"].reshape(-1, demos.local.shape[1])[: 8 * 2])
+    assert DEMO_FIRST_ENV + 8 * 1024 < 2**31  # thousands of ranks' ranges stay valid env indices
+
+
+def test_demo_env_shape_keeps_whole_episodes():
+    assert demo_env_shape(81_920, 200, 64) == (64, 1280)  # the CPU default: the training env's size
+    assert demo_env_shape(81_920, 200, 8192) == (409, 201)  # a GPU's thousands: fewer, longer
+    assert demo_env_shape(10, 200, 64) == (1, 10)
+
+
+def test_the_actor_learning_rate_ramps_up_and_the_critics_does_not(make_config):
+    tc = make_config("train.actor_warmup=0.25", "train.actor_lr=1e-3", "train.critic_lr=2e-3").train
+    assert learning_rates(tc, 0, 100) == {"actor": 0.0, "critic": 2e-3}
+    assert learning_rates(tc, 10, 100) == pytest.approx({"actor": 0.9 * 0.4e-3, "critic": 0.9 * 2e-3})
+    assert learning_rates(tc, 50, 100) == pytest.approx({"actor": 0.5e-3, "critic": 1e-3})
+    flat = make_config("train.anneal_lr=false", "train.actor_lr=1e-3").train
+    assert learning_rates(flat, 99, 100)["actor"] == 1e-3
+
+
+def test_a_run_clones_once_and_a_resumed_run_does_not(make_config, tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=2",
+                      "train.actor_warmup=0.5", "run.checkpoint_interval=128", f"run.dir={run}")
+    calls = []
+    real = imitation.warm_start
+    monkeypatch.setattr(imitation, "warm_start", lambda learner, progress=False: calls.append(1) or real(learner))
+    learner = train(cfg)
+    assert calls == [1]
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("imitation/accuracy")] == [0]
+
+    def no_clone(learner, progress=False):
+        raise AssertionError("a resumed run cloned again")
+
+    monkeypatch.setattr(imitation, "warm_start", no_clone)
+    from agents.resume import resume_config
+
+    resumed = train(resume_config(run, ["train.total_env_steps=384"]), resume=run)
+    assert resumed.env_steps == 384 and learner.env_steps == 256
+
+
+def test_bad_imitation_settings_name_the_key(make_config):
+    with pytest.raises(ValueError, match="imitation.teacher"):
+        make_config("imitation.teacher=greedy", "model.recurrent=true")
+    with pytest.raises(ValueError, match="imitation.env_steps"):
+        make_config("imitation.env_steps=0")
+    with pytest.raises(ValueError, match="train.actor_warmup"):
+        make_config("train.actor_warmup=1.5")
+    with pytest.raises(ValueError, match="imitation.teacher"):
+        load_config(None, ["imitation.teacher=oracle"])
+    with pytest.raises(ValueError, match="imitation.lrr"):
+        load_config(None, ["imitation.lrr=1"])
