@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from agents.config import AUTO, Amp, Config, check_config
+from agents.config import AUTO, Amp, Config, Teacher, check_config
 from agents.learner import allocate_storage
 from uavsim import hardware
 
@@ -120,7 +120,22 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     rows = cfg.train.num_steps * num_envs * env_cfg.num_uavs // cfg.train.num_minibatches
     layer_bytes = 4 * cfg.model.hidden_size * (cfg.model.num_layers + 1) * 3  # output, activation, grad
     update = rows * (2 * layer_bytes + 4 * env_cfg.local_obs_dim * 2)
-    return {"storage": storage, "env": per_env * num_envs, "update": update}
+    return {"storage": storage, "env": per_env * num_envs, "update": update,
+            "imitation": imitation_bytes(cfg, amp)}
+
+
+def imitation_bytes(cfg: Config, amp: Amp) -> int:
+    """The demonstrations of `imitation.teacher` (`agents.imitation`), held beside the storage
+    while the actor is cloned: observations in the AMP dtype, headings, shared maps, moves."""
+    if cfg.imitation.teacher == Teacher.none:
+        return 0
+    env_cfg = cfg.env_config()
+    obs_bytes = 4 if amp == Amp.off else 2
+    per_uav = env_cfg.local_obs_dim * obs_bytes + 8  # + the move (int64)
+    per_step = env_cfg.num_uavs * per_uav
+    if cfg.model.actor_shared_map:
+        per_step += env_cfg.num_uavs * 3 * 4 + 2 * env_cfg.state_pool**2 * obs_bytes  # headings, pooled map
+    return cfg.imitation.env_steps * per_step
 
 
 def available_memory(device: torch.device) -> int:
@@ -147,7 +162,8 @@ def check_memory(cfg: Config, device: torch.device, available: int | None = None
         raise ValueError(
             f"this run needs about {_gib(sum(need.values()))} on {device} ({parts}) but {_gib(available)} is "
             f"available: lower env.num_envs (now {cfg.env.num_envs}) or train.num_steps (now {cfg.train.num_steps}), "
-            f"or raise train.num_minibatches (now {cfg.train.num_minibatches}) for a smaller update")
+            f"or raise train.num_minibatches (now {cfg.train.num_minibatches}) for a smaller update"
+            + (f", or lower imitation.env_steps (now {cfg.imitation.env_steps})" if need["imitation"] else ""))
 
 
 def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int | None = None) -> tuple[int, str]:

@@ -112,3 +112,16 @@ def test_bad_imitation_settings_name_the_key(make_config):
         load_config(None, ["imitation.teacher=oracle"])
     with pytest.raises(ValueError, match="imitation.lrr"):
         load_config(None, ["imitation.lrr=1"])
+
+
+def test_the_memory_check_counts_the_demonstrations(make_config):
+    from agents import machine_defaults as md
+
+    cfg = make_config("imitation.teacher=coordinated", "imitation.env_steps=1000", "model.actor_shared_map=true")
+    need = md.estimate_memory(cfg, cfg.env.num_envs, Amp.off)
+    env_cfg = cfg.env_config()
+    per_step = env_cfg.num_uavs * (env_cfg.local_obs_dim * 4 + 8 + 12) + 2 * env_cfg.state_pool**2 * 4
+    assert need["imitation"] == 1000 * per_step
+    assert md.estimate_memory(make_config(), 4, Amp.off)["imitation"] == 0
+    with pytest.raises(ValueError, match="imitation.env_steps"):
+        md.check_memory(cfg, torch.device("cpu"), available=sum(need.values()))
