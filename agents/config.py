@@ -139,6 +139,9 @@ class ImitationConfig:
     epochs: int = 20  # passes of behaviour cloning over the demonstrations
     lr: float = 1e-3
     minibatch_steps: int = 512  # environment steps (all their UAVs) per cloning minibatch
+    dagger_rounds: int = 0  # rounds in which the cloned actor plays and the planner labels its states
+    dagger_env_steps: int = 40_960  # the actor's steps per round (environments x steps) per rank
+    dagger_epochs: int = 10  # passes over all labels after each round
 
 
 @dataclass
@@ -326,6 +329,9 @@ def check_config(cfg: Config) -> None:
     need(im.epochs >= 1, "imitation.epochs", ">= 1")
     need(0 < im.lr < math.inf, "imitation.lr", "finite and > 0")
     need(im.minibatch_steps >= 1, "imitation.minibatch_steps", ">= 1")
+    need(im.dagger_rounds >= 0, "imitation.dagger_rounds", ">= 0")
+    need(im.dagger_env_steps >= 1, "imitation.dagger_env_steps", ">= 1")
+    need(im.dagger_epochs >= 1, "imitation.dagger_epochs", ">= 1")
     if im.teacher != Teacher.none:
         need(not m.recurrent, "imitation.teacher", "none with model.recurrent=true (cloning fits a feed-forward actor)")
     need(r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),

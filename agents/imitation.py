@@ -2,7 +2,10 @@
 
 The planner (`uavsim.policies`' greedy or coordinated one) plays `imitation.env_steps` steps of
 demonstration episodes; the actor is then fitted to its moves by cross-entropy (behaviour cloning),
-on exactly the inputs it sees in training (the AMP dtype's observations and headings). The
+on exactly the inputs it sees in training (the AMP dtype's observations and headings). Then, for
+`imitation.dagger_rounds` rounds, the cloned actor plays and the planner labels the states it
+reaches (DAgger, Ross et al. 2011), and the actor is fitted again to all labels so far: a clone
+has never seen the states its own mistakes lead to, and without these rounds it stalls there. The
 demonstration episodes are environments of the run's seed that PPO never plays (global indices
 from `DEMO_FIRST_ENV`, one range per rank) and never the evaluation's seed.
 
@@ -29,7 +32,8 @@ from tqdm import tqdm
 from agents.config import Teacher
 from agents.learner import Learner
 from agents.networks import Actor
-from agents.rollout import agent_ids
+from agents.action_noise import ActionNoise
+from agents.rollout import agent_ids, policy_step
 from uavsim.env import UAVSwarmEnv
 
 DEMO_FIRST_ENV = 2**30  # global env index of rank 0's first demonstration environment (MAX_KEY is 2**31)
@@ -49,6 +53,13 @@ class Demonstrations:
     @property
     def num_frames(self) -> int:
         return self.actions.shape[0] // self.num_agents
+
+    def __add__(self, other: Demonstrations) -> Demonstrations:
+        def cat(a, b):
+            return None if a is None else torch.cat([a, b])
+
+        return Demonstrations(cat(self.local, other.local), cat(self.heading, other.heading),
+                              cat(self.shared_map, other.shared_map), cat(self.actions, other.actions), self.num_agents)
 
 
 def demo_env_shape(env_steps: int, max_steps: int, num_envs: int) -> tuple[int, int]:
@@ -71,12 +82,15 @@ def make_teacher(name: Teacher, env: UAVSwarmEnv, seed: int):
 
 @torch.no_grad()
 def collect_demonstrations(actor: Actor, env: UAVSwarmEnv, teacher, steps: int, autocast,
-                           progress: bool = False) -> Demonstrations:
-    """`steps` steps of `teacher(env) -> actions [B, N]` on `env`, with the actor's inputs."""
+                           progress: bool = False, noise: ActionNoise | None = None) -> Demonstrations:
+    """`steps` steps of `teacher(env) -> actions [B, N]` on fresh episodes of `env`, with the
+    actor's inputs. With `noise`, the actor moves (sampling with it) and the teacher only says
+    what it would do in the actor's states (DAgger): the states a cloned actor strays into."""
     local, heading, shared, actions = [], [], [], []
     obs = env.reset()
-    for _ in tqdm(range(steps), desc="imitation: demonstrations", unit="step", disable=not progress,
-                  file=sys.stderr, leave=False):
+    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    for _ in tqdm(range(steps), desc="imitation: " + ("the actor's states" if noise else "demonstrations"),
+                  unit="step", disable=not progress, file=sys.stderr, leave=False):
         act = teacher(env)
         local.append(obs["local"])
         if actor.map_dim:
@@ -84,7 +98,7 @@ def collect_demonstrations(actor: Actor, env: UAVSwarmEnv, teacher, steps: int, 
                 heading.append(actor.headings(obs["state"]))
             shared.append(obs["state"][:, :actor.map_dim])
         actions.append(act)
-        obs, *_ = env.step(act)
+        obs, *_ = env.step(act if noise is None else policy_step(actor, obs, agent, noise, autocast)[0])
     n = env.num_uavs
     return Demonstrations(
         local=torch.stack(local).view(-1, env.local_obs_dim),
@@ -148,8 +162,14 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
                       first_env_index=DEMO_FIRST_ENV + replicas.rank * envs, obs_dtype=learner.env.obs_dtype)
     teacher = make_teacher(ic.teacher, env, cfg.seed)
     demos = collect_demonstrations(learner.actor, env, teacher, steps, learner.autocast, progress)
-    del env, teacher
     generator = torch.Generator(learner.env.device).manual_seed(cfg.seed + 3)  # the same on every rank
-    stats = clone(learner.actor, demos, ic.epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast,
-                  replicas.average_gradients if replicas.active else None, progress)
+    sync = replicas.average_gradients if replicas.active else None
+    stats = clone(learner.actor, demos, ic.epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync,
+                  progress)
+    noise = ActionNoise(cfg.seed + 4, env.env_index, env.num_uavs)
+    for _ in range(ic.dagger_rounds):  # each on the next episodes of the demonstration environments
+        demos = demos + collect_demonstrations(learner.actor, env, teacher, math.ceil(ic.dagger_env_steps / envs),
+                                               learner.autocast, progress, noise)
+        stats = clone(learner.actor, demos, ic.dagger_epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast,
+                      sync, progress)
     return {**stats, "seconds": time.perf_counter() - began}

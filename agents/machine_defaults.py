@@ -135,7 +135,8 @@ def imitation_bytes(cfg: Config, amp: Amp) -> int:
     per_step = env_cfg.num_uavs * per_uav
     if cfg.model.actor_shared_map:
         per_step += env_cfg.num_uavs * 3 * 4 + 2 * env_cfg.state_pool**2 * obs_bytes  # headings, pooled map
-    return cfg.imitation.env_steps * per_step
+    ic = cfg.imitation
+    return (ic.env_steps + ic.dagger_rounds * ic.dagger_env_steps) * per_step
 
 
 def available_memory(device: torch.device) -> int:

@@ -125,3 +125,36 @@ def test_the_memory_check_counts_the_demonstrations(make_config):
     assert md.estimate_memory(make_config(), 4, Amp.off)["imitation"] == 0
     with pytest.raises(ValueError, match="imitation.env_steps"):
         md.check_memory(cfg, torch.device("cpu"), available=sum(need.values()))
+
+
+def test_dagger_rounds_label_the_states_the_actor_reaches(make_config):
+    from agents.action_noise import ActionNoise
+
+    learner = build_learner(make_config(), torch.device("cpu"))
+    env = UAVSwarmEnv(learner.env.config, num_envs=8, seed=0, first_env_index=DEMO_FIRST_ENV)
+    moved = []
+    step = env.step
+    env.step = lambda actions: moved.append(actions.clone()) or step(actions)
+    autocast = make_autocast(Amp.off, env.device)
+    teacher = make_teacher(Teacher.greedy, env, 0)
+    led = collect_demonstrations(learner.actor, env, teacher, 12, autocast)
+    assert torch.equal(led.actions.view(12, 8, 2), torch.stack(moved))  # the planner moves
+    moved.clear()
+    followed = collect_demonstrations(learner.actor, env, teacher, 12, autocast, noise=ActionNoise(0, env.env_index, 2))
+    # the (untrained) actor moves; the planner says what it would have done there
+    assert (followed.actions.view(12, 8, 2) != torch.stack(moved)).float().mean() > 0.3
+    both = led + followed
+    assert both.num_frames == 2 * 12 * 8 and torch.equal(both.local[: led.local.shape[0]], led.local)
+
+
+def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatch):
+    cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=1",
+                      "imitation.dagger_rounds=2", "imitation.dagger_env_steps=48", "imitation.dagger_epochs=1")
+    learner = build_learner(cfg, torch.device("cpu"))
+    frames = []
+    real = imitation.clone
+    monkeypatch.setattr(imitation, "clone", lambda actor, demos, *a, **k: frames.append(demos.num_frames)
+                        or real(actor, demos, *a, **k))
+    stats = imitation.warm_start(learner)
+    assert frames == [96, 96 + 48, 96 + 2 * 48]  # 4 demonstration environments: 24 steps, then 12 per round
+    assert 0 <= stats["accuracy"] <= 1 and stats["seconds"] > 0
