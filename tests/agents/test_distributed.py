@@ -81,6 +81,7 @@ def test_two_recurrent_ranks_keep_their_own_hidden_states_and_resume(tmp_path):
 def test_two_ranks_clone_the_planner_into_identical_replicas(tmp_path):
     run = tmp_path / "run"
     done = torchrun(2, *SMOKE, "imitation.teacher=greedy", "imitation.env_steps=256", "imitation.epochs=2",
+                    "imitation.dagger_rounds=1", "imitation.dagger_env_steps=128", "imitation.dagger_epochs=1",
                     "train.actor_warmup=0.5", f"run.dir={run}", "train.total_env_steps=1024")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("imitation of greedy: accuracy") == 1  # rank 0 alone reports
