@@ -24,13 +24,12 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass
-
 import torch
 from tqdm import tqdm
 
 from agents.config import Teacher
 from agents.learner import Learner
+from agents.features import HEADING_DIM
 from agents.networks import Actor
 from agents.action_noise import ActionNoise
 from agents.rollout import agent_ids, policy_step
@@ -39,27 +38,33 @@ from uavsim.env import UAVSwarmEnv
 DEMO_FIRST_ENV = 2**30  # global env index of rank 0's first demonstration environment (MAX_KEY is 2**31)
 
 
-@dataclass
 class Demonstrations:
-    """The planner's moves and what the actor saw: rows of `local`, `heading`, `actions` index
-    (step, env, UAV); rows of `shared_map` index (step, env) (None for a local actor)."""
+    """The planner's moves and what the actor saw, in buffers allocated once for `capacity` frames
+    (one environment's step; every round writes into them: no copy that doubles the peak memory).
+    Rows of `local`, `heading`, `actions` index (frame, UAV); rows of `shared_map` index frames."""
 
-    local: torch.Tensor  # [F * N, L] the AMP dtype
-    heading: torch.Tensor | None  # [F * N, 3] float32
-    shared_map: torch.Tensor | None  # [F, map_dim] the AMP dtype: the state's pooled map
-    actions: torch.Tensor  # [F * N] int64
-    num_agents: int
+    def __init__(self, capacity: int, num_agents: int, local_dim: int, map_dim: int, obs_dtype: torch.dtype,
+                 device: torch.device):
+        n = self.num_agents = num_agents
+        self.local = torch.empty(capacity * n, local_dim, dtype=obs_dtype, device=device)
+        self.heading = torch.empty(capacity * n, HEADING_DIM, device=device) if map_dim else None
+        self.shared_map = torch.empty(capacity, map_dim, dtype=obs_dtype, device=device) if map_dim else None
+        self.actions = torch.empty(capacity * n, dtype=torch.uint8, device=device)
+        self.num_frames = 0  # frames written so far
 
-    @property
-    def num_frames(self) -> int:
-        return self.actions.shape[0] // self.num_agents
-
-    def __add__(self, other: Demonstrations) -> Demonstrations:
-        def cat(a, b):
-            return None if a is None else torch.cat([a, b])
-
-        return Demonstrations(cat(self.local, other.local), cat(self.heading, other.heading),
-                              cat(self.shared_map, other.shared_map), cat(self.actions, other.actions), self.num_agents)
+    def add(self, local: torch.Tensor, actions: torch.Tensor, heading: torch.Tensor | None = None,
+            shared_map: torch.Tensor | None = None) -> None:
+        """One step of `B` environments: `local [B, N, L]`, `actions [B, N]`, `heading [B, N, 3]`
+        and `shared_map [B, map_dim]` (shared-map actors)."""
+        f, b, n = self.num_frames, actions.shape[0], self.num_agents
+        if f + b > self.actions.shape[0] // n:
+            raise ValueError(f"these demonstrations hold {self.actions.shape[0] // n} frames; {f + b} do not fit")
+        self.local[f * n:(f + b) * n] = local.reshape(b * n, -1)
+        self.actions[f * n:(f + b) * n] = actions.reshape(-1)
+        if self.heading is not None:
+            self.heading[f * n:(f + b) * n] = heading.reshape(b * n, -1)
+            self.shared_map[f:f + b] = shared_map
+        self.num_frames = f + b
 
 
 def demo_env_shape(env_steps: int, max_steps: int, num_envs: int) -> tuple[int, int]:
@@ -81,30 +86,24 @@ def make_teacher(name: Teacher, env: UAVSwarmEnv, seed: int):
 
 
 @torch.no_grad()
-def collect_demonstrations(actor: Actor, env: UAVSwarmEnv, teacher, steps: int, autocast,
-                           progress: bool = False, noise: ActionNoise | None = None) -> Demonstrations:
+def collect_demonstrations(actor: Actor, env: UAVSwarmEnv, teacher, steps: int, autocast, into: Demonstrations,
+                           progress: bool = False, noise: ActionNoise | None = None) -> None:
     """`steps` steps of `teacher(env) -> actions [B, N]` on fresh episodes of `env`, with the
-    actor's inputs. With `noise`, the actor moves (sampling with it) and the teacher only says
-    what it would do in the actor's states (DAgger): the states a cloned actor strays into."""
-    local, heading, shared, actions = [], [], [], []
+    actor's inputs, written `into` the demonstrations. With `noise`, the actor moves (sampling
+    with it) and the teacher only says what it would do in the actor's states (DAgger): the
+    states a cloned actor strays into."""
     obs = env.reset()
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     for _ in tqdm(range(steps), desc="imitation: " + ("the actor's states" if noise else "demonstrations"),
                   unit="step", disable=not progress, file=sys.stderr, leave=False):
         act = teacher(env)
-        local.append(obs["local"])
         if actor.map_dim:
             with autocast():
-                heading.append(actor.headings(obs["state"]))
-            shared.append(obs["state"][:, :actor.map_dim])
-        actions.append(act)
+                heading = actor.headings(obs["state"])
+            into.add(obs["local"], act, heading, obs["state"][:, :actor.map_dim])
+        else:
+            into.add(obs["local"], act)
         obs, *_ = env.step(act if noise is None else policy_step(actor, obs, agent, noise, autocast)[0])
-    n = env.num_uavs
-    return Demonstrations(
-        local=torch.stack(local).view(-1, env.local_obs_dim),
-        heading=torch.stack(heading).view(-1, heading[0].shape[-1]) if heading else None,
-        shared_map=torch.stack(shared).view(-1, actor.map_dim) if shared else None,
-        actions=torch.stack(actions).view(-1).long(), num_agents=n)
 
 
 def clone(actor: Actor, demos: Demonstrations, epochs: int, lr: float, minibatch_steps: int,
@@ -133,7 +132,7 @@ def clone(actor: Actor, demos: Demonstrations, epochs: int, lr: float, minibatch
                 shared = demos.shared_map[picked] if demos.shared_map is not None else None
                 logits = actor(demos.local[rows], agent, shared, state_repeat=n,
                                heading=demos.heading[rows] if demos.heading is not None else None).float()
-            target = demos.actions[rows]
+            target = demos.actions[rows].long()
             loss = torch.nn.functional.cross_entropy(logits, target)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -161,15 +160,17 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
     env = UAVSwarmEnv(learner.env.config, num_envs=envs, device=learner.env.device, seed=cfg.seed,
                       first_env_index=DEMO_FIRST_ENV + replicas.rank * envs, obs_dtype=learner.env.obs_dtype)
     teacher = make_teacher(ic.teacher, env, cfg.seed)
-    demos = collect_demonstrations(learner.actor, env, teacher, steps, learner.autocast, progress)
+    dagger_steps = math.ceil(ic.dagger_env_steps / envs)
+    demos = Demonstrations((steps + ic.dagger_rounds * dagger_steps) * envs, env.num_uavs, env.local_obs_dim,
+                           learner.actor.map_dim, env.obs_dtype, env.device)
+    collect_demonstrations(learner.actor, env, teacher, steps, learner.autocast, demos, progress)
     generator = torch.Generator(learner.env.device).manual_seed(cfg.seed + 3)  # the same on every rank
     sync = replicas.average_gradients if replicas.active else None
     stats = clone(learner.actor, demos, ic.epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync,
                   progress)
     noise = ActionNoise(cfg.seed + 4, env.env_index, env.num_uavs)
     for _ in range(ic.dagger_rounds):  # each on the next episodes of the demonstration environments
-        demos = demos + collect_demonstrations(learner.actor, env, teacher, math.ceil(ic.dagger_env_steps / envs),
-                                               learner.autocast, progress, noise)
+        collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
         stats = clone(learner.actor, demos, ic.dagger_epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast,
                       sync, progress)
     return {**stats, "seconds": time.perf_counter() - began}

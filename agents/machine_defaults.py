@@ -131,7 +131,7 @@ def imitation_bytes(cfg: Config, amp: Amp) -> int:
         return 0
     env_cfg = cfg.env_config()
     obs_bytes = 4 if amp == Amp.off else 2
-    per_uav = env_cfg.local_obs_dim * obs_bytes + 8  # + the move (int64)
+    per_uav = env_cfg.local_obs_dim * obs_bytes + 1  # + the move (uint8)
     per_step = env_cfg.num_uavs * per_uav
     if cfg.model.actor_shared_map:
         per_step += env_cfg.num_uavs * 3 * 4 + 2 * env_cfg.state_pool**2 * obs_bytes  # headings, pooled map

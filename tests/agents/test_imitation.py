@@ -8,7 +8,7 @@ import torch
 from agents import imitation
 from agents.config import Teacher, load_config
 from agents.evaluate import actor_policy, run_episodes
-from agents.imitation import DEMO_FIRST_ENV, clone, collect_demonstrations, demo_env_shape, make_teacher
+from agents.imitation import DEMO_FIRST_ENV, Demonstrations, clone, collect_demonstrations, demo_env_shape, make_teacher
 from agents.learner import build_learner, learning_rates
 from agents.setup import make_autocast
 from agents.train_mappo import train
@@ -22,13 +22,15 @@ def agreement(actor, demos: imitation.Demonstrations) -> float:
     with torch.no_grad():
         logits = actor(demos.local, torch.arange(n).repeat(demos.num_frames), demos.shared_map, state_repeat=n,
                        heading=demos.heading)
-    return (logits.argmax(1) == demos.actions).float().mean().item()
+    return (logits.argmax(1) == demos.actions.long()).float().mean().item()
 
 
 def demonstrations(learner, teacher: Teacher, steps: int, first_env: int = DEMO_FIRST_ENV):
     env = UAVSwarmEnv(learner.env.config, num_envs=8, seed=learner.cfg.seed, first_env_index=first_env)
-    return collect_demonstrations(learner.actor, env, make_teacher(teacher, env, 0), steps,
-                                  make_autocast(Amp.off, env.device))
+    demos = Demonstrations(steps * 8, env.num_uavs, env.local_obs_dim, learner.actor.map_dim, env.obs_dtype, env.device)
+    collect_demonstrations(learner.actor, env, make_teacher(teacher, env, 0), steps, make_autocast(Amp.off, env.device),
+                           demos)
+    return demos
 
 
 @pytest.mark.parametrize("shared_map", [False, True])
@@ -120,7 +122,7 @@ def test_the_memory_check_counts_the_demonstrations(make_config):
     cfg = make_config("imitation.teacher=coordinated", "imitation.env_steps=1000", "model.actor_shared_map=true")
     need = md.estimate_memory(cfg, cfg.env.num_envs, Amp.off)
     env_cfg = cfg.env_config()
-    per_step = env_cfg.num_uavs * (env_cfg.local_obs_dim * 4 + 8 + 12) + 2 * env_cfg.state_pool**2 * 4
+    per_step = env_cfg.num_uavs * (env_cfg.local_obs_dim * 4 + 1 + 12) + 2 * env_cfg.state_pool**2 * 4
     assert need["imitation"] == 1000 * per_step
     assert md.estimate_memory(make_config(), 4, Amp.off)["imitation"] == 0
     with pytest.raises(ValueError, match="imitation.env_steps"):
@@ -137,14 +139,17 @@ def test_dagger_rounds_label_the_states_the_actor_reaches(make_config):
     env.step = lambda actions: moved.append(actions.clone()) or step(actions)
     autocast = make_autocast(Amp.off, env.device)
     teacher = make_teacher(Teacher.greedy, env, 0)
-    led = collect_demonstrations(learner.actor, env, teacher, 12, autocast)
-    assert torch.equal(led.actions.view(12, 8, 2), torch.stack(moved))  # the planner moves
+    demos = Demonstrations(3 * 12 * 8, 2, env.local_obs_dim, 0, env.obs_dtype, env.device)
+    collect_demonstrations(learner.actor, env, teacher, 12, autocast, demos)
+    assert torch.equal(demos.actions.view(-1, 8, 2)[:12].long(), torch.stack(moved))  # the planner moves
+    first = demos.local[: 12 * 8 * 2].clone()
     moved.clear()
-    followed = collect_demonstrations(learner.actor, env, teacher, 12, autocast, noise=ActionNoise(0, env.env_index, 2))
+    collect_demonstrations(learner.actor, env, teacher, 12, autocast, demos, noise=ActionNoise(0, env.env_index, 2))
     # the (untrained) actor moves; the planner says what it would have done there
-    assert (followed.actions.view(12, 8, 2) != torch.stack(moved)).float().mean() > 0.3
-    both = led + followed
-    assert both.num_frames == 2 * 12 * 8 and torch.equal(both.local[: led.local.shape[0]], led.local)
+    assert (demos.actions.view(-1, 8, 2)[12:24].long() != torch.stack(moved)).float().mean() > 0.3
+    assert demos.num_frames == 2 * 12 * 8 and torch.equal(demos.local[: 12 * 8 * 2], first)  # appended
+    with pytest.raises(ValueError, match="do not fit"):
+        collect_demonstrations(learner.actor, env, teacher, 13, autocast, demos)
 
 
 def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatch):
