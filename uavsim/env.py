@@ -209,6 +209,8 @@ class UAVSwarmEnv:
             self._pending.zero_()
         else:
             self._check_mask(mask)
+            if self.reset_mode != "sparse":  # an autoreset since the last rebuild may have used a prepared start
+                self._prepare()
             self._restart(mask, self._buf, self._v)
             self._pending &= ~mask
         if self.reset_mode != "sparse":

@@ -323,3 +323,18 @@ def test_load_state_dict_rejects_a_uav_inside_an_obstacle_or_an_uncovered_footpr
     uncovered["pool_covered"][1, block] -= 1
     with pytest.raises(ValueError, match="'cells \\(a free cell in a footprint\\)'"):
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict({**saved, "state": uncovered})
+
+
+@pytest.mark.parametrize("reset_mode", ["prepared", "sparse", "dense"])
+def test_a_partial_reset_right_after_an_autoreset_starts_the_next_episode(reset_mode):
+    # Found by hypothesis: the prepared start an autoreset had just used was used again (a replay).
+    cfg = EnvConfig(grid_height=4, grid_width=4, num_uavs=1, num_obstacles=0, max_steps=2, launch_size=3,
+                    sensor_radius=0, obs_radius=1, target_coverage=0.5, state_pool=1)
+    env = UAVSwarmEnv(cfg, num_envs=5, seed=0, reset_mode=reset_mode, autoreset_mode="next_step")
+    env.reset()
+    for _ in range(3):  # truncated at step 2, restarted by step 3
+        env.step(torch.zeros(5, 1, dtype=torch.int64))
+    before = env.state["episode"].clone()
+    mask = torch.tensor([False, False, False, False, True])
+    env.reset(mask)
+    assert torch.equal(env.state["episode"], before + mask.long())
