@@ -14,8 +14,8 @@ and its first advantages are noise: `train.actor_warmup` ramps the actor's learn
 0 over that fraction of the iterations while the critic learns (`agents.learner.learning_rates`).
 Measured on the communicating preset (seed 1, 2-core Zen 4 EPYC): without the ramp the first
 500k steps undid the cloning (134 steps to 95 % in the in-training evaluation, against 79 with it).
-The clone of the coordinated planner, with two DAgger rounds, beats the planner by about a step
-with its most likely action before any PPO (benchmarks/results/learning-shared-map-imitation-*).
+The clone of the coordinated planner, with two DAgger rounds, is about a step faster than the
+planner with its most likely action before any PPO (two seeds; benchmarks/results/learning-shared-map-imitation-*).
 
 This is a one-off phase before the first iteration: it reads the loss back once per epoch, for
 the progress bar and a non-finite check; nothing of it runs in the training loop.
@@ -30,11 +30,11 @@ import time
 import torch
 from tqdm import tqdm
 
-from agents.config import Teacher
-from agents.learner import Learner
-from agents.features import HEADING_DIM
-from agents.networks import Actor
 from agents.action_noise import ActionNoise
+from agents.config import Teacher
+from agents.features import HEADING_DIM
+from agents.learner import Learner
+from agents.networks import Actor
 from agents.rollout import agent_ids, policy_step
 from uavsim.env import UAVSwarmEnv
 
