@@ -126,6 +126,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
     compile_rollout: bool = False  # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
     actor_warmup: float = 0.0  # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
+    clone_kl_coef: float = 0.0  # weight of KL(clone || actor) on the rollout's states in PPO's loss (needs imitation.teacher)
     chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
 
@@ -324,6 +325,7 @@ def check_config(cfg: Config) -> None:
     need(0 < t.value_norm_beta < 1, "train.value_norm_beta", "in (0, 1)")
     need(t.max_bad_iterations >= 1, "train.max_bad_iterations", ">= 1")
     need(0 <= t.actor_warmup <= 1, "train.actor_warmup", "in [0, 1]")
+    need(0 <= t.clone_kl_coef < math.inf, "train.clone_kl_coef", "finite and >= 0")
     im = cfg.imitation
     need(im.env_steps >= 1, "imitation.env_steps", ">= 1")
     need(im.epochs >= 1, "imitation.epochs", ">= 1")
@@ -332,6 +334,8 @@ def check_config(cfg: Config) -> None:
     need(im.dagger_rounds >= 0, "imitation.dagger_rounds", ">= 0")
     need(im.dagger_env_steps >= 1, "imitation.dagger_env_steps", ">= 1")
     need(im.dagger_epochs >= 1, "imitation.dagger_epochs", ">= 1")
+    if t.clone_kl_coef > 0:
+        need(im.teacher != Teacher.none, "train.clone_kl_coef", "0 without imitation.teacher (there is no clone to stay near)")
     if im.teacher != Teacher.none:
         need(not m.recurrent, "imitation.teacher", "none with model.recurrent=true (cloning fits a feed-forward actor)")
     need(r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),

@@ -176,4 +176,6 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
         collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
         stats = clone(learner.actor, demos, ic.dagger_epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast,
                       sync, progress)
+    if learner.clone is not None:  # PPO's anchor (train.clone_kl_coef)
+        learner.clone.load_state_dict(learner.actor.state_dict())
     return {**stats, "seconds": time.perf_counter() - began}

@@ -19,7 +19,7 @@ from agents.distributed import Replicas
 from agents.gae import compute_gae
 from agents.logger import PhaseTimer
 from agents.networks import Actor, Critic, make_actor
-from agents.ppo import Batch, LossFn, compile_loss, make_optimizer, minibatch_loss, update
+from agents.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
 from agents.rollout import EpisodeStats, RolloutStep, Storage, collect, compile_rollout_step, rollout_step
 from agents.setup import amp_dtype, make_autocast
 from agents.value_norm import ValueNorm
@@ -47,6 +47,7 @@ class Learner:
     loss_fn: LossFn  # `minibatch_loss`, compiled under `train.compile`
     rollout_fn: RolloutStep  # `rollout_step`, captured whole under `train.compile_rollout`
     replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
+    clone: Actor | None = None  # the frozen imitated actor PPO stays near (train.clone_kl_coef > 0)
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
     bad_iterations: int = 0  # consecutive bad iterations (run_control.iteration_problem)
@@ -82,6 +83,8 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
         rollout_fn=compile_rollout_step(device) if cfg.train.compile_rollout else rollout_step,
         replicas=replicas,
+        clone=make_actor(env.config, cfg.model, init_gen).to(device).requires_grad_(False)
+        if cfg.train.clone_kl_coef > 0 else None,  # its weights: the warm start's clone, or the checkpoint's
     )
 
 
@@ -136,6 +139,8 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
         hidden=s.hidden.view(-1, *s.hidden.shape[2:]) if recurrent else None,
         starts=starts.view(-1) if recurrent else None,
     )
+    if learner.clone is not None:
+        batch.clone_logprobs = clone_logprobs(learner.clone, batch, learner.autocast, tc.num_minibatches)
     return batch, returns
 
 

@@ -49,6 +49,7 @@ def learner_state(learner: Learner) -> dict:
         "value_norm": learner.value_norm.state_dict(), "optimizer": learner.optimizer.state_dict(),
         "scaler": learner.scaler.state_dict(), "world_size": learner.replicas.world_size,
         "replica_checksums": checksums, **ranks[0], "ranks": ranks,
+        **({"clone": learner.clone.state_dict()} if learner.clone is not None else {}),
     }
 
 
@@ -69,6 +70,10 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
     try:
         learner.actor.load_state_dict(payload["actor"])
         learner.critic.load_state_dict(payload["critic"])
+        if learner.clone is not None:
+            if "clone" not in payload:
+                raise ValueError("it holds no imitated actor for train.clone_kl_coef > 0 (written without it)")
+            learner.clone.load_state_dict(payload["clone"])
         learner.value_norm.load_state_dict(payload["value_norm"])
         learner.optimizer.load_state_dict(payload["optimizer"])
         if payload["scaler"]:

@@ -30,6 +30,7 @@ class LossStats:
     approx_kl: torch.Tensor
     old_approx_kl: torch.Tensor
     clipfrac: torch.Tensor
+    clone_kl: torch.Tensor | None = None  # KL(clone || actor), where `train.clone_kl_coef` keeps the actor near its clone
 
 
 def ppo_loss(
@@ -137,6 +138,7 @@ class Batch:
     num_envs: int = 0  # B
     hidden: torch.Tensor | None = None  # [T/C*B, N, H] float32, recurrent actors only
     starts: torch.Tensor | None = None  # [T*B] bool, step t of env b began an episode (recurrent actors only)
+    clone_logprobs: torch.Tensor | None = None  # [T*B*N, A] float32, the frozen clone's (train.clone_kl_coef > 0)
 
     @property
     def num_sequences(self) -> int:
@@ -158,10 +160,10 @@ def frame_rows(frames: torch.Tensor, num_agents: int) -> torch.Tensor:
 
 
 def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.Tensor,
-                     autocast: Callable[[], contextlib.AbstractContextManager]):
+                     autocast: Callable[[], contextlib.AbstractContextManager], with_logits: bool = False):
     """Forward the minibatch of environment steps `frames` (indices into `T * B`; every agent of
     each) through both networks: `(rows, new_logprob, entropy, new_value)`, `rows` being the flat
-    agent-step indices, in the order of the other outputs.
+    agent-step indices, in the order of the other outputs (and the actor's `logits` last, `with_logits`).
 
     Whole environment steps, as in the rollout: the global state's share of the critic's first
     layer (and the pooled map's of the actor's) is computed once per step, not once per agent.
@@ -185,7 +187,33 @@ def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.T
             logits = actor(local, agent, state, state_repeat=n, heading=heading)
         new_value = critic(state, local, agent, state_repeat=n)
     new_logprob, entropy = categorical(logits, batch.actions[rows])
-    return rows, new_logprob, entropy, new_value
+    return (rows, new_logprob, entropy, new_value) + ((logits,) if with_logits else ())
+
+
+def kl_from(logprobs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """`[M]` KL(p || q) of the distributions `logprobs [M, A]` (p's log-probabilities, float32)
+    and `logits [M, A]` (q's): what q loses of the actions p takes, which draws q's mass back to them."""
+    q = torch.log_softmax(logits.float(), dim=-1)
+    return (logprobs.exp() * (logprobs - q)).sum(-1)
+
+
+@torch.no_grad()
+def clone_logprobs(clone: Actor, batch: Batch, autocast: Callable[[], contextlib.AbstractContextManager],
+                   num_slices: int) -> torch.Tensor:
+    """`[T*B*N, A]` float32 log-probabilities of the frozen `clone` on every row of `batch`, computed
+    once per iteration in `num_slices` slices of environment steps (a minibatch's memory at most)."""
+    n, steps = batch.num_agents, batch.state.shape[0]
+    per_slice = -(-steps // num_slices)
+    out = []
+    for first in range(0, steps, per_slice):
+        frames = torch.arange(first, min(first + per_slice, steps), device=batch.actions.device)
+        rows = frame_rows(frames, n)
+        state = batch.state[frames] if clone.map_dim else None
+        with autocast():
+            logits = clone(batch.local[rows], rows % n, state, state_repeat=n,
+                           heading=batch.heading[rows] if clone.map_dim else None)
+        out.append(torch.log_softmax(logits.float(), dim=-1))
+    return torch.cat(out)
 
 
 def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, frames: torch.Tensor, cfg: TrainConfig,
@@ -193,10 +221,16 @@ def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, frames: torch.Ten
     """The PPO loss of the minibatch of environment steps `frames`: `evaluate_actions`, then
     `ppo_loss` on the rows it returns. One function so that `train.compile` can compile the whole
     forward (networks, log-probabilities, loss) into one graph and its backward into another."""
-    rows, new_logprob, entropy, new_value = evaluate_actions(actor, critic, batch, frames, autocast)
-    return ppo_loss(new_logprob, batch.logprobs[rows], batch.advantages[rows], entropy, new_value,
-                    batch.values[rows], batch.returns[rows], cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef,
-                    cfg.ent_coef, cfg.vf_coef)
+    anchored = batch.clone_logprobs is not None
+    rows, new_logprob, entropy, new_value, *logits = evaluate_actions(actor, critic, batch, frames, autocast, anchored)
+    loss, stats = ppo_loss(new_logprob, batch.logprobs[rows], batch.advantages[rows], entropy, new_value,
+                           batch.values[rows], batch.returns[rows], cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef,
+                           cfg.ent_coef, cfg.vf_coef)
+    if anchored:
+        clone_kl = kl_from(batch.clone_logprobs[rows], logits[0]).mean()
+        loss = loss + cfg.clone_kl_coef * clone_kl
+        stats.clone_kl = clone_kl.detach()
+    return loss, stats
 
 
 LossFn = Callable[[Actor, Critic, Batch, torch.Tensor, TrainConfig, Callable[[], contextlib.AbstractContextManager]],
@@ -270,6 +304,8 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
             actor_norm, critic_norm, skipped = optimizer_step(
                 optimizer, scaler, actor, critic, loss, cfg.max_grad_norm, sync_gradients)
             for name, value in vars(stats).items():
+                if value is None:
+                    continue
                 # a skipped (non-finite) minibatch must not poison the iteration's means
                 add(name, torch.where(skipped > 0, torch.zeros_like(value), value))
             add("actor_grad_norm", torch.where(skipped > 0, torch.zeros_like(actor_norm), actor_norm))

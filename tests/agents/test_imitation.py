@@ -9,7 +9,8 @@ from agents import imitation
 from agents.config import Teacher, load_config
 from agents.evaluate import actor_policy, run_episodes
 from agents.imitation import DEMO_FIRST_ENV, Demonstrations, clone, collect_demonstrations, demo_env_shape, make_teacher
-from agents.learner import build_learner, learning_rates
+from agents.learner import build_learner, learning_rates, prepare_batch, train_iteration
+from agents.ppo import clone_logprobs, evaluate_actions, kl_from
 from agents.setup import make_autocast
 from agents.train_mappo import train
 from uavsim.env import UAVSwarmEnv
@@ -112,6 +113,10 @@ def test_bad_imitation_settings_name_the_key(make_config):
         make_config("train.actor_warmup=1.5")
     with pytest.raises(ValueError, match="imitation.teacher"):
         load_config(None, ["imitation.teacher=oracle"])
+    with pytest.raises(ValueError, match="train.clone_kl_coef"):
+        make_config("train.clone_kl_coef=0.1")  # no clone without a teacher
+    with pytest.raises(ValueError, match="train.clone_kl_coef"):
+        make_config("imitation.teacher=greedy", "train.clone_kl_coef=-1")
     with pytest.raises(ValueError, match="imitation.lrr"):
         load_config(None, ["imitation.lrr=1"])
 
@@ -163,3 +168,39 @@ def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatc
     stats = imitation.warm_start(learner)
     assert frames == [96, 96 + 48, 96 + 2 * 48]  # 4 demonstration environments: 24 steps, then 12 per round
     assert 0 <= stats["accuracy"] <= 1 and stats["seconds"] > 0
+
+
+def test_kl_from_the_clone_on_hand_computed_values():
+    p = torch.log(torch.tensor([[0.5, 0.5], [0.2, 0.8]]))
+    q_logits = torch.log(torch.tensor([[0.25, 0.75], [0.2, 0.8]])) + 3.0  # logits: any shift
+    expected = [0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75), 0.0]
+    assert kl_from(p, q_logits).tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def clone_kl(learner) -> float:
+    """KL(clone || actor) on the learner's next rollout (a fixed batch: the same for both runs)."""
+    batch, _ = prepare_batch(learner)
+    logits = evaluate_actions(learner.actor, learner.critic, batch, torch.arange(batch.state.shape[0]),
+                              learner.autocast, with_logits=True)[-1]
+    return kl_from(clone_logprobs(learner.clone, batch, learner.autocast, 2), logits).mean().item()
+
+
+def test_the_clone_kl_keeps_ppo_near_the_imitated_actor(make_config):
+    def fine_tuned(coef: float):
+        cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=2",
+                          f"train.clone_kl_coef={coef}", "train.actor_lr=3e-3", "train.ent_coef=0.05")
+        learner = build_learner(cfg, torch.device("cpu"))
+        imitation.warm_start(learner)
+        for name, p in learner.actor.state_dict().items():  # the anchor is the clone, frozen
+            assert torch.equal(p, learner.clone.state_dict()[name])
+        assert not any(p.requires_grad for p in learner.clone.parameters())
+        assert clone_kl(learner) == pytest.approx(0.0, abs=1e-6)
+        metrics = [train_iteration(learner) for _ in range(6)]
+        return learner, metrics
+
+    free, free_metrics = fine_tuned(1e-9)
+    held, held_metrics = fine_tuned(20.0)
+    assert all("clone_kl" in m for m in held_metrics + free_metrics)
+    assert clone_kl(held) < 0.3 * clone_kl(free), (clone_kl(held), clone_kl(free))
+    plain = build_learner(make_config(), torch.device("cpu"))
+    assert plain.clone is None and "clone_kl" not in train_iteration(plain)

@@ -75,10 +75,11 @@ def test_the_guard_catches_host_reads(monkeypatch):
 
 
 RECURRENT = ("model.recurrent=true", "train.chunk_length=4")
+NEAR_CLONE = ("imitation.teacher=greedy", "train.clone_kl_coef=0.5", "model.actor_shared_map=true")  # PPO + KL to a clone
 
 
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+@pytest.mark.parametrize("extra", [(), RECURRENT, NEAR_CLONE], ids=["feed_forward", "recurrent", "near_clone"])
 def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp, extra):
     cfg = make_config(f"train.amp={amp}", "env.max_steps=5", *extra)  # several autoresets per rollout
     learner = dense_env_learner(cfg, torch.device("cpu"))
@@ -91,7 +92,7 @@ def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp, e
 
 
 @needs_compiler
-@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+@pytest.mark.parametrize("extra", [(), RECURRENT, NEAR_CLONE], ids=["feed_forward", "recurrent", "near_clone"])
 def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatch, extra):
     cfg = make_config("train.amp=bf16", "env.max_steps=5", "train.compile=true", *extra)
     learner = dense_env_learner(cfg, torch.device("cpu"))

@@ -35,11 +35,15 @@ def all_state(learner) -> dict[str, torch.Tensor]:
     out["rng.minibatch"] = learner.minibatch_gen.get_state()
     if learner.hidden is not None:
         out["hidden"] = learner.hidden
+    if learner.clone is not None:
+        out.update({f"clone.{k}": v for k, v in learner.clone.state_dict().items()})
     return out
 
 
 @pytest.mark.parametrize("amp, extra", [("off", []), ("fp16", []),
-                                        ("off", ["model.recurrent=true", "train.chunk_length=4"])])
+                                        ("off", ["model.recurrent=true", "train.chunk_length=4"]),
+                                        ("off", ["imitation.teacher=greedy", "imitation.env_steps=48",
+                                                 "imitation.epochs=1", "train.clone_kl_coef=0.5"])])
 def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path, monkeypatch, amp, extra):
     common = [f"train.amp={amp}", "run.deterministic=true", "train.total_env_steps=320",
               "run.checkpoint_interval=64", "run.eval_interval=96", "env.max_steps=7", *extra]
@@ -65,8 +69,10 @@ def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path,
     assert (resumed.env_steps, resumed.iteration) == (full.env_steps, full.iteration)
     a, b = all_state(full), all_state(resumed)
     assert a.keys() == b.keys()
-    if extra:  # the hidden states travel in the checkpoint: mid-episode, they are not zeros
+    if "model.recurrent=true" in extra:  # the hidden states travel in the checkpoint: mid-episode, not zeros
         assert "hidden" in a and a["hidden"].abs().sum() > 0
+    if "train.clone_kl_coef=0.5" in extra:  # so does the imitated actor PPO stays near (not cloned again)
+        assert any(k.startswith("clone.") for k in a)
     differ = [k for k in a if not torch.equal(a[k], b[k])]
     assert not differ, f"differ after resume: {differ}"
     assert full.scaler.state_dict() == resumed.scaler.state_dict()
