@@ -57,6 +57,8 @@ def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: 
     for k in ("value_loss", "policy_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
               "explained_variance", "actor_grad_norm", "critic_grad_norm", "skipped_updates", "nonfinite_losses"):
         out[f"losses/{k}"] = m[k]
+    if "clone_kl" in m:  # train.clone_kl_coef
+        out["losses/clone_kl"] = m["clone_kl"]
     if learner.scaler.is_enabled():
         out["amp/loss_scale"] = learner.scaler.get_scale()
     return out

@@ -84,7 +84,8 @@ def test_a_run_clones_once_and_a_resumed_run_does_not(make_config, tmp_path, mon
 
     run = tmp_path / "run"
     cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=2",
-                      "train.actor_warmup=0.5", "run.checkpoint_interval=128", f"run.dir={run}")
+                      "train.actor_warmup=0.5", "train.clone_kl_coef=0.5", "run.checkpoint_interval=128",
+                      f"run.dir={run}")
     calls = []
     real = imitation.warm_start
     monkeypatch.setattr(imitation, "warm_start", lambda learner, progress=False: calls.append(1) or real(learner))
@@ -93,6 +94,7 @@ def test_a_run_clones_once_and_a_resumed_run_does_not(make_config, tmp_path, mon
     acc = EventAccumulator(str(run))
     acc.Reload()
     assert [e.step for e in acc.Scalars("imitation/accuracy")] == [0]
+    assert [e.step for e in acc.Scalars("losses/clone_kl")] == list(range(32, 257, 32))  # every iteration
 
     def no_clone(learner, progress=False):
         raise AssertionError("a resumed run cloned again")
