@@ -180,7 +180,7 @@ def test_kl_from_the_clone_on_hand_computed_values():
 
 
 def clone_kl(learner) -> float:
-    """KL(clone || actor) on the learner's next rollout (a fixed batch: the same for both runs)."""
+    """KL(clone || actor) on the learner's last rollout."""
     batch, _ = prepare_batch(learner)
     logits = evaluate_actions(learner.actor, learner.critic, batch, torch.arange(batch.state.shape[0]),
                               learner.autocast, with_logits=True)[-1]
@@ -206,3 +206,35 @@ def test_the_clone_kl_keeps_ppo_near_the_imitated_actor(make_config):
     assert clone_kl(held) < 0.3 * clone_kl(free), (clone_kl(held), clone_kl(free))
     plain = build_learner(make_config(), torch.device("cpu"))
     assert plain.clone is None and "clone_kl" not in train_iteration(plain)
+
+
+def test_the_clones_log_probabilities_line_up_with_the_rollouts_rows(make_config):
+    """With the clone equal to the actor, its log-probability of the action taken on each row is the
+    one the rollout stored there, and every minibatch's KL is 0: a row-order slip would break both."""
+    from agents.ppo import minibatch_loss
+    from agents.rollout import collect
+
+    cfg = make_config("imitation.teacher=greedy", "train.clone_kl_coef=0.5", "model.actor_shared_map=true",
+                      "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4")
+    learner = build_learner(cfg, torch.device("cpu"))
+    learner.clone.load_state_dict(learner.actor.state_dict())
+    learner.obs, _ = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
+                             learner.storage, learner.stats, learner.action_noise, learner.autocast, None)
+    batch, _ = prepare_batch(learner)
+    taken = batch.clone_logprobs.gather(1, batch.actions.long()[:, None]).squeeze(1)
+    assert torch.allclose(taken, batch.logprobs, atol=1e-6), (taken - batch.logprobs).abs().max()
+    assert batch.logprobs.std() > 1e3 * 1e-6  # rows differ by far more than the tolerance: a shuffle would show
+    for frames in torch.randperm(batch.state.shape[0], generator=torch.Generator().manual_seed(0)).split(32):
+        _, stats = minibatch_loss(learner.actor, learner.critic, batch, frames, cfg.train, learner.autocast)
+        assert stats.clone_kl.abs() < 1e-6
+
+
+def test_a_checkpoint_without_the_clone_cannot_resume_a_run_that_needs_it(make_config, tmp_path):
+    from agents import checkpoint as ckpt
+    from agents.resume import resume_config
+
+    run = tmp_path / "run"
+    train(make_config("imitation.teacher=greedy", "imitation.env_steps=48", "imitation.epochs=1",
+                      "run.checkpoint_interval=128", f"run.dir={run}"))
+    with pytest.raises(ckpt.CheckpointError, match="no imitated actor"):
+        train(resume_config(run, ["train.total_env_steps=384", "train.clone_kl_coef=0.1"]), resume=run)

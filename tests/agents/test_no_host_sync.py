@@ -106,7 +106,7 @@ def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatc
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("amp, compiled", [("off", False), ("bf16", False), ("fp16", False), ("bf16", True)])
-@pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
+@pytest.mark.parametrize("extra", [(), RECURRENT, NEAR_CLONE], ids=["feed_forward", "recurrent", "near_clone"])
 def test_training_iterations_make_no_cuda_syncs(make_config, amp, compiled, extra):
     cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda",
                       f"train.compile={str(compiled).lower()}", *extra)
