@@ -22,6 +22,8 @@ class Logger:
 
     def __init__(self, run_dir: str | Path, purge_step: int | None = None, enabled: bool = True):
         self.enabled = enabled
+        if enabled:
+            wait_for_a_newer_second(Path(run_dir))
         self.writer = SummaryWriter(str(run_dir), purge_step=purge_step) if enabled else None
 
     def scalars(self, values: dict[str, float], step: int) -> None:
@@ -55,6 +57,23 @@ class Logger:
             return
         self.writer.flush()
         self.writer.close()
+
+
+def wait_for_a_newer_second(run_dir: Path) -> None:
+    """Return once the clock's second is past that of the newest event file in `run_dir`.
+
+    TensorBoard reads a run's event files in name order, and a name is
+    `events.out.tfevents.<second>.<host>.<pid>.<n>` with a per-process `n` that is not zero-padded:
+    a second writer made in the same second by the same process sorts first when `n` gains a
+    digit (`...9` after `...10`), and its purge of a killed run's steps is then read before those
+    steps and lost (a resume right after a run, in one process, hit it). Only then does this wait,
+    under a second; a file stamped more than a second ahead (a clock set back) is not waited for."""
+    stamps = [int(p.name.split(".")[3]) for p in run_dir.glob("events.out.tfevents.*")
+              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    if not stamps or not 0 <= max(stamps) - int(time.time()) <= 1:
+        return
+    while int(time.time()) <= max(stamps):
+        time.sleep(0.02)
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:
