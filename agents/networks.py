@@ -59,6 +59,13 @@ class SplitInputLinear(nn.Module):
     `_addmm_activation`, and vmap (which TorchRL's value estimators apply) no rule for in-place GEMMs:
     `in_place` is ignored where gradients are on, and the default is off.
 
+    With `for_inductor` too (the rollout step compiled by `train.compile_rollout`), the layer takes
+    the form a compiler fuses best instead: one product over the first per-row part, then every
+    other term and the activation in one pointwise pass (`_pointwise_tail`). Inductor makes that pass
+    one kernel, so the activation crosses memory three times where the chain above makes it cross
+    five. Eager it would be a dozen passes: only compiled callers ask for it. Its numbers differ
+    from the chain's by rounding (the chain rounds the running sum after each product).
+
     The weight is one `[out, sum(dims) + num_agents]` matrix, initialised exactly as the equivalent
     `nn.Linear` would be (orthogonal over the full concatenated input).
     """
@@ -70,7 +77,7 @@ class SplitInputLinear(nn.Module):
         self.register_buffer("agent_ids", torch.arange(num_agents), persistent=False)
 
     def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int], relu: bool = False,
-                in_place: bool = False) -> torch.Tensor:
+                in_place: bool = False, for_inductor: bool = False) -> torch.Tensor:
         w, bias = self.linear.weight, self.linear.bias
         # Cast explicitly (autocast would, for `linear` and `addmm`, but has no rule for `_addmm_activation`).
         dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
@@ -86,6 +93,8 @@ class SplitInputLinear(nn.Module):
             else:
                 narrow.append(x)
                 narrow_w.append(w_part)
+        if in_place and for_inductor and per_row:
+            return self._pointwise_tail(per_row[0], shared, narrow, narrow_w, agent, w[:, col:], bias, dtype, relu)
         if self.num_agents:
             # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
             # backward is a serial index_put on the CPU, measured at a quarter of the update.
@@ -117,6 +126,36 @@ class SplitInputLinear(nn.Module):
                 out = out.addmm_(x, w_part.t()) if in_place else torch.addmm(out, x, w_part.t())
         return F.relu(out) if relu else out
 
+    # Narrow parts up to this many columns enter the pointwise pass column by column (a bf16 x bf16
+    # product is exact in float32, so a compiler's fused multiply-add rounds as the separate ops);
+    # wider ones (a shared part given once per row) through a product of their own.
+    POINTWISE_COLUMNS = 8
+
+    def _pointwise_tail(self, first, shared, narrow, narrow_w, agent, w_agent, bias, dtype, relu) -> torch.Tensor:
+        """`for_inductor`'s form (no-grad): the first per-row part's product, then, in float32 and
+        in one pointwise expression rounded once, the shared parts' products broadcast to their
+        rows (the first with the bias), the narrow parts, the agent's weight column (looked up)
+        and the activation."""
+        x, w_first = first
+        acc = torch.mm(x.to(dtype), w_first.t()).float()
+        rows, out_dim = acc.shape
+        for i, (x, w_part, r) in enumerate(shared):
+            y = F.linear(x.to(dtype), w_part, bias if i == 0 else None).float()
+            acc = (acc.view(-1, r, out_dim) + y[:, None]).view(rows, out_dim)
+        if not shared:
+            acc = acc + bias.float()
+        for x, w_part in zip(narrow, narrow_w):
+            x = x.to(dtype)
+            if x.shape[1] > self.POINTWISE_COLUMNS:
+                acc = acc + torch.mm(x, w_part.t()).float()
+                continue
+            x, w_part = x.float(), w_part.float()
+            for j in range(x.shape[1]):
+                acc = acc + x[:, j, None] * w_part[:, j]
+        if self.num_agents:
+            acc = acc + w_agent.t().float()[agent]
+        return (acc.relu() if relu else acc).to(dtype)
+
 
 class _MLP(nn.Module):
     """`SplitInputLinear` -> activation -> (`num_layers` - 1) x (Linear -> activation) -> head
@@ -138,12 +177,16 @@ class _MLP(nn.Module):
         self.rest = nn.Sequential(*layers)
 
     def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int],
-                in_place: bool = False) -> torch.Tensor:
+                in_place: bool = False, for_inductor: bool = False) -> torch.Tensor:
         """`in_place`: no-grad callers let each ReLU layer's GEMM apply bias and ReLU in its
-        epilogue (`SplitInputLinear`); the same numbers as without."""
+        epilogue (`SplitInputLinear`); the same numbers as without. `for_inductor` (with
+        `in_place`): the first layer in the form a compiler fuses (`SplitInputLinear`)."""
         if not self.relu:
-            return self.rest(self.first(parts, agent, repeats))
-        x = self.first(parts, agent, repeats, relu=True, in_place=in_place)  # rest[0], the ReLU, applied
+            # tanh: only the pointwise form (`for_inductor`) differs from the plain one
+            return self.rest(self.first(parts, agent, repeats, in_place=in_place and for_inductor,
+                                        for_inductor=for_inductor))
+        x = self.first(parts, agent, repeats, relu=True, in_place=in_place,
+                       for_inductor=for_inductor)  # rest[0], the ReLU, applied
         if not in_place or torch.is_grad_enabled():
             return self.rest[1:](x)
         dtype = x.dtype
@@ -253,13 +296,16 @@ class Actor(nn.Module):
 
     def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
                 state_repeat: int = 1, heading: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-                starts: torch.Tensor | None = None, in_place: bool = False):
+                starts: torch.Tensor | None = None, in_place: bool = False, for_inductor: bool = False):
         """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors).
-        `in_place`: see `SplitInputLinear` (no-grad callers; the same numbers)."""
+        `in_place`: see `SplitInputLinear` (no-grad callers; the same numbers). `for_inductor`: the
+        first layer in the form inductor fuses (compiled no-grad callers; the numbers differ by
+        rounding)."""
         if not self.map_dim:
-            x = self.net([local], agent, [1], in_place)
+            x = self.net([local], agent, [1], in_place, for_inductor)
         else:
-            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat], in_place)
+            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat], in_place,
+                         for_inductor)
         if not self.recurrent:
             return x
         if hidden is None:

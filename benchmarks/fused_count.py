@@ -36,7 +36,9 @@ def fused_count(fn: Callable, *args, env_steps_per_call: int = 1) -> dict[str, A
     inductor_metrics_log.propagate = False
     torch._dynamo.reset()
     try:
-        with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        # emulate_precision_casts as `train.compile_rollout` compiles (agents.rollout.compile_rollout_step)
+        with inductor_config.patch(fx_graph_cache=False, emulate_precision_casts=True), \
+                functorch_config.patch(enable_autograd_cache=False):
             metrics.reset()
             torch.compile(fn, fullgraph=True, dynamic=False)(*args)
             kernels = sum(not isinstance(node, NopKernelSchedulerNode) for node, _ in metrics.nodes_num_elem)

@@ -36,6 +36,7 @@ bandwidth and kernels do not overlap: a model to compare designs with, not a mea
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -246,17 +247,24 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
 # -- report ---------------------------------------------------------------------------------------
 def fused_paths(args) -> dict[str, dict[str, Any]]:
     """The bf16 policy step captured whole and fused by inductor, counted by inductor
-    (`benchmarks.fused_count`): the policy part of what `train.compile_rollout` runs, at the same
-    batch. Not the whole rollout step: inductor counts a write of one row into the rollout's storage
-    (and a gather from the env's maps) as its whole buffer, which would bury the step's traffic."""
+    (`benchmarks.fused_count`): the policy part of what `train.compile_rollout` runs on CUDA, at the
+    same batch, with the actor's first layer in the form it compiles (`for_inductor`), and, beside it,
+    in the eager form (the GEMM chain) compiled alike. Not the whole rollout step: inductor counts a
+    write of one row into the rollout's storage (and a gather from the env's maps) as its whole
+    buffer, which would bury the step's traffic."""
     from agents.rollout import agent_ids, policy_step
 
     from benchmarks.fused_count import fused_count
 
     learner = learner_for(args.num_envs, 2, "bf16", args.episode_length)
     agent = agent_ids(args.num_envs, learner.env.num_uavs, learner.env.device)
-    return {"policy step[bf16]": fused_count(torch.no_grad()(policy_step), learner.actor, learner.obs, agent,
-                                             learner.action_noise, learner.autocast, env_steps_per_call=args.num_envs)}
+    out = {}
+    for name, for_inductor in (("policy step[bf16]", True), ("policy step[bf16], eager form compiled", False)):
+        step = torch.no_grad()(functools.partial(policy_step, for_inductor=for_inductor))
+        out[name] = fused_count(step, learner.actor, learner.obs, agent, learner.action_noise, learner.autocast,
+                                env_steps_per_call=args.num_envs)
+        out[name]["eager_path"] = "policy step[bf16]"
+    return out
 
 
 def measure(args) -> dict[str, Any]:
@@ -345,13 +353,14 @@ def table(payload: dict[str, Any]) -> str:
     if payload.get("fused"):
         lines += ["", "## Captured and fused: inductor's own count (benchmarks/fused_count.py)", "",
                   "The same call compiled whole (`torch.compile(fullgraph=True)`, as `train.compile_rollout` "
-                  "compiles it within the rollout step), counted by inductor's scheduler on this CPU: each fused kernel's buffers read and "
+                  "compiles it on CUDA within the rollout step; the eager form compiled alike is what it compiles on the CPU), "
+                  "counted by inductor's scheduler on this CPU: each fused kernel's buffers read and "
                   "written once. Other rules than the eager count above (temporaries inside a kernel never "
                   "reach memory), so compare the two only as eager against captured.", "",
                   "| path | eager kernels | fused kernels | eager KiB per env-step | fused KiB per env-step |",
                   "|---|---:|---:|---:|---:|"]
         for name, f in payload["fused"].items():
-            e = payload["paths"].get(name, {})
+            e = payload["paths"].get(f.get("eager_path", name), {})
             lines.append(f"| {name} | {e.get('kernels_per_call', float('nan')):.1f} | {f['kernels_per_call']} "
                          f"| {_kib(e.get('bytes_per_env_step', float('nan')))} | {_kib(f['bytes_per_env_step'])} |")
     lines += ["", "## Graph breaks (torch._dynamo.explain)", ""]

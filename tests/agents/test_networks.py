@@ -164,3 +164,57 @@ def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm(b)
             graded = call(True)  # gradients on: the default path, differentiable
             assert graded.requires_grad and torch.equal(graded.detach(), plain), (name, amp)
             graded.float().sum().backward()
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("num_agents", [4, 0])
+def test_the_for_inductor_form_is_the_same_layer_summed_in_one_pointwise_pass(relu, num_agents):
+    # `for_inductor` (the compiled rollout's no-grad form): one product over the first per-row part,
+    # every other term added pointwise. The same layer as the product over the concatenation, with
+    # a shared part (once per environment), a narrow part (column by column) and a wide per-row part
+    # (its own product); with gradients on, the plain chain, bit for bit.
+    gen = torch.Generator().manual_seed(11)
+    layer = SplitInputLinear([7, 3, 12, 5], num_agents, 16, gen)
+    torch.nn.init.normal_(layer.linear.bias, generator=gen)
+    local, heading = torch.randn(12, 7, generator=gen), torch.randn(12, 3, generator=gen)
+    wide, state = torch.randn(12, 12, generator=gen), torch.randn(3, 5, generator=gen)
+    agent = torch.arange(12) % 4
+    ids = [torch.eye(4)[agent]] if num_agents else []
+    naive = layer.linear(torch.cat([local, heading, wide, state.repeat_interleave(4, dim=0), *ids], dim=1))
+    naive = naive.relu() if relu else naive
+    parts, repeats = [local, heading, wide, state], [1, 1, 1, 4]
+    with torch.no_grad():
+        got = layer(parts, agent, repeats, relu=relu, in_place=True, for_inductor=True)
+        chain = layer(parts, agent, repeats, relu=relu)
+    torch.testing.assert_close(got, naive.detach(), atol=1e-5, rtol=1e-5)
+    graded = layer(parts, agent, repeats, relu=relu, in_place=True, for_inductor=True)
+    assert graded.requires_grad and torch.equal(graded.detach(), chain)
+
+
+def test_the_for_inductor_form_of_whole_actors_stays_within_rounding_of_the_chain():
+    # bf16: the chain rounds its running sum after each product, the pointwise form once at the end.
+    # Actors only: the critic runs after the rollout, never in the compiled step.
+    from uavsim import EnvConfig, UAVSwarmEnv
+
+    env = UAVSwarmEnv(EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4,
+                                launch_size=2), num_envs=4, seed=1)
+    obs = env.reset()
+    n = env.num_uavs
+    local, state = obs["local"].reshape(4 * n, -1), obs["state"]
+    agent = torch.arange(n).repeat(4)
+    for name, net in _in_place_cases():
+        if isinstance(net, Critic):
+            continue
+        for amp in (False, True):
+            def call(for_inductor, net=net):
+                with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=amp):
+                    heading = net.headings(state).view(4 * n, -1) if net.map_dim else None
+                    hidden = torch.zeros(4 * n, net.hidden_size) if net.recurrent else None
+                    out = net(local, agent, state if net.map_dim else None, state_repeat=n, heading=heading,
+                              hidden=hidden, in_place=True, for_inductor=for_inductor)
+                    return out[0] if net.recurrent else out
+
+            chain, pointwise = call(False).float(), call(True).float()
+            scale = chain.abs().max()
+            tol = (0.03 if amp else 1e-6) * scale
+            torch.testing.assert_close(pointwise, chain, atol=tol, rtol=0, msg=lambda m, name=name, amp=amp: f"{name} amp={amp}: {m}")

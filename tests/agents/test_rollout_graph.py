@@ -94,12 +94,99 @@ def test_train_compile_rollout_runs_the_captured_step(make_config, monkeypatch):
             assert torch.equal(value, snap_got[name]), name
 
 
+def test_the_inductor_form_of_the_rollout_plays_the_eager_actions(make_config):
+    """`for_inductor` (what `train.compile_rollout` compiles), run eagerly: the same actions and
+    trajectories, log-probabilities within rounding of the eager chain's (bf16)."""
+    import functools
+
+    cfg = make_config(*ROLLOUT, "model.actor_shared_map=true", "train.amp=bf16")
+    chain, pointwise = build_learner(cfg, torch.device("cpu")), build_learner(cfg, torch.device("cpu"))
+    for learner, fn in ((chain, rollout_step), (pointwise, functools.partial(rollout_step, for_inductor=True))):
+        collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
+                learner.stats, learner.action_noise, learner.autocast, learner.hidden, step=fn)
+    want, got = storage_fields(chain.storage), storage_fields(pointwise.storage)
+    for name, value in want.items():
+        if name == "logprobs":
+            torch.testing.assert_close(got[name], value, atol=1e-3, rtol=0)
+            assert not torch.equal(got[name], value)  # the forms round differently: this path ran
+        else:
+            assert torch.equal(value, got[name]), name
+
+
+def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one():
+    """The trainer config's bf16 policy step as `train.compile_rollout` compiles it (inductor's C++
+    kernels, `for_inductor`, its options): the eager actions, log-probabilities within 1e-4."""
+    import functools
+
+    from agents.ppo import check_compiler
+    from agents.rollout import inductor_options, policy_step
+    from benchmarks.step_cost import learner_for
+
+    check_compiler(torch.device("cpu"), "this test")
+    torch._dynamo.reset()
+    learner = learner_for(64, 2, "bf16", 100)
+    agent = agent_ids(64, learner.env.num_uavs, learner.env.device)
+    step = learner.action_noise.step.clone()
+    with torch.no_grad():
+        actions, logprobs, _, _ = policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast)
+    learner.action_noise.step.copy_(step)
+    compiled = torch.compile(torch.no_grad()(functools.partial(policy_step, for_inductor=True)), fullgraph=True,
+                             options=inductor_options(torch.device("cpu")))
+    got_actions, got_logprobs, _, _ = compiled(learner.actor, learner.obs, agent, learner.action_noise,
+                                               learner.autocast)
+    torch._dynamo.reset()
+    assert torch.equal(got_actions, actions)
+    torch.testing.assert_close(got_logprobs, logprobs, atol=1e-4, rtol=0)
+
+
+def test_compile_rollout_step_compiles_the_inductor_form_on_cuda_with_its_options(monkeypatch):
+    # inductor: the pointwise form with CUDA graphs on CUDA, the eager form on the CPU; another
+    # backend: the eager form, no options
+    from agents import ppo, rollout
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append((fn, kwargs)) or fn)
+    monkeypatch.setattr(ppo, "check_compiler", lambda device, key: None)  # no Triton needed to wire it
+    for device in ("cuda", "cpu"):
+        rollout.compile_rollout_step(torch.device(device))
+    rollout.compile_rollout_step(torch.device("cpu"), backend="aot_eager")
+    (cuda_fn, cuda_kwargs), (cpu_fn, cpu_kwargs), (other_fn, other_kwargs) = calls
+    assert cuda_fn.func is rollout_step and cuda_fn.keywords == {"for_inductor": True}
+    assert cuda_kwargs["fullgraph"] and cuda_kwargs["options"]["emulate_precision_casts"]
+    assert cuda_kwargs["options"]["triton.cudagraphs"]  # reduce-overhead's CUDA graphs
+    assert cpu_fn.func is rollout_step and cpu_fn.keywords == {"for_inductor": False}
+    assert cpu_kwargs["options"] == {"emulate_precision_casts": True}
+    assert other_fn is rollout_step and other_kwargs == {"fullgraph": True, "backend": "aot_eager"}
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_cuda_graph_rollout_equals_the_eager_one(make_config):
+def test_the_cuda_graph_rollout_equals_the_eager_one(make_config, monkeypatch):
+    """CUDA graphs of the eager kernels (the `cudagraphs` backend) store exactly what eager does."""
+    import agents.learner as learner_module
+    from agents import rollout
+
     torch._dynamo.reset()
+    monkeypatch.setattr(learner_module, "compile_rollout_step",
+                        lambda device: rollout.compile_rollout_step(device, "cudagraphs"))
     _, got = _rollouts(make_config, True, "cuda")
     _, want = _rollouts(make_config, False, "cuda")
     for snap_got, snap_want in zip(got, want):
         for name, value in snap_want.items():
             assert torch.equal(value, snap_got[name]), name
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_inductor_rollout_on_cuda_plays_the_eager_actions(make_config):
+    """`train.compile_rollout` on CUDA (inductor, CUDA graphs): the eager actions and trajectories,
+    log-probabilities within rounding (the fused form, `for_inductor`)."""
+    torch._dynamo.reset()
+    _, got = _rollouts(make_config, True, "cuda")
+    _, want = _rollouts(make_config, False, "cuda")
+    for snap_got, snap_want in zip(got, want):
+        for name, value in snap_want.items():
+            if name == "logprobs":
+                torch.testing.assert_close(snap_got[name], value, atol=1e-3, rtol=0)
+            elif name != "heading":  # a float feature: inductor may round it differently
+                assert torch.equal(value, snap_got[name]), name
