@@ -59,8 +59,8 @@ class SplitInputLinear(nn.Module):
     `_addmm_activation`, and vmap (which TorchRL's value estimators apply) no rule for in-place GEMMs:
     `in_place` is ignored where gradients are on, and the default is off.
 
-    With `for_inductor` too (the rollout step compiled by `train.compile_rollout`), the layer takes
-    the form a compiler fuses best instead: one product over the first per-row part, then every
+    With `for_inductor` too (the rollout step `train.compile_rollout` compiles on CUDA), the layer
+    takes the form a compiler fuses best instead: one product over the first per-row part, then every
     other term and the activation in one pointwise pass (`_pointwise_tail`). Inductor makes that pass
     one kernel, so the activation crosses memory three times where the chain above makes it cross
     five. Eager it would be a dozen passes: only compiled callers ask for it. Its numbers differ
@@ -126,8 +126,9 @@ class SplitInputLinear(nn.Module):
                 out = out.addmm_(x, w_part.t()) if in_place else torch.addmm(out, x, w_part.t())
         return F.relu(out) if relu else out
 
-    # Narrow parts up to this many columns enter the pointwise pass column by column (a bf16 x bf16
-    # product is exact in float32, so a compiler's fused multiply-add rounds as the separate ops);
+    # Narrow parts up to this many columns enter the pointwise pass column by column (under bf16 a
+    # bf16 x bf16 product is exact in float32, so a compiler's fused multiply-add rounds as the
+    # separate ops do);
     # wider ones (a shared part given once per row) through a product of their own.
     POINTWISE_COLUMNS = 8
 
