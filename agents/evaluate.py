@@ -15,8 +15,9 @@ target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`
 `mean_length`. `policy` takes the most likely action, `policy_sampled` samples; `greedy` and
 `coordinated` are the scripted frontier baselines of `uavsim.policies`. A GIF and a PNG of the
 first episode of the trained policy (most likely action) are written next to the JSON, and
-`<out>_compare.gif`: greedy, coordinated and the trained policy (sampled actions) side by side on
-that map. `paired_vs_greedy` and
+`<out>_compare.gif`: greedy, coordinated and the trained policy (most likely action, and sampled:
+the decentralized recipe deploys its sampled actions, the communicating one its most likely)
+side by side on that map. `paired_vs_greedy` and
 `paired_vs_coordinated` compare steps to target map by map: the mean difference (negative: faster
 than the baseline), its standard error, and the counts of maps where the policy was faster, equal
 or slower. `coverage_curve` holds each policy's coverage at steps 0 .. max_steps over the maps
@@ -55,7 +56,8 @@ METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses"
 BASELINES = ("random", "greedy", "coordinated")  # scripted policies, played beside the trained one
 POLICIES = ("policy", "policy_sampled", *BASELINES)
 RECORDED = ("policy", "policy_sampled", "greedy", "coordinated")  # episode 0 of each is drawn
-COMPARED = {"greedy": "greedy", "coordinated": "coordinated", "policy_sampled": "MAPPO (sampled)"}  # <out>_compare.gif
+COMPARED = {"greedy": "greedy", "coordinated": "coordinated", "policy": "MAPPO (most likely)",
+            "policy_sampled": "MAPPO (sampled)"}  # <out>_compare.gif
 
 
 @torch.no_grad()
