@@ -81,7 +81,8 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
-        rollout_fn=compile_rollout_step(device) if cfg.train.compile_rollout else rollout_step,
+        rollout_fn=(compile_rollout_step(device, dtype=amp_dtype(cfg.train.amp)) if cfg.train.compile_rollout
+                    else rollout_step),
         replicas=replicas,
         clone=make_actor(env.config, cfg.model, init_gen).to(device).requires_grad_(False)
         if cfg.train.clone_kl_coef > 0 else None,  # its weights: the warm start's clone, or the checkpoint's

@@ -136,7 +136,7 @@ class SplitInputLinear(nn.Module):
         """`for_inductor`'s form (no-grad): the first per-row part's product, then, in float32 and
         in one pointwise expression rounded once, the shared parts' products broadcast to their
         rows (the first with the bias), the narrow parts, the agent's weight column (looked up)
-        and the activation."""
+        and the activation. Each product is rounded to the compute dtype first, as a GEMM's output."""
         x, w_first = first
         acc = torch.mm(x.to(dtype), w_first.t()).float()
         rows, out_dim = acc.shape
@@ -347,7 +347,8 @@ class Critic(nn.Module):
 def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """`log_prob [M]` float32 of int `actions [M]` under `logits [M, A]` (any float dtype): the one
     expression the rollout (here) and the update (`categorical`) both compute, so the PPO ratio is
-    exactly 1 before the first update; the rollout needs no entropy."""
+    exactly 1 before the first update (within 1e-4 where `train.compile_rollout` fuses the actor's
+    first layer, `agents.rollout.compile_rollout_step`); the rollout needs no entropy."""
     return _log_prob(torch.log_softmax(logits.float(), dim=-1), actions)
 
 

@@ -234,27 +234,29 @@ def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: Episod
 RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"]]
 
 
-def compile_rollout_step(device: torch.device, backend: str = "inductor") -> RolloutStep:
+def compile_rollout_step(device: torch.device, backend: str = "inductor", *,
+                         dtype: torch.dtype = torch.float32) -> RolloutStep:
     """`rollout_step` captured whole (`train.compile_rollout`): on CUDA as CUDA graphs (inductor's
     `reduce-overhead` mode: one launch per step instead of ~200, the ceiling `benchmarks.step_cost`
     models), elsewhere as inductor's fused kernels. The env's rebuild of prepared starts is a
     host-side branch: a few graphs, each captured once. Slow to compile on the CPU (minutes).
+    `dtype`: the networks' compute dtype (the AMP dtype, or float32).
 
-    On CUDA under inductor the actor's first layer takes the form inductor fuses (`for_inductor`: its
-    activation crosses memory 3 times instead of 5, what bounds a GPU): the stored log-probabilities
-    then differ from the update's (eager, or `train.compile`) by rounding, within 1e-4. On the CPU
-    the activations stay in cache and the eager form compiled is as fast or faster (measured on the
-    2-core Zen 4 at 1,024 environments: bf16 4.1 against 4.5 ms per policy step, fp32 6.4 against
-    6.3; as an AVX2 CPU, fp32 7.2 against 6.5), so it keeps that form. Another backend
-    (`cudagraphs`: CUDA graphs of the eager kernels) runs the eager form and stores exactly what the
-    eager rollout does."""
+    Under inductor the actor's first layer takes the form inductor fuses (`for_inductor`: its
+    activation crosses memory 3 times instead of 5, what bounds a GPU) on CUDA, and on the CPU in
+    float32; the stored log-probabilities then differ from the update's (eager, or `train.compile`)
+    by rounding, within 1e-4. A CPU's bf16 step keeps the eager form, there the faster one (the
+    activations stay in cache; side by side at 1,024 environments on the 2-core Zen 4, compiled:
+    bf16 4.1 ms per policy step for the eager form against 4.5 for the fused one, fp32 6.4 against
+    6.3; as an AVX2 CPU, fp32 7.2 against 6.5). Another backend (`cudagraphs`: CUDA graphs of the
+    eager kernels) runs the eager form and stores exactly what the eager rollout does."""
     from agents.ppo import check_compiler
 
-    inductor = backend == "inductor"
-    if not inductor:
+    if backend != "inductor":
         return torch.compile(rollout_step, fullgraph=True, backend=backend)
     check_compiler(device, "train.compile_rollout")
-    return torch.compile(functools.partial(rollout_step, for_inductor=device.type == "cuda"), fullgraph=True,
+    for_inductor = device.type == "cuda" or dtype == torch.float32
+    return torch.compile(functools.partial(rollout_step, for_inductor=for_inductor), fullgraph=True,
                          options=inductor_options(device))
 
 

@@ -353,7 +353,7 @@ def table(payload: dict[str, Any]) -> str:
     if payload.get("fused"):
         lines += ["", "## Captured and fused: inductor's own count (benchmarks/fused_count.py)", "",
                   "The same call compiled whole (`torch.compile(fullgraph=True)`, as `train.compile_rollout` "
-                  "compiles it on CUDA within the rollout step; the eager form compiled alike is what it compiles on the CPU), "
+                  "compiles it on CUDA within the rollout step; the eager form compiled alike is what it compiles for a CPU's bf16), "
                   "counted by inductor's scheduler on this CPU: each fused kernel's buffers read and "
                   "written once. Other rules than the eager count above (temporaries inside a kernel never "
                   "reach memory), so compare the two only as eager against captured.", "",
