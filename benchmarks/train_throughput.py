@@ -10,6 +10,8 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
     ours     agents.train_mappo's iteration: device-resident storage, our GAE and PPO update.
     ours-compiled  the same with ``train.compile=true``: the minibatch loss (networks, log-probs,
              loss) through ``torch.compile``, forward and backward; rollout and optimizer eager.
+    ours-captured  ``train.compile=true`` and ``train.compile_rollout=true``: the rollout step
+             captured too (CUDA graphs on a GPU); not in the default list (minutes to compile on a CPU).
     torchrl  ``torchrl.collectors.Collector`` over the TorchRL adapter, our actor and critic
              modules (the very same arithmetic as ``ours``) in a ``ProbabilisticActor`` and a
              ``TensorDictModule``, ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam
@@ -24,7 +26,7 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
 
 The figure is agent-steps per second of whole iterations (collection + update), warm-up excluded,
 median of the timed iterations; AMP modes run under ``torch.autocast`` (bf16 everywhere, fp16
-on CUDA only). ``--profile`` adds where each pipeline's time goes (``benchmarks.common.profile_ops``:
+on CUDA only; ``--amps`` and ``--devices`` pick some). ``--profile`` adds where each pipeline's time goes (``benchmarks.common.profile_ops``:
 matmuls, compiled kernels, other ops, outside ops; and for ours, rollout against update).
 """
 
@@ -47,17 +49,18 @@ from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_l
 SAME_TASK = ["model.actor_shared_map=false"]
 
 
-def ours_runner(compiled: bool):
+def ours_runner(compiled: bool, captured: bool = False):
     """Our trainer's iteration, eager or with ``train.compile`` (its minibatch loss compiled; the
-    compilation happens in the warm-up iteration, which is not timed)."""
+    compilation happens in the warm-up iteration, which is not timed), and with `captured`
+    ``train.compile_rollout`` too."""
 
     def run(args, amp, device):
-        return ours_iteration_runner(args, amp, device, compiled)
+        return ours_iteration_runner(args, amp, device, compiled, captured)
 
     return run
 
 
-def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
+def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False, captured: bool = False):
     from agents.config import load_config
     from agents.logger import PhaseTimer
     from agents.learner import build_learner, read_metrics, train_iteration
@@ -66,6 +69,7 @@ def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False):
                                        f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
                                        f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
                                        "train.total_env_steps=100000000", f"train.compile={str(compiled).lower()}",
+                                       f"train.compile_rollout={str(captured).lower()}",
                                        "run.torch_threads=0", *SAME_TASK])  # setup_host set the threads
     learner = build_learner(cfg, torch.device(device))
 
@@ -232,18 +236,20 @@ def amp_context(amp: str, device: str):
 
 PIPELINES = {"ours": ours_runner(False), "ours-compiled": ours_runner(True), "torchrl": torchrl_runner("ours"), "torchrl-mlp": torchrl_runner("mlp"),
              "torchrl-multiagentmlp": torchrl_runner("multiagentmlp")}
+OPTIONAL_PIPELINES = {"ours-captured": ours_runner(True, captured=True)}  # run only when named
+AMPS = ("off", "bf16", "fp16")  # fp16: CUDA only
 
 
 def measure(args) -> dict[str, Any]:
     setup_host(args.threads)
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    devices = [d for d in ("cpu", "cuda") if d in args.devices and (d == "cpu" or torch.cuda.is_available())]
     rows = []
     for device in devices:
-        amps = ["off", "bf16"] + (["fp16"] if device == "cuda" else [])
+        amps = [a for a in AMPS if a in args.amps and (a != "fp16" or device == "cuda")]
         for amp in amps:
             for name in args.pipelines:
                 torch.manual_seed(0)
-                iteration = PIPELINES[name](args, amp, device)
+                iteration = {**PIPELINES, **OPTIONAL_PIPELINES}[name](args, amp, device)
                 try:
                     for _ in range(args.warmup):
                         iteration()
@@ -269,7 +275,7 @@ def measure(args) -> dict[str, Any]:
                          and b["amp"] == r["amp"]), None)
             r[key] = r["agent_steps_per_s"] / base["agent_steps_per_s"] if base else None
     settings = {k: getattr(args, k) for k in ("num_envs", "num_steps", "epochs", "minibatches", "hidden", "threads",
-                                              "iterations", "warmup", "profile")}
+                                              "iterations", "warmup", "profile", "devices", "amps")}
     return {"benchmark": "train_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
             "quick": args.quick, "settings": settings, "num_uavs": 10, "results": rows}
 
@@ -357,7 +363,11 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(PIPELINES))
+    parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=[*PIPELINES, *OPTIONAL_PIPELINES])
+    parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"], choices=["cpu", "cuda"],
+                        help="where to run (cuda: when torch sees a GPU)")
+    parser.add_argument("--amps", nargs="+", default=list(AMPS), choices=list(AMPS),
+                        help="precisions to run (fp16: CUDA only)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N iterations of each pipeline: where the time goes (0: off)")
     parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
@@ -372,12 +382,18 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    if args.devices == ["cuda"] and not torch.cuda.is_available():
+        parser.error("--devices cuda needs a CUDA device, and torch sees none")
+    if args.amps == ["fp16"] and "cuda" not in args.devices:
+        parser.error("--amps fp16 runs on CUDA only: add --devices cuda")
     if (args.num_steps * args.num_envs) % args.minibatches:
         parser.error(f"--minibatches must divide num_steps x num_envs = {args.num_steps * args.num_envs} "
                      "(minibatches take whole environment steps, in every pipeline alike)")
     payload = measure(args)
+    subset = (set(args.pipelines) != set(PIPELINES) or set(args.devices) != {"cpu", "cuda"}
+              or set(args.amps) != set(AMPS))
     return write_results("train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir,
-                         subset=set(args.pipelines) != set(PIPELINES))
+                         subset=subset)
 
 
 if __name__ == "__main__":

@@ -44,8 +44,34 @@ def test_profile_reports_where_the_time_goes(tmp_path):
     assert paths["json"].name.endswith("-quick-subset.json")  # two of the five pipelines: not the full run's file
 
 
+def test_devices_and_precisions_can_be_picked_and_the_captured_pipeline_named(tmp_path, monkeypatch):
+    # what benchmarks/gpu_session.sh runs on a GPU (--devices cuda --amps bf16 --pipelines ours-captured),
+    # here on the CPU with the captured pipeline's trainer wired to a backend that needs no compiler
+    import agents.learner as learner_module
+    from agents import ppo, rollout
+
+    monkeypatch.setattr(learner_module, "compile_rollout_step",
+                        lambda device, **kwargs: rollout.compile_rollout_step(device, "aot_eager"))
+    monkeypatch.setattr(learner_module, "compile_loss", lambda device: ppo.minibatch_loss)
+    seen = []
+    real = train_throughput.ours_iteration_runner
+    monkeypatch.setattr(train_throughput, "ours_iteration_runner",
+                        lambda *args: seen.append(args[1:]) or real(*args))
+    paths = train_throughput.main(["--quick", "--out-dir", str(tmp_path), "--iterations", "1", "--threads", "1",
+                                   "--devices", "cpu", "--amps", "off", "--pipelines", "ours", "ours-captured"])
+    payload = json.loads(paths["json"].read_text())
+    assert [(r["pipeline"], r["device"], r["amp"]) for r in payload["results"]] == [
+        ("ours", "cpu", "off"), ("ours-captured", "cpu", "off")]
+    assert seen == [("off", "cpu", False, False), ("off", "cpu", True, True)]  # compiled, captured
+    assert payload["settings"]["devices"] == ["cpu"] and payload["settings"]["amps"] == ["off"]
+    assert paths["json"].name.endswith("-quick-subset.json")
+
+
 @pytest.mark.parametrize("argv", [["--profile", "-1"], ["--iterations", "0"], ["--epochs", "0"],
-                                  ["--minibatches", "3"], ["--num-envs", "0"]])
+                                  ["--minibatches", "3"], ["--num-envs", "0"], ["--devices", "gpu"],
+                                  ["--amps", "fp16", "--devices", "cpu"], ["--amps", "fp8"],
+                                  pytest.param(["--devices", "cuda"], marks=pytest.mark.skipif(
+                                      torch.cuda.is_available(), reason="a CUDA device is visible"))])
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         train_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])

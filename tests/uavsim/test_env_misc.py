@@ -129,8 +129,8 @@ def test_load_state_dict_rejects_a_map_without_free_cells():
     ("mps", ValueError, "runs on 'cpu' or 'cuda' devices, got 'mps'"),
     pytest.param("cuda", ValueError, "torch sees no CUDA device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")),
-    pytest.param("cuda:64", ValueError, "'cuda:64': torch sees", marks=pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="the index check needs CUDA (without it: 'no CUDA device')")),
+    pytest.param("cuda:64", ValueError, "'cuda:64': torch sees", marks=[pytest.mark.cuda, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="the index check needs CUDA (without it: 'no CUDA device')")]),
     (-1, ValueError, "a CUDA device index must be >= 0, got -1"),
 ])
 def test_a_device_the_env_cannot_use_is_a_clear_error(device, error, message):

@@ -28,7 +28,7 @@ def played(env: UAVSwarmEnv, policy, steps: int) -> list[torch.Tensor]:
     return out
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+CUDA = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
