@@ -240,35 +240,38 @@ OPTIONAL_PIPELINES = {"ours-captured": ours_runner(True, captured=True)}  # run 
 AMPS = ("off", "bf16", "fp16")  # fp16: CUDA only
 
 
+def run_list(devices: list[str], amps: list[str]) -> list[tuple[str, str]]:
+    """The (device, precision) pairs to run, in order: CUDA only where torch sees it, fp16 only there."""
+    seen = [d for d in ("cpu", "cuda") if d in devices and (d == "cpu" or torch.cuda.is_available())]
+    return [(d, a) for d in seen for a in AMPS if a in amps and (a != "fp16" or d == "cuda")]
+
+
 def measure(args) -> dict[str, Any]:
     setup_host(args.threads)
-    devices = [d for d in ("cpu", "cuda") if d in args.devices and (d == "cpu" or torch.cuda.is_available())]
     rows = []
-    for device in devices:
-        amps = [a for a in AMPS if a in args.amps and (a != "fp16" or device == "cuda")]
-        for amp in amps:
-            for name in args.pipelines:
-                torch.manual_seed(0)
-                iteration = {**PIPELINES, **OPTIONAL_PIPELINES}[name](args, amp, device)
-                try:
-                    for _ in range(args.warmup):
-                        iteration()
-                    times = []
-                    for _ in range(args.iterations):
-                        sync(device)
-                        start = time.perf_counter()
-                        iteration()
-                        sync(device)
-                        times.append(time.perf_counter() - start)
-                    profile = where_time_goes(iteration, args.profile) if args.profile else None
-                finally:
-                    getattr(iteration, "close", lambda: None)()
-                agent_steps = args.num_steps * args.num_envs * 10
-                rate = agent_steps / statistics.median(times)
-                rows.append({"pipeline": name, "device": device, "amp": amp, "agent_steps_per_s": rate,
-                             "env_steps_per_s": rate / 10, "iteration_seconds": times,
-                             **({"profile": profile} if profile else {})})
-                print(f"{name:8s} {device:5s} amp={amp:4s} {fmt_rate(rate):>8s} agent-steps/s")
+    for device, amp in run_list(args.devices, args.amps):
+        for name in args.pipelines:
+            torch.manual_seed(0)
+            iteration = {**PIPELINES, **OPTIONAL_PIPELINES}[name](args, amp, device)
+            try:
+                for _ in range(args.warmup):
+                    iteration()
+                times = []
+                for _ in range(args.iterations):
+                    sync(device)
+                    start = time.perf_counter()
+                    iteration()
+                    sync(device)
+                    times.append(time.perf_counter() - start)
+                profile = where_time_goes(iteration, args.profile) if args.profile else None
+            finally:
+                getattr(iteration, "close", lambda: None)()
+            agent_steps = args.num_steps * args.num_envs * 10
+            rate = agent_steps / statistics.median(times)
+            rows.append({"pipeline": name, "device": device, "amp": amp, "agent_steps_per_s": rate,
+                         "env_steps_per_s": rate / 10, "iteration_seconds": times,
+                         **({"profile": profile} if profile else {})})
+            print(f"{name:8s} {device:5s} amp={amp:4s} {fmt_rate(rate):>8s} agent-steps/s")
     for r in rows:
         for key, pipeline in (("speedup_vs_torchrl", "torchrl"), ("speedup_vs_torchrl_mlp", "torchrl-mlp")):
             base = next((b for b in rows if b["pipeline"] == pipeline and b["device"] == r["device"]
@@ -382,10 +385,9 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
-    if args.devices == ["cuda"] and not torch.cuda.is_available():
-        parser.error("--devices cuda needs a CUDA device, and torch sees none")
-    if args.amps == ["fp16"] and "cuda" not in args.devices:
-        parser.error("--amps fp16 runs on CUDA only: add --devices cuda")
+    if not run_list(args.devices, args.amps):
+        parser.error(f"nothing to run for --devices {' '.join(args.devices)} and --amps {' '.join(args.amps)}: "
+                     f"fp16 runs on CUDA only, and torch sees {'a' if torch.cuda.is_available() else 'no'} CUDA device")
     if (args.num_steps * args.num_envs) % args.minibatches:
         parser.error(f"--minibatches must divide num_steps x num_envs = {args.num_steps * args.num_envs} "
                      "(minibatches take whole environment steps, in every pipeline alike)")

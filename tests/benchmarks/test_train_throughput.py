@@ -70,8 +70,9 @@ def test_devices_and_precisions_can_be_picked_and_the_captured_pipeline_named(tm
 @pytest.mark.parametrize("argv", [["--profile", "-1"], ["--iterations", "0"], ["--epochs", "0"],
                                   ["--minibatches", "3"], ["--num-envs", "0"], ["--devices", "gpu"],
                                   ["--amps", "fp16", "--devices", "cpu"], ["--amps", "fp8"],
-                                  pytest.param(["--devices", "cuda"], marks=pytest.mark.skipif(
-                                      torch.cuda.is_available(), reason="a CUDA device is visible"))])
+                                  *(pytest.param(argv, marks=pytest.mark.skipif(
+                                      torch.cuda.is_available(), reason="a CUDA device is visible"))
+                                    for argv in (["--devices", "cuda"], ["--amps", "fp16"]))])
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         train_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])
