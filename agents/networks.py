@@ -128,8 +128,7 @@ class SplitInputLinear(nn.Module):
 
     # Narrow parts up to this many columns enter the pointwise pass column by column (under bf16 a
     # bf16 x bf16 product is exact in float32, so a compiler's fused multiply-add rounds as the
-    # separate ops do);
-    # wider ones (a shared part given once per row) through a product of their own.
+    # separate ops do); wider ones (a shared part given once per row) through a product of their own.
     POINTWISE_COLUMNS = 8
 
     def _pointwise_tail(self, first, shared, narrow, narrow_w, agent, w_agent, bias, dtype, relu) -> torch.Tensor:

@@ -248,7 +248,7 @@ def compile_rollout_step(device: torch.device, backend: str = "inductor", *,
     by rounding, within 1e-4. A CPU's bf16 step keeps the eager form, there the faster one (the
     activations stay in cache; side by side at 1,024 environments on the 2-core Zen 4, compiled:
     bf16 4.1 ms per policy step for the eager form against 4.5 for the fused one, fp32 6.4 against
-    6.3; as an AVX2 CPU, fp32 7.2 against 6.5). Another backend (`cudagraphs`: CUDA graphs of the
+    6.3; the same CPU restricted to AVX2, fp32 7.2 against 6.5). Another backend (`cudagraphs`: CUDA graphs of the
     eager kernels) runs the eager form and stores exactly what the eager rollout does."""
     from agents.ppo import check_compiler
 

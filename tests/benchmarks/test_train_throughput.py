@@ -6,7 +6,7 @@ import platform
 import pytest
 import torch
 
-from benchmarks import train_throughput
+from benchmarks import torchrl_pipeline, train_throughput
 
 
 def test_quick_run_writes_complete_results(tmp_path):
@@ -84,7 +84,7 @@ def test_torchrl_fp16_pipeline_scales_its_loss_like_ours():
     import types
 
     args = types.SimpleNamespace(num_envs=4, num_steps=4, epochs=1, minibatches=2, hidden=16)
-    iteration = train_throughput.torchrl_iteration_runner(args, "fp16", "cpu", "ours")
+    iteration = torchrl_pipeline.torchrl_iteration_runner(args, "fp16", "cpu", "ours")
     try:
         before = [p.detach().clone() for p in iteration.parameters()]
         iteration()
@@ -94,7 +94,7 @@ def test_torchrl_fp16_pipeline_scales_its_loss_like_ours():
         assert any(not torch.equal(a, b) for a, b in zip(before, iteration.parameters()))  # it trained
     finally:
         iteration.close()
-    eager = train_throughput.torchrl_iteration_runner(args, "bf16", "cpu", "ours")
+    eager = torchrl_pipeline.torchrl_iteration_runner(args, "bf16", "cpu", "ours")
     try:
         assert eager.scaler is None  # bf16 and fp32 need no loss scaling
     finally:
