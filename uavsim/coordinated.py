@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from uavsim.checks import check_int
 from uavsim.env import UAVSwarmEnv
 from uavsim.policies import GreedyFrontierPolicy
-from uavsim.render import check_int
 from uavsim.rng import MAX_KEY, hash32
 from uavsim.rules import BLOCKED, FREE
 

@@ -375,7 +375,7 @@ class UAVSwarmEnv:
         """Continue from `state_dict()`'s output; anything else is a `TypeError` / `ValueError`
         naming what does not fit (this env's identity, a tensor's dtype or shape, values out of
         range, counts that disagree with the map)."""
-        s = checked_state(self, d)
+        s = checked_state(self, self._lay, d)
         self._pending.copy_(s["reset_pending"])
         self._set_buffer(state_record(self._lay, s))
         if self.reset_mode != "sparse":

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from uavsim import rules
+from uavsim.checks import check_int
 from uavsim.env import UAVSwarmEnv
-from uavsim.render import check_int
 from uavsim.rules import BLOCKED, FREE
 
 

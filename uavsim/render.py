@@ -7,21 +7,29 @@ lighter tint, UAVs as coloured squares (one hue each), optional trajectories as 
 from __future__ import annotations
 
 import colorsys
-import numbers
 from collections import abc
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from uavsim import rules
+from uavsim.checks import check_int
 from uavsim.config import EnvConfig
-
-if TYPE_CHECKING:
-    from uavsim.env import UAVSwarmEnv
 
 _FREE = np.array([225, 225, 225], dtype=np.uint8)
 _COVERED = np.array([120, 200, 120], dtype=np.uint8)
 _BLOCKED = np.array([60, 60, 70], dtype=np.uint8)
+
+
+class BatchedEnv(Protocol):
+    """What the drawing reads of a batched env: `uavsim.env.UAVSwarmEnv`, which imports this module
+    to draw itself (``env.render()``), so it is named here by what it offers, not imported."""
+
+    config: EnvConfig
+    num_envs: int
+
+    @property
+    def state(self) -> Mapping[str, Any]: ...
 
 
 def uav_colors(n: int) -> np.ndarray:
@@ -38,28 +46,12 @@ def check_cell_px(cell_px: object) -> int:
     return cell_px
 
 
-def _bound(n: int) -> str:
-    """``2**64`` rather than its 20 digits."""
-    return f"2**{n.bit_length() - 1}" if n >= 2**16 and n & (n - 1) == 0 else str(n)
-
-
-def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """``value`` as a plain int if it is an integer (NumPy's too, never a bool) in ``[low, high)``
-    (``high`` None: no upper bound); else a `TypeError` / `ValueError` naming ``name``."""
-    span = f">= {low}" if high is None else f"in [{low}, {_bound(high)})"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int {span}, got {type(value).__name__} {value!r:.40}")
-    if value < low or (high is not None and value >= high):
-        raise ValueError(f"{name} must be {span}, got {value}")
-    return int(value)
-
-
-def check_env_index(env: "UAVSwarmEnv", env_index: Any) -> int:
+def check_env_index(env: BatchedEnv, env_index: Any) -> int:
     """``env_index`` as a plain int if it names one environment of ``env``."""
     return check_int("env_index", env_index, 0, env.num_envs)
 
 
-def _env_index_list(env: "UAVSwarmEnv", env_indices: Any) -> list[int]:
+def _env_index_list(env: BatchedEnv, env_indices: Any) -> list[int]:
     """A sequence, 1-D array or 1-D tensor of environment indices as a list of plain ints."""
     if hasattr(env_indices, "dtype") and hasattr(env_indices, "shape"):  # NumPy array or torch tensor
         dtype = str(env_indices.dtype)  # by name: this module draws for torch-free workers too
@@ -110,7 +102,7 @@ def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int
     return img
 
 
-def env_codes(env: "UAVSwarmEnv", env_index: int) -> tuple[np.ndarray, np.ndarray]:
+def env_codes(env: BatchedEnv, env_index: int) -> tuple[np.ndarray, np.ndarray]:
     """``(codes [H, W], pos [N, 2])`` of one environment of a batched env, on the host."""
     cfg, p = env.config, env.config.pad
     env_index = check_env_index(env, env_index)
@@ -120,12 +112,12 @@ def env_codes(env: "UAVSwarmEnv", env_index: int) -> tuple[np.ndarray, np.ndarra
     return grid.cpu().numpy().copy(), state["pos"][env_index].cpu().numpy().astype(np.int64)
 
 
-def render_env(env: "UAVSwarmEnv", env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:
+def render_env(env: BatchedEnv, env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:
     codes, pos = env_codes(env, env_index)
     return render_grid(env.config, codes, pos, cell_px, trail)
 
 
-def render_tiled(env: "UAVSwarmEnv", env_indices: Sequence[int], cols: int | None = None, cell_px: int = 4,
+def render_tiled(env: BatchedEnv, env_indices: Sequence[int], cols: int | None = None, cell_px: int = 4,
                  gap: int = 2) -> np.ndarray:
     """Several environments side by side in a grid of tiles, white gaps between them.
 

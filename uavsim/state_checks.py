@@ -9,20 +9,34 @@ inside an obstacle. Every check runs once per load, never in the step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from uavsim import rules
+from uavsim.config import EnvConfig
 from uavsim.rng import MAX_KEY
 from uavsim.rules import BLOCKED, COVERED, FREE
 
 if TYPE_CHECKING:
     from uavsim.dynamics import Layout
-    from uavsim.env import UAVSwarmEnv
 
 STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
               "ep_reward", "ep_collisions", "ep_near_misses", "reset_pending")
+
+
+class StateOwner(Protocol):
+    """What the checks read of the env a state is loaded into: `uavsim.env.UAVSwarmEnv`, which
+    imports this module, so it is named here by what it offers, not imported."""
+
+    config: EnvConfig
+    seed: int
+    num_envs: int
+    env_index: torch.Tensor
+    device: torch.device
+    autoreset_mode: str
+
+    def state_spec(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]: ...
 
 
 def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -59,10 +73,11 @@ def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
     return buf
 
 
-def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
-    """The state tensors of `d` (a `state_dict()` output) once they fit `env`: its identity, each
-    tensor's dtype and shape (`UAVSwarmEnv.state_spec`), value ranges, and the running counts
-    against the map. Anything else is a `TypeError` / `ValueError` naming what does not fit."""
+def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tensor]:
+    """The state tensors of `d` (a `state_dict()` output) once they fit `env` (whose layout is
+    ``lay``): its identity, each tensor's dtype and shape (`UAVSwarmEnv.state_spec`), value ranges,
+    and the running counts against the map. Anything else is a `TypeError` / `ValueError` naming
+    what does not fit."""
     if not isinstance(d, dict):
         raise TypeError(f"env state must be the dict from state_dict(), got {type(d).__name__}")
     mine = {"config": env.config.to_dict(), "seed": env.seed, "num_envs": env.num_envs,
@@ -80,7 +95,7 @@ def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
                              f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}")
     state = {k: state[k].to(env.device) for k in STATE_KEYS}
     _check_ranges(env, state)
-    bad = [k for k, ok in _counts_agree(env, state).items() if not ok]
+    bad = [k for k, ok in _counts_agree(env, lay, state).items() if not ok]
     if bad:
         raise ValueError(f"env state {bad} disagree with the map in 'cells' (counts of free and covered cells, "
                          "per-block pools, a blocked border, UAVs on free cells with their footprints covered) "
@@ -88,7 +103,7 @@ def checked_state(env: UAVSwarmEnv, d: Any) -> dict[str, torch.Tensor]:
     return state
 
 
-def _check_ranges(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> None:
+def _check_ranges(env: StateOwner, state: dict[str, torch.Tensor]) -> None:
     """Ranges a step relies on to index its tables."""
     cfg, pos = env.config, state["pos"]
     checks = {
@@ -109,7 +124,7 @@ def _check_ranges(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> None:
                          "autoreset_mode='next_step'): not a state this env wrote")
 
 
-def _counts_agree(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> dict[str, bool]:
+def _counts_agree(env: StateOwner, lay: Layout, state: dict[str, torch.Tensor]) -> dict[str, bool]:
     """What the step keeps as running counts must equal what the map says (a wrong `free` would
     divide coverage by zero; a wrong pool would corrupt the global state); UAVs stand on free
     cells, and their footprints are covered (the step covers only the cells a move brings in)."""
@@ -123,7 +138,7 @@ def _counts_agree(env: UAVSwarmEnv, state: dict[str, torch.Tensor]) -> dict[str,
     pools = torch.zeros(2, b, cfg.state_pool**2, dtype=torch.int32, device=inside.device)
     pools[0].index_add_(1, block_of_cell, blocked)
     pools[1].index_add_(1, block_of_cell, covered)
-    cell = env._flat(state["pos"])  # [B, N] padded flat cells
+    cell = lay.padded_cells_of(state["pos"])  # [B, N] padded flat cells (`UAVSwarmEnv._flat`)
     foot = torch.as_tensor(rules.footprint_offsets(cfg), device=cell.device)
     footprints = cell[:, :, None] + foot[:, 0] * (cfg.grid_width + 2 * p) + foot[:, 1]
     flat = state["cells"]

@@ -25,9 +25,10 @@ import torch
 
 from uavsim import rules
 from uavsim.adapters._frames import render_reference
+from uavsim.checks import check_int
 from uavsim.env import UAVSwarmEnv
 from uavsim.reference import ReferenceEnv
-from uavsim.render import check_cell_px, check_int, render_tiled
+from uavsim.render import check_cell_px, render_tiled
 
 Policy = Callable[[UAVSwarmEnv], torch.Tensor]  # env -> actions [B, N] int64 on the env's device
 
