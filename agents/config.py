@@ -34,7 +34,7 @@ from uavsim.config import EnvConfig
 
 class Amp(str, enum.Enum):
     """Autocast mode: `off` (float32), `bf16` (CPU and GPU), `fp16` (with a GradScaler), or `auto`:
-    chosen for the device at start (`agents.machine_defaults`)."""
+    chosen for the device at start (`agents.run.machine_defaults`)."""
 
     auto = "auto"
     off = "off"
@@ -51,7 +51,7 @@ class CriticKind(str, enum.Enum):
 
 
 class Teacher(str, enum.Enum):
-    """The scripted planner the actor imitates before PPO (`agents.imitation`); `none`: no warm start."""
+    """The scripted planner the actor imitates before PPO (`agents.algo.imitation`); `none`: no warm start."""
 
     none = "none"
     greedy = "greedy"
@@ -68,7 +68,7 @@ _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 # What `run.device` (and `agents.evaluate --device`) accept.
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 
-AUTO = "auto"  # the value of a key the machine decides at start (`agents.machine_defaults`)
+AUTO = "auto"  # the value of a key the machine decides at start (`agents.run.machine_defaults`)
 
 
 def _env_section() -> type:
@@ -128,12 +128,12 @@ class TrainConfig:
     actor_warmup: float = 0.0  # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
     clone_kl_coef: float = 0.0  # weight of KL(clone || actor) on the rollout's states in PPO's loss (needs imitation.teacher)
     chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
-    max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run_control.iteration_problem)
+    max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run.control.iteration_problem)
 
 
 @dataclass
 class ImitationConfig:
-    """A warm start: the actor imitates a scripted planner before PPO (`agents.imitation`)."""
+    """A warm start: the actor imitates a scripted planner before PPO (`agents.algo.imitation`)."""
 
     teacher: Teacher = Teacher.none  # none | greedy | coordinated
     env_steps: int = 81_920  # demonstration steps (environments x steps) per rank
@@ -175,16 +175,16 @@ class Config:
 
     @property
     def resolved(self) -> bool:
-        """Whether every `auto` key holds its value for this machine (`agents.machine_defaults`)."""
+        """Whether every `auto` key holds its value for this machine (`agents.run.machine_defaults`)."""
         return AUTO not in (self.env.num_envs, self.run.torch_threads) and self.train.amp != Amp.auto
 
     # Derived values: computed, never configured (the batch geometry needs a resolved env.num_envs).
     @property
     def num_envs(self) -> int:
-        """`env.num_envs`, once resolved (`agents.machine_defaults.resolve`)."""
+        """`env.num_envs`, once resolved (`agents.run.machine_defaults.resolve`)."""
         if not isinstance(self.env.num_envs, int):
             raise ValueError(f"env.num_envs is {self.env.num_envs!r}: resolve the config for a device first "
-                             "(agents.machine_defaults.resolve) or set env.num_envs")
+                             "(agents.run.machine_defaults.resolve) or set env.num_envs")
         return self.env.num_envs
 
     @property

@@ -40,10 +40,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agents import checkpoint as ckpt
-from agents.networks import Actor, make_actor
-from agents.action_noise import ActionNoise
-from agents.rollout import agent_ids, policy_step, reset_where_done
+from agents.run import checkpoint as ckpt
+from agents.algo.networks import Actor, make_actor
+from agents.algo.action_noise import ActionNoise
+from agents.algo.rollout import agent_ids, policy_step, reset_where_done
 from uavsim import hardware, rules
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
@@ -318,9 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
-    from agents.paths import file_problem
-    from agents.resume import owning_run_dir, saved_config
-    from agents.setup import pick_device
+    from agents.run.paths import file_problem
+    from agents.run.resume import owning_run_dir, saved_config
+    from agents.run.process import pick_device
 
     try:
         device = pick_device(args.device, "--device")

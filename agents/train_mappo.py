@@ -5,7 +5,7 @@
     python -m agents.train_mappo --resume runs/mappo-0-20250101-120000
     python -m agents.train_mappo --print-config train.amp=off      # every key and its value, no training
 
-The run around the learner (`agents.learner`: its state and one training iteration): the machine's
+The run around the learner (`agents.algo.learner`: its state and one training iteration): the machine's
 defaults, resume, the loop with logging, evaluation images and checkpoints, and the CLI.
 """
 
@@ -20,18 +20,19 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from agents import checkpoint as ckpt
-from agents import machine_defaults
+from agents.run import checkpoint as ckpt
+from agents.run import machine_defaults
 from agents.config import Config, Teacher, load_config, to_dict, to_yaml
-from agents.distributed import Replicas, setup as setup_replicas
-from agents.learner import (Learner, build_learner, num_iterations, read_episode_stats, read_metrics,
+from agents.algo.replicas import Replicas
+from agents.run.distributed import setup as setup_replicas
+from agents.algo.learner import (Learner, build_learner, num_iterations, read_episode_stats, read_metrics,
                             steps_per_iteration, train_iteration)
-from agents.learner_state import learner_state, load_learner_state
-from agents.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
-from agents.resume import check_run_dir, resume_config, resume_run_dir
-from agents.run_control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
+from agents.run.learner_state import learner_state, load_learner_state
+from agents.run.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
+from agents.run.resume import check_run_dir, resume_config, resume_run_dir
+from agents.run.control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
                                  stopped_message)
-from agents.setup import pick_device, setup_process
+from agents.run.process import pick_device, setup_process
 from uavsim import hardware
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
@@ -159,8 +160,8 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
 
 
 def _warm_start(learner: Learner, logger: Logger) -> None:
-    """The actor imitates `imitation.teacher` (`agents.imitation`); its loss, accuracy and time at step 0."""
-    from agents.imitation import warm_start
+    """The actor imitates `imitation.teacher` (`agents.algo.imitation`); its loss, accuracy and time at step 0."""
+    from agents.algo.imitation import warm_start
 
     show = learner.cfg.run.progress and learner.replicas.is_main
     stats = warm_start(learner, progress=show)

@@ -157,7 +157,7 @@ def result_stem(name: str, payload: dict[str, Any], subset: bool = False) -> str
 
 def out_dir_arg(value: str) -> Path:
     """argparse `type` for `--out-dir`: a folder that can be written, checked before measuring."""
-    from agents.paths import dir_problem
+    from agents.run.paths import dir_problem
 
     problem = dir_problem(value)
     if problem:

@@ -55,8 +55,8 @@ def worker(args) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from agents.config import load_config
-    from agents.distributed import setup
-    from agents.learner import build_learner, prepare_batch, read_metrics, train_iteration
+    from agents.run.distributed import setup
+    from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
     from agents.train_mappo import resolve_for_machine
     from uavsim import EnvConfig, UAVSwarmEnv
 
@@ -123,7 +123,7 @@ class PPOLossModule(torch.nn.Module):
         self.actor, self.critic, self.batch, self.cfg, self.autocast = actor, critic, batch, train_cfg, autocast
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        from agents.ppo import minibatch_loss
+        from agents.algo.ppo import minibatch_loss
 
         return minibatch_loss(self.actor, self.critic, self.batch, frames, self.cfg, self.autocast)[0]
 

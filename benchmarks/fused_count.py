@@ -36,7 +36,7 @@ def fused_count(fn: Callable, *args, env_steps_per_call: int = 1) -> dict[str, A
     inductor_metrics_log.propagate = False
     torch._dynamo.reset()
     try:
-        # emulate_precision_casts as `train.compile_rollout` compiles (agents.rollout.compile_rollout_step)
+        # emulate_precision_casts as `train.compile_rollout` compiles (agents.algo.rollout.compile_rollout_step)
         with inductor_config.patch(fx_graph_cache=False, emulate_precision_casts=True), \
                 functorch_config.patch(enable_autograd_cache=False):
             metrics.reset()

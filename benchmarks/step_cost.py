@@ -8,10 +8,10 @@ the aten ops that would each launch a kernel and the bytes of their operands, pe
 
     env.step[<mode>]   `UAVSwarmEnv.step` in each reset / autoreset / observation-dtype mode
                        (`ENV_MODES`), with the trainer's settings (`check_action_range=False`);
-    policy step        `agents.rollout.policy_step` with the trainer config's networks, fp32 and bf16;
-    rollout step       one iteration of `agents.rollout.collect`'s loop: policy step, storage
+    policy step        `agents.algo.rollout.policy_step` with the trainer config's networks, fp32 and bf16;
+    rollout step       one iteration of `agents.algo.rollout.collect`'s loop: policy step, storage
                        writes, env.step, episode statistics (trainer config, bf16);
-    PPO minibatch      `agents.ppo.minibatch_loss` + backward + `optimizer_step`, at the trainer
+    PPO minibatch      `agents.algo.ppo.minibatch_loss` + backward + `optimizer_step`, at the trainer
                        config's minibatch.
 
 and, with `--fused` (the default of a full run), the bf16 policy step compiled whole by inductor,
@@ -168,7 +168,7 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
     """The trainer's learner for `config` (its networks, optimizer, storage; by default
     benchmarks/trainer_config.yaml, what the committed results count), its env staggered as in `staggered_env`."""
     from agents.config import load_config
-    from agents.learner import build_learner
+    from agents.algo.learner import build_learner
 
     cfg = load_config(config, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
                                f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
@@ -179,16 +179,16 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
 
 
 def rollout_step(learner, agent: torch.Tensor, t: torch.Tensor) -> None:
-    """One step of `agents.rollout.collect`: `agents.rollout.rollout_step` on `learner`'s storage row `t`."""
-    from agents.rollout import rollout_step as step
+    """One step of `agents.algo.rollout.collect`: `agents.algo.rollout.rollout_step` on `learner`'s storage row `t`."""
+    from agents.algo.rollout import rollout_step as step
 
     learner.obs, learner.hidden = step(learner.env, learner.actor, learner.storage, learner.stats,
                                        learner.action_noise, learner.autocast, agent, learner.obs, learner.hidden, t)
 
 
 def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
-    """One minibatch of `agents.ppo.update`: loss, backward, `optimizer_step`."""
-    from agents.ppo import minibatch_loss, optimizer_step
+    """One minibatch of `agents.algo.ppo.update`: loss, backward, `optimizer_step`."""
+    from agents.algo.ppo import minibatch_loss, optimizer_step
 
     tc = learner.cfg.train
     loss, _ = minibatch_loss(learner.actor, learner.critic, batch, frames, tc, learner.autocast)
@@ -198,8 +198,8 @@ def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
 
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:
-    from agents.rollout import agent_ids, collect, policy_step
-    from agents.learner import prepare_batch
+    from agents.algo.rollout import agent_ids, collect, policy_step
+    from agents.algo.learner import prepare_batch
 
     out: dict[str, dict[str, Any]] = {}
     for amp in ("off", "bf16"):
@@ -253,7 +253,7 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
     in the eager form (the GEMM chain) compiled alike. Not the whole rollout step: inductor counts a
     write of one row into the rollout's storage (and a gather from the env's maps) as its whole
     buffer, which would bury the step's traffic."""
-    from agents.rollout import agent_ids, policy_step
+    from agents.algo.rollout import agent_ids, policy_step
 
     from benchmarks.fused_count import fused_count
 

@@ -77,7 +77,7 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
     from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
     from agents.config import load_config
-    from agents.networks import Critic, make_actor
+    from agents.algo.networks import Critic, make_actor
     from uavsim.adapters.torchrl_env import UAVTorchRLEnv
 
     cfg = load_config(TRAINER_CONFIG, [f"model.hidden_size={args.hidden}", *SAME_TASK])

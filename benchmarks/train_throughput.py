@@ -58,8 +58,8 @@ def ours_runner(compiled: bool, captured: bool = False):
 
 def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False, captured: bool = False):
     from agents.config import load_config
-    from agents.logger import PhaseTimer
-    from agents.learner import build_learner, read_metrics, train_iteration
+    from agents.run.logger import PhaseTimer
+    from agents.algo.learner import build_learner, read_metrics, train_iteration
 
     cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
                                        f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from agents.machine_defaults import CPU_NUM_ENVS
+from agents.run.machine_defaults import CPU_NUM_ENVS
 from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, hardware_label, machine_info, out_dir_arg, setup_host,
                                write_results)
 

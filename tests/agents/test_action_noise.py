@@ -1,12 +1,12 @@
-"""The actors' sampling noise (agents.action_noise): a counter hash of (seed, env, step, agent)."""
+"""The actors' sampling noise (agents.algo.action_noise): a counter hash of (seed, env, step, agent)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agents.action_noise import ActionNoise, _stream_key
-from agents.networks import sample
+from agents.algo.action_noise import ActionNoise, _stream_key
+from agents.algo.networks import sample
 from uavsim.rng import MAX_KEY, hash32
 
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from agents import checkpoint as ckpt
-from agents.learner import build_learner, train_iteration
-from agents.learner_state import learner_state, load_learner_state
+from agents.run import checkpoint as ckpt
+from agents.algo.learner import build_learner, train_iteration
+from agents.run.learner_state import learner_state, load_learner_state
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def test_ctrl_c_with_the_default_action_still_ends_the_process_after_the_write(t
     script = f"""
 import os, signal
 signal.signal(signal.SIGINT, signal.SIG_DFL)  # a process that never set a Python handler for it
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from tests.agents.test_checkpoint import payload
 real_fsync = os.fsync
 def fsync_interrupted(fd):

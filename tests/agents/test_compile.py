@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from agents.ppo import chunk_frames, compile_loss, minibatch_loss
-from agents.rollout import collect
-from agents.learner import build_learner, prepare_batch, read_metrics, train_iteration
+from agents.algo.ppo import chunk_frames, compile_loss, minibatch_loss
+from agents.algo.rollout import collect
+from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
 
 
@@ -112,7 +112,7 @@ def test_missing_triton_or_c_compiler_on_cuda_is_a_clear_error(monkeypatch):
     # checked before anything touches the GPU, so this runs without one
     import torch.utils._triton as triton_utils
 
-    import agents.ppo as ppo
+    import agents.algo.ppo as ppo
 
     monkeypatch.setattr(triton_utils, "has_triton", lambda: False)
     with pytest.raises(ValueError, match="train.compile=true on CUDA needs Triton and a C compiler"):

@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 @pytest.mark.parametrize("preset", sorted(p.name for p in CONFIGS.glob("*.yaml")))
 def test_every_preset_loads(preset, monkeypatch):
-    from agents import machine_defaults
+    from agents.run import machine_defaults
 
     cfg = load_config(CONFIGS / preset)
     cfg.env_config()  # a valid EnvConfig

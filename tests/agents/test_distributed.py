@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents import checkpoint as ckpt
-from agents.distributed import Replicas
+from agents.run import checkpoint as ckpt
+from agents.algo.replicas import Replicas
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = ["--config", "configs/smoke.yaml", "run.device=cpu", "run.torch_threads=1", "run.progress=false",

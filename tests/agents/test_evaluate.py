@@ -144,7 +144,7 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
     import hashlib
     import io
 
-    from agents import checkpoint as ckpt
+    from agents.run import checkpoint as ckpt
     from agents import evaluate, train_mappo
     from tests.agents.conftest import TINY
 
@@ -176,7 +176,7 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
 
 def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
     from agents.evaluate import evaluate_all
-    from agents.networks import make_actor
+    from agents.algo.networks import make_actor
     from tests.agents.conftest import tiny_config
 
     cfg = tiny_config()
@@ -193,7 +193,7 @@ def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
 
 def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
     from agents.evaluate import POLICIES, evaluate_all
-    from agents.networks import make_actor
+    from agents.algo.networks import make_actor
     from tests.agents.conftest import tiny_config
 
     cfg = tiny_config()

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from agents.features import MapHeading
+from agents.algo.heading import MapHeading
 from uavsim import EnvConfig
 from uavsim.env import UAVSwarmEnv
 
@@ -73,7 +73,7 @@ COLLECTIVE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64
 
 
 def test_every_buffer_of_the_networks_can_be_broadcast_by_ddp(make_config):
-    from agents.learner import build_learner
+    from agents.algo.learner import build_learner
 
     learner = build_learner(make_config("model.actor_shared_map=true"), torch.device("cpu"))
     assert any(isinstance(m, MapHeading) for m in learner.actor.modules())

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.gae import compute_gae
+from agents.algo.gae import compute_gae
 
 
 def naive_gae(rewards, values, next_values, terminated, truncated, gamma, lam):

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from agents import imitation
+from agents.algo import imitation
 from agents.config import Teacher, load_config
 from agents.evaluate import actor_policy, run_episodes
-from agents.imitation import DEMO_FIRST_ENV, Demonstrations, clone, collect_demonstrations, demo_env_shape, make_teacher
-from agents.learner import build_learner, learning_rates, prepare_batch, train_iteration
-from agents.ppo import clone_logprobs, evaluate_actions, kl_from
-from agents.setup import make_autocast
+from agents.algo.imitation import DEMO_FIRST_ENV, Demonstrations, clone, collect_demonstrations, demo_env_shape, make_teacher
+from agents.algo.learner import build_learner, learning_rates, prepare_batch, train_iteration
+from agents.algo.ppo import clone_logprobs, evaluate_actions, kl_from
+from agents.algo.precision import make_autocast
 from agents.train_mappo import train
 from uavsim.env import UAVSwarmEnv
 from agents.config import Amp
@@ -100,7 +100,7 @@ def test_a_run_clones_once_and_a_resumed_run_does_not(make_config, tmp_path, mon
         raise AssertionError("a resumed run cloned again")
 
     monkeypatch.setattr(imitation, "warm_start", no_clone)
-    from agents.resume import resume_config
+    from agents.run.resume import resume_config
 
     resumed = train(resume_config(run, ["train.total_env_steps=384"]), resume=run)
     assert resumed.env_steps == 384 and learner.env_steps == 256
@@ -124,7 +124,7 @@ def test_bad_imitation_settings_name_the_key(make_config):
 
 
 def test_the_memory_check_counts_the_demonstrations(make_config):
-    from agents import machine_defaults as md
+    from agents.run import machine_defaults as md
 
     cfg = make_config("imitation.teacher=coordinated", "imitation.env_steps=1000", "model.actor_shared_map=true")
     need = md.estimate_memory(cfg, cfg.env.num_envs, Amp.off)
@@ -137,7 +137,7 @@ def test_the_memory_check_counts_the_demonstrations(make_config):
 
 
 def test_dagger_rounds_label_the_states_the_actor_reaches(make_config):
-    from agents.action_noise import ActionNoise
+    from agents.algo.action_noise import ActionNoise
 
     learner = build_learner(make_config(), torch.device("cpu"))
     env = UAVSwarmEnv(learner.env.config, num_envs=8, seed=0, first_env_index=DEMO_FIRST_ENV)
@@ -211,8 +211,8 @@ def test_the_clone_kl_keeps_ppo_near_the_imitated_actor(make_config):
 def test_the_clones_log_probabilities_line_up_with_the_rollouts_rows(make_config):
     """With the clone equal to the actor, its log-probability of the action taken on each row is the
     one the rollout stored there, and every minibatch's KL is 0: a row-order slip would break both."""
-    from agents.ppo import minibatch_loss
-    from agents.rollout import collect
+    from agents.algo.ppo import minibatch_loss
+    from agents.algo.rollout import collect
 
     cfg = make_config("imitation.teacher=greedy", "train.clone_kl_coef=0.5", "model.actor_shared_map=true",
                       "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4")
@@ -230,8 +230,8 @@ def test_the_clones_log_probabilities_line_up_with_the_rollouts_rows(make_config
 
 
 def test_a_checkpoint_without_the_clone_cannot_resume_a_run_that_needs_it(make_config, tmp_path):
-    from agents import checkpoint as ckpt
-    from agents.resume import resume_config
+    from agents.run import checkpoint as ckpt
+    from agents.run.resume import resume_config
 
     run = tmp_path / "run"
     train(make_config("imitation.teacher=greedy", "imitation.env_steps=48", "imitation.epochs=1",

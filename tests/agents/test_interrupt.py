@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from agents import train_mappo
 from tests.agents.conftest import TINY
 
@@ -113,7 +113,7 @@ def test_ctrl_c_before_the_loop_exits_130_without_a_traceback(tmp_path, monkeypa
 
 
 def test_a_run_stopped_before_any_checkpoint_says_so():
-    from agents.run_control import stopped_message
+    from agents.run.control import stopped_message
 
     assert stopped_message(3, None).endswith("no checkpoint was written yet: start again with other settings "
                                              "(e.g. a lower learning rate)")
@@ -121,7 +121,7 @@ def test_a_run_stopped_before_any_checkpoint_says_so():
 
 
 def test_under_torchrun_the_message_names_torchrun_and_only_the_main_rank_says_it(tmp_path, monkeypatch):
-    from agents.run_control import TrainingInterrupted, launcher_command
+    from agents.run.control import TrainingInterrupted, launcher_command
 
     run = tmp_path / "run"
     newest = run / "checkpoints" / "ckpt_000000000064.pt"
@@ -136,7 +136,7 @@ def test_under_torchrun_the_message_names_torchrun_and_only_the_main_rank_says_i
 
 
 def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatch, capsys):
-    from agents.run_control import TrainingInterrupted, TrainingStopped
+    from agents.run.control import TrainingInterrupted, TrainingStopped
 
     for is_main in (True, False):
         def interrupted(*args, is_main=is_main, **kwargs):
@@ -154,7 +154,7 @@ def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatc
 
 
 def test_launcher_without_torchrun_variables_and_the_overrides_note_only_when_nothing_was_saved(tmp_path, monkeypatch):
-    from agents.run_control import TrainingInterrupted, launcher_command
+    from agents.run.control import TrainingInterrupted, launcher_command
 
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert launcher_command(4) == "torchrun --standalone --nproc_per_node=4 -m agents.train_mappo"

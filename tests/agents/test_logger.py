@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 from tensorboard.summary.writer import event_file_writer
 
-from agents import logger as logger_module
-from agents.logger import Logger
+from agents.run import logger as logger_module
+from agents.run.logger import Logger
 
 
 def fake_clock(monkeypatch, start: float) -> list[float]:

@@ -1,4 +1,4 @@
-"""`auto` config values (agents.machine_defaults): each choice, explicit overrides, the memory check."""
+"""`auto` config values (agents.run.machine_defaults): each choice, explicit overrides, the memory check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agents import machine_defaults as md
+from agents.run import machine_defaults as md
 from agents.config import Amp, load_config
 from tests.agents.conftest import tiny_config
 
@@ -124,7 +124,7 @@ def test_gpu_environments_shrink_to_the_free_memory():
 
 @pytest.mark.parametrize("overrides", [(), ("model.recurrent=true", "train.chunk_length=4")])
 def test_storage_estimate_is_the_real_allocation(overrides):
-    from agents.learner import build_learner
+    from agents.algo.learner import build_learner
 
     cfg = tiny_config("train.amp=bf16", *overrides)
     real = build_learner(cfg, CPU).storage.nbytes()
@@ -160,7 +160,7 @@ def test_print_config_shows_the_resolved_values(capsys, monkeypatch, keep_thread
 
 
 def test_build_learner_refuses_an_unresolved_config():
-    from agents.learner import build_learner
+    from agents.algo.learner import build_learner
 
     with pytest.raises(ValueError, match="resolved config"):
         build_learner(auto_config(), CPU)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents import train_mappo
-from agents.logger import device_memory_mb, host_rss_mb
+from agents.run.logger import device_memory_mb, host_rss_mb
 
 
 def live_tensors() -> tuple[int, int]:

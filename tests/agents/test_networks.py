@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents.config import Activation, CriticKind, ModelConfig
-from agents.networks import Actor, Critic, SplitInputLinear, categorical, sample
+from agents.algo.networks import Actor, Critic, SplitInputLinear, categorical, sample
 
 
 def test_init_is_orthogonal_and_drawn_from_the_generator_only():
@@ -81,7 +81,7 @@ def test_ippo_critic_ignores_the_global_state_and_mappo_uses_it():
 
 
 def test_gumbel_max_sampling_follows_the_softmax():
-    from agents.action_noise import ActionNoise
+    from agents.algo.action_noise import ActionNoise
 
     logits = torch.tensor([[2.0, 0.0, -1.0, 0.5]]).expand(40000, 4)
     noise = ActionNoise(0, torch.arange(4000), num_agents=10)

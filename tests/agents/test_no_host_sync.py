@@ -12,7 +12,7 @@ import contextlib
 import pytest
 import torch
 
-from agents.learner import build_learner, read_metrics, train_iteration
+from agents.algo.learner import build_learner, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
 from uavsim.env import UAVSwarmEnv
 

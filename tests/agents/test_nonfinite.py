@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import checkpoint as ckpt
-from agents import ppo, run_control, train_mappo
-from agents.learner import build_learner
+from agents.run import checkpoint as ckpt
+from agents.algo import ppo
+from agents.run import control
+from agents import train_mappo
+from agents.algo.learner import build_learner
 from agents.train_mappo import TrainingStopped, train
 
 

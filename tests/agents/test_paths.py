@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from agents.paths import dir_problem, file_problem
+from agents.run.paths import dir_problem, file_problem
 
 
 def test_usable_paths_have_no_problem_and_nothing_is_left_behind(tmp_path):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agents.ppo import ppo_loss
+from agents.algo.ppo import ppo_loss
 
 
 def loss_of(new_value=(1.0, 3.0), clip_vloss=True, new_logprob=(math.log(1.5), math.log(0.5))):

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agents.ppo import chunk_frames, evaluate_actions
-from agents.rollout import collect
-from agents.learner import build_learner, prepare_batch
+from agents.algo.ppo import chunk_frames, evaluate_actions
+from agents.algo.rollout import collect
+from agents.algo.learner import build_learner, prepare_batch
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]  # episodes end inside chunks
 

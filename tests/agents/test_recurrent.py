@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from agents import evaluate
 from agents.config import ModelConfig
 from agents.evaluate import actor_policy
-from agents.learner_state import learner_state, load_learner_state
-from agents.networks import GRU, Actor
-from agents.rollout import collect
-from agents.learner import build_learner, train_iteration
+from agents.run.learner_state import learner_state, load_learner_state
+from agents.algo.networks import GRU, Actor
+from agents.algo.rollout import collect
+from agents.algo.learner import build_learner, train_iteration
 from uavsim.env import UAVSwarmEnv
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "train.num_steps=16", "env.max_steps=5"]

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from agents.evaluate import actor_policy
-from agents.rollout import EpisodeStats, Storage
-from agents.setup import amp_dtype
-from agents.learner import build_learner, train_iteration
+from agents.algo.rollout import EpisodeStats, Storage
+from agents.algo.precision import amp_dtype
+from agents.algo.learner import build_learner, train_iteration
 from uavsim.config import EnvConfig
 
 CUES = 4  # moves 1..4 (N/S/W/E); 0 (hover) is never right

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from agents import train_mappo
 from agents.train_mappo import parse_args, resolve_config, train
 
@@ -199,7 +199,7 @@ def test_resume_names_a_checkpoint_whose_saved_config_no_longer_loads(make_confi
 
 
 def test_resume_into_a_run_directory_that_cannot_be_written_says_to_branch(make_config, tmp_path, monkeypatch):
-    from agents import resume
+    from agents.run import resume
 
     train(make_config("train.total_env_steps=32", f"run.dir={tmp_path}"))
     monkeypatch.setattr(resume, "dir_problem", lambda path: f"{path} cannot be written: read-only file system")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.ppo import frame_rows
-from agents.rollout import Storage, agent_ids, collect, value_of
-from agents.learner import build_learner
+from agents.algo.ppo import frame_rows
+from agents.algo.rollout import Storage, agent_ids, collect, value_of
+from agents.algo.learner import build_learner
 from uavsim.env import UAVSwarmEnv
 
 

@@ -11,8 +11,8 @@ import torch
 import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from agents.rollout import agent_ids, collect, rollout_step
-from agents.learner import build_learner
+from agents.algo.rollout import agent_ids, collect, rollout_step
+from agents.algo.learner import build_learner
 
 # Episodes of at most 12 steps: resets and the env's rebuilds of prepared starts inside 24 steps.
 ROLLOUT = ["train.num_steps=24", "train.chunk_length=8", "env.num_envs=6", "train.num_minibatches=2"]
@@ -68,7 +68,7 @@ def _rollouts(make_config, compile_rollout: bool, device: str):
     cfg = make_config(*ROLLOUT, "model.actor_shared_map=true", f"run.device={device}",
                       f"train.compile_rollout={str(compile_rollout).lower()}")
     learner = build_learner(cfg, torch.device(device))
-    from agents.learner import train_iteration
+    from agents.algo.learner import train_iteration
 
     snapshots = []
     for _ in range(2):
@@ -80,8 +80,8 @@ def _rollouts(make_config, compile_rollout: bool, device: str):
 def test_train_compile_rollout_runs_the_captured_step(make_config, monkeypatch):
     """The trainer's wiring, with a backend that needs no compiler (inductor's own kernels are
     tested on CUDA below; on the CPU they take minutes to build)."""
-    import agents.learner as learner_module
-    from agents import rollout
+    import agents.algo.learner as learner_module
+    from agents.algo import rollout
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
@@ -120,8 +120,8 @@ def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one(
     log-probabilities within 1e-4, headings within one float32 rounding."""
     import functools
 
-    from agents.ppo import check_compiler
-    from agents.rollout import inductor_options, policy_step
+    from agents.algo.ppo import check_compiler
+    from agents.algo.rollout import inductor_options, policy_step
     from benchmarks.step_cost import learner_for
 
     check_compiler(torch.device("cpu"), "this test")
@@ -146,7 +146,7 @@ def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one(
 def test_compile_rollout_step_compiles_the_inductor_form_where_it_is_faster(monkeypatch):
     # inductor: the pointwise form on CUDA (with CUDA graphs) and on the CPU in float32, the eager
     # form for a CPU's bf16; another backend: the eager form, no options
-    from agents import ppo, rollout
+    from agents.algo import ppo, rollout
 
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append((fn, kwargs)) or fn)
@@ -164,7 +164,7 @@ def test_compile_rollout_step_compiles_the_inductor_form_where_it_is_faster(monk
 
 
 def test_the_learner_compiles_the_rollout_for_its_compute_dtype(make_config, monkeypatch):
-    import agents.learner as learner_module
+    import agents.algo.learner as learner_module
 
     seen = []
     monkeypatch.setattr(learner_module, "compile_rollout_step",
@@ -178,8 +178,8 @@ def test_the_learner_compiles_the_rollout_for_its_compute_dtype(make_config, mon
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_cuda_graph_rollout_equals_the_eager_one(make_config, monkeypatch):
     """CUDA graphs of the eager kernels (the `cudagraphs` backend) store exactly what eager does."""
-    import agents.learner as learner_module
-    from agents import rollout
+    import agents.algo.learner as learner_module
+    from agents.algo import rollout
 
     torch._dynamo.reset()
     monkeypatch.setattr(learner_module, "compile_rollout_step",

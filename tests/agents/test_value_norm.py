@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.value_norm import ValueNorm
+from agents.algo.value_norm import ValueNorm
 
 
 def test_running_moments_match_closed_form():

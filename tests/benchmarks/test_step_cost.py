@@ -136,7 +136,7 @@ def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
     # once the GEMMs accumulate in place and apply the ReLUs in their epilogues (issue 15; target 24,
     # see docs/performance.md). The communicating preset now (13x13 window): 46.7. The decentralized
     # default (13x13 window, no shared map): 31.0. A change that costs more fails here.
-    from agents.rollout import agent_ids, policy_step
+    from agents.algo.rollout import agent_ids, policy_step
 
     learner = step_cost.learner_for(1024, 2, "bf16", 100, config=config)
     assert (learner.actor.heading is not None) == (config.name != "default.yaml")
@@ -154,7 +154,7 @@ def test_the_fused_count_of_the_policy_step_is_deterministic_and_meets_the_24_ki
     # target (<= 24 KiB per env-step), below the eager form compiled alike and the eager count.
     import functools
 
-    from agents.rollout import agent_ids, policy_step
+    from agents.algo.rollout import agent_ids, policy_step
     from benchmarks.fused_count import fused_count
 
     learner = step_cost.learner_for(1024, 2, "bf16", 100)

@@ -47,8 +47,8 @@ def test_profile_reports_where_the_time_goes(tmp_path):
 def test_devices_and_precisions_can_be_picked_and_the_captured_pipeline_named(tmp_path, monkeypatch):
     # what benchmarks/gpu_session.sh runs on a GPU (--devices cuda --amps bf16 --pipelines ours-captured),
     # here on the CPU with the captured pipeline's trainer wired to a backend that needs no compiler
-    import agents.learner as learner_module
-    from agents import ppo, rollout
+    import agents.algo.learner as learner_module
+    from agents.algo import ppo, rollout
 
     monkeypatch.setattr(learner_module, "compile_rollout_step",
                         lambda device, **kwargs: rollout.compile_rollout_step(device, "aot_eager"))

@@ -26,7 +26,7 @@ def test_quick_run_writes_complete_results(tmp_path):
 
 def test_default_minibatch_is_the_trainer_configs():
     from agents.config import load_config
-    from agents.machine_defaults import CPU_NUM_ENVS
+    from agents.run.machine_defaults import CPU_NUM_ENVS
     from benchmarks.common import TRAINER_CONFIG
 
     cfg = load_config(TRAINER_CONFIG)  # num_envs: auto, which is CPU_NUM_ENVS on the CPU

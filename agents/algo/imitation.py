@@ -11,7 +11,7 @@ from `DEMO_FIRST_ENV`, one range per rank) and never the evaluation's seed.
 
 Only the actor is cloned. PPO then starts with a critic that knows nothing of the cloned policy,
 and its first advantages are noise: `train.actor_warmup` ramps the actor's learning rate up from
-0 over that fraction of the iterations while the critic learns (`agents.learner.learning_rates`).
+0 over that fraction of the iterations while the critic learns (`agents.algo.learner.learning_rates`).
 Measured on the communicating preset (seed 1, 2-core Zen 4 EPYC): without the ramp the first
 500k steps undid the cloning (134 steps to 95 % in the in-training evaluation, against 79 with it).
 The clone of the coordinated planner, with two DAgger rounds, is about a step faster than the
@@ -33,12 +33,12 @@ import time
 import torch
 from tqdm import tqdm
 
-from agents.action_noise import ActionNoise
+from agents.algo.action_noise import ActionNoise
 from agents.config import Teacher
-from agents.features import HEADING_DIM
-from agents.learner import Learner
-from agents.networks import Actor
-from agents.rollout import agent_ids, policy_step
+from agents.algo.heading import HEADING_DIM
+from agents.algo.learner import Learner
+from agents.algo.networks import Actor
+from agents.algo.rollout import agent_ids, policy_step
 from uavsim.env import UAVSwarmEnv
 
 DEMO_FIRST_ENV = 2**30  # global env index of rank 0's first demonstration environment (MAX_KEY is 2**31)

@@ -18,10 +18,10 @@ from typing import Callable
 
 import torch
 
-from agents.action_noise import ActionNoise
-from agents.features import HEADING_DIM
-from agents.networks import Actor, Critic, log_prob, sample
-from agents.value_norm import ValueNorm
+from agents.algo.action_noise import ActionNoise
+from agents.algo.heading import HEADING_DIM
+from agents.algo.networks import Actor, Critic, log_prob, sample
+from agents.algo.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
 
 
@@ -135,7 +135,7 @@ def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor,
     headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next hidden state
     `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`) for `obs`.
     Sampled actions draw this step's `noise` (none needed when `deterministic`). `for_inductor`:
-    the actor's first layer in the form inductor fuses (`agents.networks.SplitInputLinear`)."""
+    the actor's first layer in the form inductor fuses (`agents.algo.networks.SplitInputLinear`)."""
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():
@@ -250,7 +250,7 @@ def compile_rollout_step(device: torch.device, backend: str = "inductor", *,
     bf16 4.1 ms per policy step for the eager form against 4.5 for the fused one, fp32 6.4 against
     6.3; the same CPU restricted to AVX2, fp32 7.2 against 6.5). Another backend (`cudagraphs`: CUDA graphs of the
     eager kernels) runs the eager form and stores exactly what the eager rollout does."""
-    from agents.ppo import check_compiler
+    from agents.algo.ppo import check_compiler
 
     if backend != "inductor":
         return torch.compile(rollout_step, fullgraph=True, backend=backend)

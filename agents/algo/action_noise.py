@@ -1,7 +1,7 @@
 """The actors' sampling noise, drawn from the counter hash the environment draws its maps from.
 
 A sampled action is the inverse of its categorical CDF at one uniform number per agent
-(`agents.networks.sample`). The uniform of UAV `n` in environment `b` at rollout step `t` is a
+(`agents.algo.networks.sample`). The uniform of UAV `n` in environment `b` at rollout step `t` is a
 pure function of `(seed, env_index[b], t, n)` through `uavsim.rng`'s hash, so:
   * there is no `torch.Generator` state to carry: a rollout step captures as one graph (CUDA
     graphs, `torch.compile(fullgraph=True)`), and the only state is a step counter on the device,

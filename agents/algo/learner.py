@@ -13,16 +13,16 @@ from typing import Callable
 
 import torch
 
-from agents.action_noise import ActionNoise
+from agents.algo.action_noise import ActionNoise
 from agents.config import Amp, Config, TrainConfig
-from agents.distributed import Replicas
-from agents.gae import compute_gae
-from agents.logger import PhaseTimer
-from agents.networks import Actor, Critic, make_actor
-from agents.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
-from agents.rollout import EpisodeStats, RolloutStep, Storage, collect, compile_rollout_step, rollout_step
-from agents.setup import amp_dtype, make_autocast
-from agents.value_norm import ValueNorm
+from agents.algo.replicas import Replicas
+from agents.algo.gae import compute_gae
+from agents.run.logger import PhaseTimer
+from agents.algo.networks import Actor, Critic, make_actor
+from agents.algo.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
+from agents.algo.rollout import EpisodeStats, RolloutStep, Storage, collect, compile_rollout_step, rollout_step
+from agents.algo.precision import amp_dtype, make_autocast
+from agents.algo.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
 
 
@@ -54,10 +54,10 @@ class Learner:
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
-    """The learner of a config whose `auto` values are resolved (`agents.machine_defaults.resolve`)."""
+    """The learner of a config whose `auto` values are resolved (`agents.run.machine_defaults.resolve`)."""
     if not cfg.resolved:
         raise ValueError("build_learner needs a resolved config (train.amp, run.torch_threads, env.num_envs not "
-                         "'auto'): pass it through agents.machine_defaults.resolve(cfg, device) first")
+                         "'auto'): pass it through agents.run.machine_defaults.resolve(cfg, device) first")
     replicas = replicas or Replicas(device=device)
     # Rank r plays environments [r * B, (r + 1) * B) of the seed: disjoint episode streams.
     # Observations in the AMP dtype: exactly the float32 ones cast (uavsim tests it), which the
@@ -109,7 +109,7 @@ def num_iterations(learner: Learner) -> int:
 def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str, float]:
     """`{"actor": lr, "critic": lr}` for `iteration` of `iterations`: linearly annealed to 0 over
     the run (`train.anneal_lr`), the actor's also ramped up from 0 over the first
-    `train.actor_warmup` of the iterations (a cloned actor waits for the critic: `agents.imitation`)."""
+    `train.actor_warmup` of the iterations (a cloned actor waits for the critic: `agents.algo.imitation`)."""
     frac = 1.0 - iteration / iterations if tc.anneal_lr else 1.0
     ramp = min(1.0, iteration / (tc.actor_warmup * iterations)) if tc.actor_warmup > 0 else 1.0
     return {"actor": frac * ramp * tc.actor_lr, "critic": frac * tc.critic_lr}

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from agents.config import TrainConfig
-from agents.networks import Actor, Critic, categorical
+from agents.algo.networks import Actor, Critic, categorical
 
 
 @dataclass

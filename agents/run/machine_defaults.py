@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from agents.config import AUTO, Amp, Config, Teacher, check_config
-from agents.learner import allocate_storage
+from agents.algo.learner import allocate_storage
 from uavsim import hardware
 
 CPU_NUM_ENVS = 64
@@ -120,14 +120,14 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     rows = cfg.train.num_steps * num_envs * env_cfg.num_uavs // cfg.train.num_minibatches
     layer_bytes = 4 * cfg.model.hidden_size * (cfg.model.num_layers + 1) * 3  # output, activation, grad
     update = rows * (2 * layer_bytes + 4 * env_cfg.local_obs_dim * 2)
-    if cfg.train.clone_kl_coef > 0:  # the clone's log-probabilities of every row, float32 (agents.ppo.clone_logprobs)
+    if cfg.train.clone_kl_coef > 0:  # the clone's log-probabilities of every row, float32 (agents.algo.ppo.clone_logprobs)
         update += rows * cfg.train.num_minibatches * env_cfg.num_actions * 4
     return {"storage": storage, "env": per_env * num_envs, "update": update,
             "imitation": imitation_bytes(cfg, amp)}
 
 
 def imitation_bytes(cfg: Config, amp: Amp) -> int:
-    """The demonstrations of `imitation.teacher` (`agents.imitation`), held beside the storage
+    """The demonstrations of `imitation.teacher` (`agents.algo.imitation`), held beside the storage
     while the actor is cloned: observations in the AMP dtype, headings, shared maps, moves."""
     if cfg.imitation.teacher == Teacher.none:
         return 0

@@ -1,23 +1,5 @@
-r"""Data-parallel training under ``torchrun``: one environment batch and one learner replica per rank.
-
-    torchrun --standalone --nproc_per_node=2 -m agents.train_mappo env.num_envs=64
-    torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=HOST:29500 \
-        --rdzv-id=run1 -m agents.train_mappo ...
-
-What each rank does differently from a single process, and nothing more:
-    * it owns ``cuda:{local_rank}`` (or the CPU) and environments ``rank * num_envs ...
-      (rank + 1) * num_envs - 1`` of the run's seed, so ranks play disjoint episode streams;
-    * after every backward pass the gradients are averaged across ranks with **one flat
-      all-reduce** right after AMP's unscale and before clipping, inside the trainer's own
-      optimizer step (``python -m benchmarks.distributed`` times it against DDP's bucketed hooks);
-    * the value normalizer folds in the mean return statistics of all ranks, so every replica
-      normalizes the same way and the parameters stay identical;
-    * logged metrics are reduced across ranks (means of means, sums of episode counts) and only
-      rank 0 writes TensorBoard and checkpoints; a checkpoint holds every rank's environment state.
-
-gloo serves the CPU and nccl GPUs (`agents.placement.dist`). A rank that raises exits non-zero and
-torchrun stops the others; every collective also has a timeout, so no rank waits forever.
-"""
+"""This process's place among torchrun's replicas, and the collectives the update needs (all no-ops in a
+single process). Joining the process group is the run's job: `agents.run.distributed.setup`."""
 
 from __future__ import annotations
 
@@ -26,8 +8,6 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
-
-from agents.placement.dist import DistEnv, init_distributed
 
 
 @dataclass
@@ -98,19 +78,3 @@ class Replicas:
     def close(self) -> None:
         if self.active and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def setup(device_name: str = "auto", timeout_s: float = 600.0) -> Replicas:
-    """Join the torchrun process group when launched by torchrun; otherwise a single process.
-
-    Under torchrun ``device_name`` (the config's ``run.device``) ``cpu`` keeps every rank on the CPU
-    (gloo); anything else gives ``cuda:{local_rank}`` when CUDA is available, else the CPU. A single
-    process gets ``Replicas()`` and its caller picks (and checks) the device as usual.
-    """
-    from agents.placement.dist import read_dist_env
-
-    env: DistEnv = read_dist_env()
-    if not env.is_distributed:
-        return Replicas()
-    env, dev = init_distributed(env, torch.device("cpu") if device_name == "cpu" else None, timeout_s=timeout_s)
-    return Replicas(rank=env.rank, world_size=env.world_size, device=dev)

@@ -30,7 +30,7 @@ import psutil
 import torch
 
 MAGIC = b"UAVCKPT1"
-FORMAT_VERSION = 2  # 2: the action noise is a counter (agents.action_noise), not a generator state
+FORMAT_VERSION = 2  # 2: the action noise is a counter (agents.algo.action_noise), not a generator state
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 REQUIRED_KEYS = ("format_version", "config", "env_steps", "iteration", "actor", "critic", "value_norm",
                  "optimizer", "scaler", "env", "rng")

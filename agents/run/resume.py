@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from agents.config import Config, load_config, to_dict
-from agents.logger import flatten
-from agents.paths import dir_problem
+from agents.run.logger import flatten
+from agents.run.paths import dir_problem
 
 # What a resumed run cannot change: sections (every key under them) and single keys.
 FROZEN_ON_RESUME = ("seed", "env", "model", "train.num_steps")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from agents.config import Amp, TrainConfig
 
 

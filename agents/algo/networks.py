@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from agents.config import Activation, CriticKind, ModelConfig
-from agents.features import HEADING_DIM, MapHeading
+from agents.algo.heading import HEADING_DIM, MapHeading
 from uavsim.config import EnvConfig
 
 
@@ -255,7 +255,7 @@ class Actor(nn.Module):
     With `model.actor_shared_map` the actor also sees the shared coverage map, from the global
     `state` (`[M / state_repeat, S]`, shared by runs of `state_repeat` consecutive rows): the
     pooled obstacle and coverage map (its product computed once per state) and each UAV's heading
-    to the nearest uncovered block (`agents.features`). UAVs that share one coverage map by
+    to the nearest uncovered block (`agents.algo.heading`). UAVs that share one coverage map by
     communication; off, the actor sees its local observation (and id) only.
 
     With `model.recurrent` (`self.recurrent`) a `GRU` sits between the encoder and the head, and
@@ -347,7 +347,7 @@ def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """`log_prob [M]` float32 of int `actions [M]` under `logits [M, A]` (any float dtype): the one
     expression the rollout (here) and the update (`categorical`) both compute, so the PPO ratio is
     exactly 1 before the first update (within 1e-4 where `train.compile_rollout` fuses the actor's
-    first layer, `agents.rollout.compile_rollout_step`); the rollout needs no entropy."""
+    first layer, `agents.algo.rollout.compile_rollout_step`); the rollout needs no entropy."""
     return _log_prob(torch.log_softmax(logits.float(), dim=-1), actions)
 
 
@@ -367,7 +367,7 @@ def categorical(logits: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tens
 
 def sample(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """Sample actions `[M]` int64 from `logits [M, A]`: the first action whose cumulative
-    probability exceeds `uniform [M]` float32 in (0, 1) (`agents.action_noise`: a counter hash, no
+    probability exceeds `uniform [M]` float32 in (0, 1) (`agents.algo.action_noise`: a counter hash, no
     generator state). One number per sample, where the Gumbel-max trick needs one per action."""
     cdf = torch.softmax(logits.float(), dim=-1).cumsum(-1)
     return (cdf < uniform[:, None]).sum(-1).clamp_max(logits.shape[-1] - 1)  # rounding may leave cdf[-1] < 1

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from agents import checkpoint as ckpt
+from agents.run import checkpoint as ckpt
 from agents.config import to_dict
 
 if TYPE_CHECKING:
-    from agents.learner import Learner
+    from agents.algo.learner import Learner
 
 
 def _rank_state(learner: Learner) -> dict:
@@ -82,7 +82,7 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
         if learner.hidden is not None:
             _load_hidden(learner, own)
         if not isinstance(own["rng"]["action"], dict):
-            raise ValueError("its action noise is not a state dict of agents.action_noise")
+            raise ValueError("its action noise is not a state dict of agents.algo.action_noise")
         learner.action_noise.load_state_dict(own["rng"]["action"])
         learner.minibatch_gen.set_state(own["rng"]["minibatch"])
         torch.set_rng_state(own["rng"]["torch"])

@@ -1,15 +1,13 @@
-"""A training process's setup: which device (`run.device`), which precision (`train.amp`), and the
-process-wide settings only an entry point may change (seed, determinism, threads, the allocator)."""
+"""A training process's setup: which device (`run.device`) and the process-wide settings only an
+entry point may change (seed, determinism, threads, the allocator)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import Callable
 
 import torch
 
-from agents.config import DEVICE_PATTERN, Amp, Config
+from agents.config import DEVICE_PATTERN, Config
 from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
 from uavsim.host_memory import retain_freed_memory
@@ -29,18 +27,6 @@ def pick_device(name: str, what: str = "run.device") -> torch.device:
         raise ValueError(f"{what}={name!r} but CUDA is not available"
                          + (f" ({torch.cuda.device_count()} GPU(s) visible)" if torch.cuda.is_available() else ""))
     return torch.device(name)
-
-
-def amp_dtype(amp: Amp) -> torch.dtype:
-    """The dtype the networks compute in: float32, or autocast's bfloat16/float16."""
-    return {Amp.off: torch.float32, Amp.bf16: torch.bfloat16, Amp.fp16: torch.float16}[amp]
-
-
-def make_autocast(amp: Amp, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
-    """A factory of autocast contexts for forward passes (`nullcontext` when AMP is off)."""
-    if amp == Amp.off:
-        return contextlib.nullcontext
-    return lambda: torch.autocast(device_type=device.type, dtype=amp_dtype(amp))
 
 
 def setup_process(cfg: Config) -> None:
