@@ -79,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from uavsim import hardware
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
-    from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
+    from uavsim.coordinated import CoordinatedFrontierPolicy
+    from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
     from uavsim.video import check_video_path, record_episode, write_video
 
     try:

@@ -1,7 +1,7 @@
-"""Scripted baselines, vectorized over the batch: a random policy, a greedy frontier policy and
-(from `uavsim.coordinated`, re-exported here) a coordinated frontier planner.
+"""Scripted baselines, vectorized over the batch: a random policy and a greedy frontier policy
+(`uavsim.coordinated.CoordinatedFrontierPolicy`, the coordinated frontier planner, builds on it).
 
-Both take the env and return ``actions [B, N] int64`` on its device, so every learned result has a
+All take the env and return ``actions [B, N] int64`` on its device, so every learned result has a
 reference point evaluated on the very same episodes.
 """
 
@@ -122,11 +122,3 @@ class GreedyFrontierPolicy:
         occupied = (targets[:, :, :, None] == here[:, None, None, :]).sum(3) - (self.move_offsets == 0).long()
         noise = torch.rand(cost.shape, generator=self.generator, device=cost.device) * self.NOISE
         return (cost + self.CROWD_COST * (occupied > 0) + noise).argmin(dim=2)  # all inf -> 0, hover
-
-
-def __getattr__(name: str) -> Any:
-    if name == "CoordinatedFrontierPolicy":  # its own file builds on this one: imported on first use
-        from uavsim.coordinated import CoordinatedFrontierPolicy
-
-        return CoordinatedFrontierPolicy
-    raise AttributeError(f"module 'uavsim.policies' has no attribute {name!r}")

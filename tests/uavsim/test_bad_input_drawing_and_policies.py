@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv
-from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
+from uavsim.coordinated import CoordinatedFrontierPolicy
+from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
 from uavsim.reference import ReferenceEnv
 from uavsim.render import render_tiled
 
