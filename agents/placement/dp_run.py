@@ -13,7 +13,7 @@ import traceback
 import warnings
 from collections import deque
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -27,18 +27,27 @@ from .dp_types import (
 )
 from .tensors import to_cpu
 
-if TYPE_CHECKING:
-    from .dp import WorkerPool
-
 _MISSING = object()
 _WAIT_S = 0.5  # longest sleep between liveness checks when no message arrives
+
+
+class Pool(Protocol):
+    """What a map run uses of its pool: :class:`~agents.placement.dp.WorkerPool`, which imports
+    this module to run its maps, so it is named here by what it offers, not imported."""
+
+    prefetch: int  # items queued per worker
+    restarts: int  # restarts a worker may use
+    _slots: list[Slot]  # one per worker
+
+    def _spawn(self, slot: Slot) -> None:
+        """(Re)start ``slot``'s worker process."""
 
 
 class MapRun:
     """State of one map over ``items`` on ``pool``'s workers (see :meth:`WorkerPool.map`)."""
 
     def __init__(
-        self, pool: WorkerPool, items: list, retries: int, item_timeout: float | None, progress: bool, desc: str
+        self, pool: Pool, items: list, retries: int, item_timeout: float | None, progress: bool, desc: str
     ):
         self.pool, self.items, self.retries, self.item_timeout = pool, items, retries, item_timeout
         n = len(items)
