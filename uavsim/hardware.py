@@ -24,11 +24,12 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from uavsim.cgroup import cpu_quota
 
 CPU_CLASSES = ("baseline", "AVX2", "AVX-512", "AVX512-BF16", "AMX")  # weakest to strongest
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) for each class's cap, weakest to strongest
@@ -88,31 +89,6 @@ def cpu_class() -> str:
     return classify_cpu(cpu_flags(), os.environ.get("ATEN_CPU_CAPABILITY"), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
 
-def _cgroup_cpu_quota(root: Path | None = None) -> float | None:
-    """CPUs this process's cgroup may use (v2 `cpu.max`, v1 `cfs_quota_us / cfs_period_us`), or None
-    (no quota, or not Linux)."""
-    if root is None:
-        if not sys.platform.startswith("linux"):
-            return None
-        root = Path("/sys/fs/cgroup")
-    for quota_file, period_file in ((root / "cpu.max", None),
-                                    (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us")):
-        try:
-            text = quota_file.read_text(encoding="ascii").split()
-            if period_file is not None:
-                text.append(period_file.read_text(encoding="ascii").strip())
-        except (OSError, UnicodeDecodeError):
-            continue
-        if len(text) == 2 and text[0] not in ("max", "-1"):
-            try:
-                quota, period = int(text[0]), int(text[1])
-            except ValueError:
-                continue
-            if quota > 0 and period > 0:
-                return quota / period
-    return None
-
-
 def usable_cores() -> tuple[int, str]:
     """`(cores, reason)`: the cores this process may run on (its CPU affinity) within its cgroup's
     CPU quota. psutil reads the affinity on Linux and Windows; elsewhere all logical CPUs count."""
@@ -125,7 +101,7 @@ def usable_cores() -> tuple[int, str]:
             count, reason = len(affinity), "CPU affinity"
     except (ImportError, AttributeError, OSError):  # macOS has no affinity call
         pass
-    quota = _cgroup_cpu_quota()
+    quota = cpu_quota()
     if quota is not None and math.ceil(quota) < count:
         count, reason = max(1, math.ceil(quota)), f"cgroup CPU quota {quota:g}"
     return count, reason

@@ -1,6 +1,6 @@
 """Device inventory: free/total/allocated memory per CUDA device and host memory, in one call.
 
-Host memory comes from psutil (every OS), bounded by the cgroup limit (`cgroup.py`), which psutil
+Host memory comes from psutil (every OS), bounded by the cgroup limit (`uavsim.cgroup`), which psutil
 does not read: inside a container it reports the whole host's memory.
 """
 
@@ -13,7 +13,8 @@ from typing import Literal
 import psutil
 import torch
 
-from .cgroup import cgroup_memory
+from uavsim.cgroup import cgroup_memory
+
 from .devices import as_device, format_bytes
 
 

@@ -1,12 +1,12 @@
-"""The cgroup memory limit (containers, Slurm jobs) bounds what the placement utilities see as host
-memory. The cgroup file systems are built in a temporary folder, in both layouts."""
+"""The cgroup memory limit (containers, Slurm jobs; read by `uavsim.cgroup`) bounds what the placement
+utilities see as host memory. The cgroup file systems are built in a temporary folder, in both layouts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from agents.placement import meminfo
-from agents.placement.cgroup import cgroup_memory
+from uavsim.cgroup import cgroup_memory
 
 GIB = 2**30
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from uavsim import hardware
+from uavsim.cgroup import cpu_quota
 
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 
@@ -43,16 +44,16 @@ def test_usable_cores_is_at_least_one_and_at_most_the_cpus():
 
 def test_cgroup_quota_is_read_from_both_layouts(tmp_path):
     (tmp_path / "cpu.max").write_text("150000 100000\n")
-    assert hardware._cgroup_cpu_quota(tmp_path) == 1.5
+    assert cpu_quota(tmp_path) == 1.5
     (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert hardware._cgroup_cpu_quota(tmp_path) is None
+    assert cpu_quota(tmp_path) is None
     (tmp_path / "cpu.max").unlink()
     (tmp_path / "cpu").mkdir()
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
     (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert hardware._cgroup_cpu_quota(tmp_path) == 2.0
+    assert cpu_quota(tmp_path) == 2.0
     (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
-    assert hardware._cgroup_cpu_quota(tmp_path) is None
+    assert cpu_quota(tmp_path) is None
 
 
 def test_banner_names_device_class_build_threads_and_the_callers_fields(monkeypatch):

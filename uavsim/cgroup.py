@@ -1,20 +1,25 @@
-"""The memory limit of this process's control group (a container's, a Slurm job's), when it has one.
+"""This process's control-group limits (a container's, a Slurm job's): its CPU quota and its memory limit.
 
-Inside a container, `/proc/meminfo` shows the whole host: a 24 GiB container on a 512 GiB machine
+The machine-wide figures overstate both inside a container: `os.cpu_count()` counts the host's
+cores, and `/proc/meminfo` shows the whole host's memory (a 24 GiB container on a 512 GiB machine
 reads 512 GiB, and a plan sized from that is killed by the kernel's OOM killer instead of backing
-off. The cgroup's own files say what the process may really use. Both layouts are read:
+off). The cgroup's own files say what the process may really use. Both layouts are read:
 
-    cgroup v2 (unified): `memory.max` ("max" = no limit), `memory.current`, `memory.stat` `inactive_file`
-    cgroup v1:           `memory.limit_in_bytes` (a huge number = no limit), `memory.usage_in_bytes`,
+    cgroup v2 (unified): `cpu.max` ("quota period", "max" = no quota); `memory.max` ("max" = no
+                         limit), `memory.current`, `memory.stat` `inactive_file`
+    cgroup v1:           `cpu/cpu.cfs_quota_us` (-1 = no quota) and `cpu/cpu.cfs_period_us`;
+                         `memory.limit_in_bytes` (a huge number = no limit), `memory.usage_in_bytes`,
                          `memory.stat` `total_inactive_file`
 
-Limits nest, so every level from the process's cgroup up to the mount's root is read and the
-tightest wins. Usage counts the page cache, of which the inactive part is reclaimed before the
-OOM killer acts, so it is left out of what is used (as `docker stats` does).
+`uavsim.hardware.usable_cores` bounds the cores by `cpu_quota`; `agents.placement`'s host memory is
+bounded by `cgroup_memory`. Memory limits nest, so every level from the process's cgroup up to the
+mount's root is read and the tightest wins. Usage counts the page cache, of which the inactive part
+is reclaimed before the OOM killer acts, so it is left out of what is used (as `docker stats` does).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path, PurePosixPath
 
 # cgroup v1 reports "no limit" as the largest page-aligned 64-bit value (about 8 EiB)
@@ -24,11 +29,54 @@ _V2 = ("memory.max", "memory.current", "inactive_file")
 _V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
 
 
-def _read_int(path: Path) -> int | None:
+def _read_text(path: Path) -> str | None:
+    """The text of a cgroup (or /proc) file, or None when it is absent, unreadable or not ASCII."""
     try:
-        text = path.read_text(encoding="ascii").strip()
+        return path.read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError):
         return None
+
+
+# ------------------------------------------------------------------ CPU quota
+
+
+def cpu_quota(root: str | Path | None = None) -> float | None:
+    """CPUs this process's cgroup may use (v2 `cpu.max`, v1 `cfs_quota_us / cfs_period_us`), or None
+    (no quota, or not Linux). ``root``: the cgroup mount (default `/sys/fs/cgroup` on Linux)."""
+    if root is None:
+        if not sys.platform.startswith("linux"):
+            return None
+        root = Path("/sys/fs/cgroup")
+    root = Path(root)
+    for quota_file, period_file in ((root / "cpu.max", None),
+                                    (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us")):
+        text = _read_text(quota_file)
+        if text is None:
+            continue
+        fields = text.split()  # v2: "quota period"
+        if period_file is not None:  # v1: one number a file
+            period = _read_text(period_file)
+            if period is None:
+                continue
+            fields.append(period.strip())
+        if len(fields) == 2 and fields[0] not in ("max", "-1"):
+            try:
+                quota, period = int(fields[0]), int(fields[1])
+            except ValueError:
+                continue
+            if quota > 0 and period > 0:
+                return quota / period
+    return None
+
+
+# ------------------------------------------------------------------ memory limit
+
+
+def _read_int(path: Path) -> int | None:
+    text = _read_text(path)
+    if text is None:
+        return None
+    text = text.strip()
     if text == "max":
         return None
     try:
@@ -39,24 +87,24 @@ def _read_int(path: Path) -> int | None:
 
 
 def _stat(path: Path, key: str) -> int:
+    text = _read_text(path)
     try:
-        for line in path.read_text(encoding="ascii").splitlines():
+        for line in (text or "").splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
-    except (OSError, UnicodeDecodeError, ValueError):
+    except ValueError:
         pass
     return 0
 
 
 def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:
     """This process's cgroup path in the v2 hierarchy and in the v1 memory controller's."""
-    v2 = v1 = None
-    try:
-        lines = proc_cgroup.read_text(encoding="ascii").splitlines()
-    except (OSError, UnicodeDecodeError):
+    text = _read_text(proc_cgroup)
+    if text is None:
         return None, None
-    for line in lines:
+    v2 = v1 = None
+    for line in text.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
