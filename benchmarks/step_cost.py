@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None):
     if not args.launch_us > 0:
         parser.error(f"--launch-us must be > 0, got {args.launch_us}")
     payload = measure(args)
-    return write_results("step_cost", payload, table(payload), None, args.out_dir, subset=args.env_only)
+    report = table(payload, baseline=BASELINE.name, gpus=GPUS, envs=PROJECTED_ENVS)
+    return write_results("step_cost", payload, report, None, args.out_dir, subset=args.env_only)
 
 
 if __name__ == "__main__":

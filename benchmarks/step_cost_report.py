@@ -3,6 +3,7 @@ model's ceilings, the top ops, the fused counts and the graph breaks of one resu
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 
@@ -17,9 +18,10 @@ def _rate(x: float) -> str:
     return f"{x:.0f}"
 
 
-def table(payload: dict[str, Any]) -> str:
-    from benchmarks.step_cost import BASELINE, GPUS, PROJECTED_ENVS  # here: step_cost imports this module
-
+def table(payload: dict[str, Any], *, baseline: str, gpus: Collection[str], envs: Sequence[int]) -> str:
+    """The report of ``payload``. From `benchmarks.step_cost` (which imports this module): ``baseline``
+    names the counts before the redesign (`BASELINE`'s folder), ``gpus`` and ``envs`` are the model's
+    GPUs and environment counts in their order (`GPUS`, `PROJECTED_ENVS`)."""
     s, m = payload["settings"], payload["machine"]
     lines = [f"# Step cost model ({'quick' if payload['quick'] else 'full'})", "",
              f"Counted on {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}), torch {m['torch']}, {m['date']}: default task, "
@@ -32,7 +34,7 @@ def table(payload: dict[str, Any]) -> str:
                      f"| {_kib(p['bytes_per_env_step'])} ({_kib(p['bytes_per_env_step_max'])}) "
                      f"| {p['host_syncs_per_call']:.2f} | {p['graph_breaks']['breaks']} |")
     if payload.get("baseline"):
-        lines += ["", f"## Before and after ({BASELINE.name}: the env before its redesign, same counting)", "",
+        lines += ["", f"## Before and after ({baseline}: the env before its redesign, same counting)", "",
                   "The GPU-safe paths (prepared) are set against the GPU path before them, `env.step[dense]`.", "",
                   "| path | before | kernels per call, before | after | KiB per env-step, before | after |",
                   "|---|---|---:|---:|---:|---:|"]
@@ -47,11 +49,10 @@ def table(payload: dict[str, Any]) -> str:
               "A model, not a measurement: every counted byte crosses DRAM once at peak bandwidth, kernels run "
               "one after another with a fixed eager launch cost. (The PPO minibatch is left out: its batch is "
               "the config's, not the environments'.)", ""]
-    envs = PROJECTED_ENVS
     lines += ["| path | GPU | " + " | ".join(f"{e:,} envs" for e in envs) + " |",
               "|---|---|" + "---:|" * len(envs)]
     for name, p in payload["paths"].items():
-        for gpu in GPUS:
+        for gpu in gpus:
             cells = [r for r in p.get("projection", []) if r["gpu"] == gpu]
             if cells:
                 lines.append(f"| {name} | {gpu} | " + " | ".join(
