@@ -10,8 +10,9 @@ import torch
 
 from agents.evaluate import cover, final_positions, paired_difference, run_episodes, summarize
 from uavsim import EnvConfig, rules
+from uavsim.coordinated import CoordinatedFrontierPolicy
 from uavsim.env import UAVSwarmEnv
-from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
+from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
 from uavsim.render import env_codes
 
 CFG = EnvConfig(grid_height=10, grid_width=10, num_uavs=3, num_obstacles=5, max_steps=30, launch_size=2,
