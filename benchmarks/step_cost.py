@@ -38,8 +38,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -141,7 +142,7 @@ def env_paths(args) -> dict[str, dict[str, Any]]:
         env = staggered_env(cfg, args.num_envs, args.episode_length, **kwargs)
         steps = whole_periods(args.steps, env)
         actions = random_actions(cfg, args.num_envs, steps, env.device)
-        out[name] = count_calls(lambda i: env.step(actions[i]), steps, args.num_envs)
+        out[name] = count_calls(lambda i: env.step(actions[i]), steps, args.num_envs)  # noqa: B023 -- called here
         small = staggered_env(cfg, args.explain_envs, args.episode_length, **kwargs)
         out[name]["graph_breaks"] = graph_breaks(small.step, random_actions(cfg, args.explain_envs, 1, small.device)[0])
     return out
@@ -167,8 +168,8 @@ def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, ep
 def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, config: Path = TRAINER_CONFIG):
     """The trainer's learner for `config` (its networks, optimizer, storage; by default
     benchmarks/trainer_config.yaml, what the committed results count), its env staggered as in `staggered_env`."""
-    from agents.config import load_config
     from agents.algo.learner import build_learner
+    from agents.config import load_config
 
     cfg = load_config(config, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
                                f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
@@ -198,8 +199,8 @@ def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
 
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:
-    from agents.algo.rollout import agent_ids, collect, policy_step
     from agents.algo.learner import prepare_batch
+    from agents.algo.rollout import agent_ids, collect, policy_step
 
     out: dict[str, dict[str, Any]] = {}
     for amp in ("off", "bf16"):
@@ -254,7 +255,6 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
     write of one row into the rollout's storage (and a gather from the env's maps) as its whole
     buffer, which would bury the step's traffic."""
     from agents.algo.rollout import agent_ids, policy_step
-
     from benchmarks.fused_count import fused_count
 
     learner = learner_for(args.num_envs, 2, "bf16", args.episode_length)

@@ -24,7 +24,8 @@ def table(payload: dict[str, Any], *, baseline: str, gpus: Collection[str], envs
     GPUs and environment counts in their order (`GPUS`, `PROJECTED_ENVS`)."""
     s, m = payload["settings"], payload["machine"]
     lines = [f"# Step cost model ({'quick' if payload['quick'] else 'full'})", "",
-             f"Counted on {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}), torch {m['torch']}, {m['date']}: default task, "
+             f"Counted on {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}), "
+             f"torch {m['torch']}, {m['date']}: default task, "
              f"{s['num_envs']} environments, {s['steps']} calls per path, episodes staggered to end after "
              f"{s['episode_length']} steps. Counts are deterministic (benchmarks/op_count.py states the rules).", "",
              "| path | kernels per call (min-max) | KiB per env-step (max) | host syncs per call | graph breaks |",
@@ -65,7 +66,8 @@ def table(payload: dict[str, Any], *, baseline: str, gpus: Collection[str], envs
     if payload.get("fused"):
         lines += ["", "## Captured and fused: inductor's own count (benchmarks/fused_count.py)", "",
                   "The same call compiled whole (`torch.compile(fullgraph=True)`, as `train.compile_rollout` "
-                  "compiles it on CUDA within the rollout step; the eager form compiled alike is what it compiles for a CPU's bf16), "
+                  "compiles it on CUDA within the rollout step; the eager form compiled alike is what it "
+                  "compiles for a CPU's bf16), "
                   "counted by inductor's scheduler on this CPU: each fused kernel's buffers read and "
                   "written once. Other rules than the eager count above (temporaries inside a kernel never "
                   "reach memory), so compare the two only as eager against captured.", "",

@@ -169,7 +169,8 @@ class UAVSwarmEnv:
         env's own by default) into the prepared record, and its observation for same_step."""
         v = self._v if v is None else v
         prep = self._prep_buf.clone() if torch.compiler.is_compiling() else self._prep_buf  # see `step`
-        start_episodes(self._lay, self._start_tables, prep, self._env_key, next_episode(v["episode"]), self._first_start)
+        start_episodes(self._lay, self._start_tables, prep, self._env_key, next_episode(v["episode"]),
+                       self._first_start)
         if self.autoreset_mode == "same_step":
             self._prep_obs = self._observe(prep, self._b_index)[0]
         if prep is not self._prep_buf:

@@ -151,7 +151,8 @@ def cuda_unusable_warning() -> str | None:
     why = ("this torch is a CPU-only build" if torch_build() == "CPU"
            else f"this torch ({torch_build()}) cannot use it (driver {gpus[0][1]} too old for it, or no GPU visible)")
     return (f"warning: an NVIDIA GPU is present ({gpus[0][0]}, driver {gpus[0][1]}) but {why}: everything runs "
-            f"on the CPU. Install a CUDA build of torch {torch.__version__.split('+')[0]} first (README, 'GPU install')")
+            f"on the CPU. Install a CUDA build of torch {torch.__version__.split('+')[0]} first "
+            "(README, 'GPU install')")
 
 
 def describe_device(device: torch.device | str) -> str:

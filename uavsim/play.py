@@ -16,8 +16,8 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -78,8 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(e).splitlines()[0])
 
     from uavsim import hardware
-    from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.coordinated import CoordinatedFrontierPolicy
+    from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
     from uavsim.video import check_video_path, record_episode, write_video
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import colorsys
 from collections import abc
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import io
 import math
 import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +50,7 @@ class EpisodeRecording:
 
 def _start(env: UAVSwarmEnv, env_index: int) -> None:
     try:
-        env.state
+        env.state  # noqa: B018 -- raises RuntimeError before the first reset
     except RuntimeError:  # never reset
         env.reset()
         return
@@ -118,7 +119,7 @@ def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: 
     if not hasattr(indices, "shape") and isinstance(indices, Iterable):  # a generator is read once, here
         indices = list(indices)  # (render_tiled checks the values)
     try:
-        env.state
+        env.state  # noqa: B018 -- raises RuntimeError before the first reset
     except RuntimeError:
         env.reset()
     frames = [render_tiled(env, indices, cell_px=cell_px)]
@@ -160,7 +161,7 @@ def _label_strip(widths: Sequence[int], labels: Sequence[str], gap: int) -> np.n
 
     strip = Image.new("RGB", (sum(widths) + gap * (len(widths) - 1), 14), "white")
     draw, left = ImageDraw.Draw(strip), 0
-    for width, label in zip(widths, labels):
+    for width, label in zip(widths, labels, strict=True):
         draw.text((left + 2, 2), str(label), fill="black")
         left += width + gap
     return np.asarray(strip, dtype=np.uint8)

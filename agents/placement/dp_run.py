@@ -110,7 +110,8 @@ class MapRun:
                 # CPU copies: a CUDA tensor would be rebuilt on the child's cuda:<same index>
                 payload = pickle.dumps(to_cpu(self.items[index]), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # pickling fails the same way every time: it never runs
-                self._give_up(index, slot, f"item is not picklable: {type(exc).__name__}: {exc}", traceback.format_exc())
+                summary = f"item is not picklable: {type(exc).__name__}: {exc}"
+                self._give_up(index, slot, summary, traceback.format_exc())
                 continue
             slot.tasks.put((index, payload))
             slot.inflight.append(index)

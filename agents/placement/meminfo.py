@@ -159,7 +159,7 @@ def inventory_report(inv: Inventory | None = None) -> str:
         )
     )
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if not inv.devices:
         lines.append("(no CUDA device visible: placement falls back to the host)")

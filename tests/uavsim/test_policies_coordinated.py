@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim import EnvConfig, UAVSwarmEnv, rules
 from uavsim.coordinated import CoordinatedFrontierPolicy
 from uavsim.policies import GreedyFrontierPolicy
-from uavsim import rules
 from uavsim.rules import BLOCKED, COVERED, FREE
 
 SMALL = EnvConfig(grid_height=12, grid_width=12, num_uavs=4, num_obstacles=8, max_steps=30, launch_size=2)
@@ -191,7 +190,8 @@ def naive_auction(policy: CoordinatedFrontierPolicy, cells: np.ndarray, here: li
             todo.discard(u)
             avail -= {i for i in avail if near(i, bids[u][1])}
     for u in todo:  # left over: the nearest uncovered cell, claimed or not
-        options = [(dist[u][cell] * c + rank[cell], cell) for cell in range(c) if cells[cell] == FREE and cell in dist[u]]
+        options = [(dist[u][cell] * c + rank[cell], cell) for cell in range(c)
+                   if cells[cell] == FREE and cell in dist[u]]
         target[u] = min(options)[1] if options else -1
     return target
 
