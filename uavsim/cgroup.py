@@ -48,8 +48,10 @@ def cpu_quota(root: str | Path | None = None) -> float | None:
             return None
         root = Path("/sys/fs/cgroup")
     root = Path(root)
-    for quota_file, period_file in ((root / "cpu.max", None),
-                                    (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us")):
+    for quota_file, period_file in (
+        (root / "cpu.max", None),
+        (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"),
+    ):
         text = _read_text(quota_file)
         if text is None:
             continue
@@ -140,8 +142,9 @@ def _tightest(dirs: list[Path], names: tuple[str, str, str]) -> tuple[int, int] 
     return best
 
 
-def cgroup_memory(root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"
-                  ) -> tuple[int, int] | None:
+def cgroup_memory(
+    root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"
+) -> tuple[int, int] | None:
     """`(limit, available)` bytes of the tightest memory limit over this process's cgroups, or
     None when none is set (or the files are absent: another OS, no cgroup mount)."""
     root, proc_cgroup = Path(root), Path(proc_cgroup)

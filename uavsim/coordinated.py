@@ -68,8 +68,9 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         self.hash_key = int(torch.randint(0, MAX_KEY, (1,), generator=self.generator, device=env.device))
         self.calls = 0
 
-    def label_field(self, sources: torch.Tensor, wall: torch.Tensor, here: torch.Tensor,
-                    waiting: torch.Tensor) -> torch.Tensor:
+    def label_field(
+        self, sources: torch.Tensor, wall: torch.Tensor, here: torch.Tensor, waiting: torch.Tensor
+    ) -> torch.Tensor:
         """``[B, C]`` keys ``distance * C + rank`` of the nearest ``sources`` cell (``[B, C]`` bool)
         of every cell, around the blocked cells (``wall``, from `walls`); ``self.unreached``: no
         source reachable, or not reached yet.
@@ -121,8 +122,11 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         nxt += self.num_cells  # unreached + C still fits the dtype
         torch.minimum(nxt, inner, out=nxt)
         torch.maximum(nxt, wall, out=nxt)
-        stable = (nxt == inner).flatten(1).all(1) if check else torch.zeros(key.shape[0], dtype=torch.bool,
-                                                                                device=key.device)
+        stable = (
+            (nxt == inner).flatten(1).all(1)
+            if check
+            else torch.zeros(key.shape[0], dtype=torch.bool, device=key.device)
+        )
         inner.copy_(nxt)
         return stable
 

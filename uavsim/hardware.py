@@ -33,12 +33,25 @@ from uavsim.cgroup import cpu_quota
 
 CPU_CLASSES = ("baseline", "AVX2", "AVX-512", "AVX512-BF16", "AMX")  # weakest to strongest
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) for each class's cap, weakest to strongest
-_ONEDNN_CAPS = {"SSE41": "baseline", "AVX": "baseline", "AVX2": "AVX2", "AVX2_VNNI": "AVX2",
-                "AVX2_VNNI_2": "AVX2", "AVX512_CORE": "AVX-512", "AVX512_CORE_VNNI": "AVX-512",
-                "AVX512_CORE_BF16": "AVX512-BF16", "AVX10_1_512": "AVX512-BF16",
-                "AVX512_CORE_FP16": "AVX512-BF16", "AVX512_CORE_AMX": "AMX", "AVX512_CORE_AMX_FP16": "AMX",
-                "AVX10_1_512_AMX": "AMX", "AVX10_1_512_AMX_FP16": "AMX", "AVX10_2_512_AMX_2": "AMX",
-                "DEFAULT": "AMX", "ALL": "AMX"}
+_ONEDNN_CAPS = {
+    "SSE41": "baseline",
+    "AVX": "baseline",
+    "AVX2": "AVX2",
+    "AVX2_VNNI": "AVX2",
+    "AVX2_VNNI_2": "AVX2",
+    "AVX512_CORE": "AVX-512",
+    "AVX512_CORE_VNNI": "AVX-512",
+    "AVX512_CORE_BF16": "AVX512-BF16",
+    "AVX10_1_512": "AVX512-BF16",
+    "AVX512_CORE_FP16": "AVX512-BF16",
+    "AVX512_CORE_AMX": "AMX",
+    "AVX512_CORE_AMX_FP16": "AMX",
+    "AVX10_1_512_AMX": "AMX",
+    "AVX10_1_512_AMX_FP16": "AMX",
+    "AVX10_2_512_AMX_2": "AMX",
+    "DEFAULT": "AMX",
+    "ALL": "AMX",
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,8 +135,13 @@ def nvidia_smi_gpus() -> tuple[tuple[str, str], ...]:
     if exe is None:
         return ()
     try:
-        out = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return ()
     if out.returncode != 0:
@@ -136,9 +154,12 @@ def gpu_info(device: torch.device) -> dict[str, Any]:
     """Name, memory (GiB), compute capability and driver of a CUDA `device`."""
     props = torch.cuda.get_device_properties(device)
     smi = nvidia_smi_gpus()
-    return {"gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1),
-            "compute_capability": f"{props.major}.{props.minor}",
-            "driver": smi[0][1] if smi else None}
+    return {
+        "gpu": props.name,
+        "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "driver": smi[0][1] if smi else None,
+    }
 
 
 def cuda_unusable_warning() -> str | None:
@@ -148,11 +169,16 @@ def cuda_unusable_warning() -> str | None:
     gpus = nvidia_smi_gpus()
     if not gpus:
         return None
-    why = ("this torch is a CPU-only build" if torch_build() == "CPU"
-           else f"this torch ({torch_build()}) cannot use it (driver {gpus[0][1]} too old for it, or no GPU visible)")
-    return (f"warning: an NVIDIA GPU is present ({gpus[0][0]}, driver {gpus[0][1]}) but {why}: everything runs "
-            f"on the CPU. Install a CUDA build of torch {torch.__version__.split('+')[0]} first "
-            "(README, 'GPU install')")
+    why = (
+        "this torch is a CPU-only build"
+        if torch_build() == "CPU"
+        else f"this torch ({torch_build()}) cannot use it (driver {gpus[0][1]} too old for it, or no GPU visible)"
+    )
+    return (
+        f"warning: an NVIDIA GPU is present ({gpus[0][0]}, driver {gpus[0][1]}) but {why}: everything runs "
+        f"on the CPU. Install a CUDA build of torch {torch.__version__.split('+')[0]} first "
+        "(README, 'GPU install')"
+    )
 
 
 def describe_device(device: torch.device | str) -> str:
@@ -161,8 +187,10 @@ def describe_device(device: torch.device | str) -> str:
     if device.type == "cuda":
         info = gpu_info(device)
         driver = f", driver {info['driver']}" if info["driver"] else ""
-        return (f"{device} {info['gpu']} ({info['gpu_memory_gib']} GiB, compute capability "
-                f"{info['compute_capability']}{driver})")
+        return (
+            f"{device} {info['gpu']} ({info['gpu_memory_gib']} GiB, compute capability "
+            f"{info['compute_capability']}{driver})"
+        )
     cores, why = usable_cores()
     return f"cpu {cpu_model()} ({cpu_class()}, {cores} usable cores: {why})"
 
@@ -170,8 +198,10 @@ def describe_device(device: torch.device | str) -> str:
 def banner(device: torch.device | str, **fields: Any) -> str:
     """The lines every entry point prints at start: device, torch and its build, threads, then the
     caller's `fields` (e.g. precision="bf16 (why)", environments=64), and any CUDA warning."""
-    lines = [f"device: {describe_device(device)}",
-             f"torch: {torch.__version__} ({torch_build()} build), {torch.get_num_threads()} threads"]
+    lines = [
+        f"device: {describe_device(device)}",
+        f"torch: {torch.__version__} ({torch_build()} build), {torch.get_num_threads()} threads",
+    ]
     lines += [f"{name.replace('_', ' ')}: {value}" for name, value in fields.items()]
     warning = cuda_unusable_warning()
     if warning:

@@ -47,9 +47,13 @@ def parse_overrides(items: Sequence[str]) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m uavsim.play", description=__doc__.split("\n")[0])
-    parser.add_argument("--policy", choices=("greedy", "coordinated", "random"), default="greedy",
-                        help="greedy: each UAV to its nearest uncovered cell; coordinated: the UAVs share out the "
-                             "uncovered cells in an auction (uavsim.coordinated); random: uniform actions")
+    parser.add_argument(
+        "--policy",
+        choices=("greedy", "coordinated", "random"),
+        default="greedy",
+        help="greedy: each UAV to its nearest uncovered cell; coordinated: the UAVs share out the "
+        "uncovered cells in an auction (uavsim.coordinated); random: uniform actions",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--env-index", type=int, default=0, help="which environment of the seed's stream")
     parser.add_argument("--out", default="episode.gif", help="output path, .gif or .mp4")
@@ -87,8 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_video_path(args.out, args.fps)  # the GIF frame-length limit and an --out that is a folder
         env = UAVSwarmEnv(cfg, num_envs=1, device=args.device, seed=args.seed, first_env_index=args.env_index)
         print(hardware.banner(env.device, policy=args.policy), file=sys.stderr)
-        policy = {"greedy": lambda: GreedyFrontierPolicy(env), "coordinated": lambda: CoordinatedFrontierPolicy(env),
-                  "random": lambda: RandomPolicy(env, seed=args.seed)}[args.policy]()
+        policy = {
+            "greedy": lambda: GreedyFrontierPolicy(env),
+            "coordinated": lambda: CoordinatedFrontierPolicy(env),
+            "random": lambda: RandomPolicy(env, seed=args.seed),
+        }[args.policy]()
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)
         path = write_video(rec.frames, args.out, fps=args.fps)
     except (TypeError, ValueError, ImportError, OSError) as e:
@@ -98,9 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --device {args.device}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     how = "terminated" if rec.terminated else ("truncated" if rec.ended else "stopped")
-    print(f"{args.policy} seed={args.seed}: coverage {rec.coverage:.3f} (target {cfg.target_coverage}) after "
-          f"{rec.steps} steps, {how}; {rec.collisions} collisions, {rec.near_misses} near misses, "
-          f"return {rec.episode_return:.3f} -> {path} ({len(rec.frames)} frames)")
+    print(
+        f"{args.policy} seed={args.seed}: coverage {rec.coverage:.3f} (target {cfg.target_coverage}) after "
+        f"{rec.steps} steps, {how}; {rec.collisions} collisions, {rec.near_misses} near misses, "
+        f"return {rec.episode_return:.3f} -> {path} ({len(rec.frames)} frames)"
+    )
     return 0
 
 

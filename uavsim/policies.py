@@ -39,8 +39,9 @@ class RandomPolicy:
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
         if _check_env(env).device != self.device:  # the generator draws on one device only
             raise ValueError(f"this RandomPolicy draws on {self.device}, got an env on {env.device}")
-        return torch.randint(0, env.num_actions, (env.num_envs, env.num_uavs), generator=self.generator,
-                             device=env.device)
+        return torch.randint(
+            0, env.num_actions, (env.num_envs, env.num_uavs), generator=self.generator, device=env.device
+        )
 
 
 class GreedyFrontierPolicy:
@@ -71,8 +72,13 @@ class GreedyFrontierPolicy:
     def _layout(env: UAVSwarmEnv) -> dict[str, Any]:
         """What the tables built in ``__init__`` depend on: the padded grid and the move set."""
         cfg = env.config
-        return {"grid_height": cfg.grid_height, "grid_width": cfg.grid_width, "pad": cfg.pad, "moves": cfg.moves,
-                "device": env.device}
+        return {
+            "grid_height": cfg.grid_height,
+            "grid_width": cfg.grid_width,
+            "pad": cfg.pad,
+            "moves": cfg.moves,
+            "device": env.device,
+        }
 
     def _check_same_layout(self, env: Any) -> None:
         """Python-level comparisons only: no device sync per call."""
@@ -80,8 +86,10 @@ class GreedyFrontierPolicy:
         if got != self.layout:
             built = ", ".join(f"{k}={v}" for k, v in self.layout.items() if got[k] != v)
             called = ", ".join(f"{k}={v}" for k, v in got.items() if self.layout[k] != v)
-            raise ValueError(f"this {type(self).__name__} was built for an env with {built}, called with {called}: "
-                             "build one policy per env layout")
+            raise ValueError(
+                f"this {type(self).__name__} was built for an env with {built}, called with {called}: "
+                "build one policy per env layout"
+            )
 
     def distance_field(self, cells: torch.Tensor, probes: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, Hp * Wp]`` float32 moves to the nearest uncovered free cell (inf: unreachable).

@@ -35,8 +35,9 @@ class BatchedEnv(Protocol):
 
 def uav_colors(n: int) -> np.ndarray:
     """``[n, 3]`` uint8 distinct hues."""
-    return np.array([[int(255 * c) for c in colorsys.hsv_to_rgb(i / max(n, 1), 0.85, 0.9)] for i in range(n)],
-                    dtype=np.uint8)
+    return np.array(
+        [[int(255 * c) for c in colorsys.hsv_to_rgb(i / max(n, 1), 0.85, 0.9)] for i in range(n)], dtype=np.uint8
+    )
 
 
 def check_cell_px(cell_px: object) -> int:
@@ -68,8 +69,9 @@ def _env_index_list(env: BatchedEnv, env_indices: Any) -> list[int]:
     return [check_int(f"env_indices[{k}]", i, 0, env.num_envs) for k, i in enumerate(env_indices)]
 
 
-def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int = 8,
-                trail: np.ndarray | None = None) -> np.ndarray:
+def render_grid(
+    cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int = 8, trail: np.ndarray | None = None
+) -> np.ndarray:
     """Draw one map.
 
     Args:
@@ -80,8 +82,9 @@ def render_grid(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray, cell_px: int
     """
     check_cell_px(cell_px)
     h, w = codes.shape
-    rgb = np.where((codes == rules.BLOCKED)[..., None], _BLOCKED,
-                   np.where((codes == rules.COVERED)[..., None], _COVERED, _FREE)).astype(np.int32)
+    rgb = np.where(
+        (codes == rules.BLOCKED)[..., None], _BLOCKED, np.where((codes == rules.COVERED)[..., None], _COVERED, _FREE)
+    ).astype(np.int32)
     foot = rules.footprint_offsets(cfg)
     tint = np.zeros((h, w), dtype=bool)
     for r, c in pos:
@@ -118,8 +121,9 @@ def render_env(env: BatchedEnv, env_index: int = 0, cell_px: int = 8, trail: np.
     return render_grid(env.config, codes, pos, cell_px, trail)
 
 
-def render_tiled(env: BatchedEnv, env_indices: Sequence[int], cols: int | None = None, cell_px: int = 4,
-                 gap: int = 2) -> np.ndarray:
+def render_tiled(
+    env: BatchedEnv, env_indices: Sequence[int], cols: int | None = None, cell_px: int = 4, gap: int = 2
+) -> np.ndarray:
     """Several environments side by side in a grid of tiles, white gaps between them.
 
     ``env_indices``: a sequence, 1-D array or 1-D tensor of ints; ``cols``: tiles per row (None:

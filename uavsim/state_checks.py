@@ -21,8 +21,20 @@ from uavsim.rules import BLOCKED, COVERED, FREE
 if TYPE_CHECKING:
     from uavsim.dynamics import Layout
 
-STATE_KEYS = ("cells", "pos", "t", "episode", "covered", "free", "pool_blocked", "pool_covered",
-              "ep_reward", "ep_collisions", "ep_near_misses", "reset_pending")
+STATE_KEYS = (
+    "cells",
+    "pos",
+    "t",
+    "episode",
+    "covered",
+    "free",
+    "pool_blocked",
+    "pool_covered",
+    "ep_reward",
+    "ep_collisions",
+    "ep_near_misses",
+    "reset_pending",
+)
 
 
 class StateOwner(Protocol):
@@ -41,21 +53,39 @@ class StateOwner(Protocol):
 
 def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) -> dict[str, torch.Tensor]:
     """The state of record views ``v`` (and next_step's ``pending`` flags) keyed by `STATE_KEYS`."""
-    return {"cells": lay.decode(v["grid"]), "pos": lay.positions(v["cell"]), "t": v["t"],
-            "episode": v["episode"], "covered": v["covered"], "free": v["free"],
-            "pool_blocked": v["pools"][:, 0], "pool_covered": v["pools"][:, 1], "ep_reward": v["ep_reward"],
-            "ep_collisions": v["ep_counts"][:, 0], "ep_near_misses": v["ep_counts"][:, 1], "reset_pending": pending}
+    return {
+        "cells": lay.decode(v["grid"]),
+        "pos": lay.positions(v["cell"]),
+        "t": v["t"],
+        "episode": v["episode"],
+        "covered": v["covered"],
+        "free": v["free"],
+        "pool_blocked": v["pools"][:, 0],
+        "pool_covered": v["pools"][:, 1],
+        "ep_reward": v["ep_reward"],
+        "ep_collisions": v["ep_counts"][:, 0],
+        "ep_near_misses": v["ep_counts"][:, 1],
+        "reset_pending": pending,
+    }
 
 
 def state_spec(lay: Layout, num_envs: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """``{key: (dtype, shape)}`` of each tensor of `rules_state` for ``num_envs`` environments."""
     b, n, p2, f = num_envs, lay.cfg.num_uavs, lay.cfg.state_pool**2, lay.record.fields
-    return {"cells": (torch.uint8, (b, lay.cells)), "pos": (torch.int16, (b, n, 2)),
-            "t": (f["t"].dtype, (b,)), "episode": (torch.int32, (b,)), "covered": (lay.count_dtype, (b,)),
-            "free": (lay.count_dtype, (b,)), "pool_blocked": (f["pools"].dtype, (b, p2)),
-            "pool_covered": (f["pools"].dtype, (b, p2)), "ep_reward": (torch.float32, (b, n)),
-            "ep_collisions": (f["ep_counts"].dtype, (b,)), "ep_near_misses": (f["ep_counts"].dtype, (b,)),
-            "reset_pending": (torch.bool, (b,))}
+    return {
+        "cells": (torch.uint8, (b, lay.cells)),
+        "pos": (torch.int16, (b, n, 2)),
+        "t": (f["t"].dtype, (b,)),
+        "episode": (torch.int32, (b,)),
+        "covered": (lay.count_dtype, (b,)),
+        "free": (lay.count_dtype, (b,)),
+        "pool_blocked": (f["pools"].dtype, (b, p2)),
+        "pool_covered": (f["pools"].dtype, (b, p2)),
+        "ep_reward": (torch.float32, (b, n)),
+        "ep_collisions": (f["ep_counts"].dtype, (b,)),
+        "ep_near_misses": (f["ep_counts"].dtype, (b,)),
+        "reset_pending": (torch.bool, (b,)),
+    }
 
 
 def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -80,8 +110,12 @@ def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tenso
     what does not fit."""
     if not isinstance(d, dict):
         raise TypeError(f"env state must be the dict from state_dict(), got {type(d).__name__}")
-    mine = {"config": env.config.to_dict(), "seed": env.seed, "num_envs": env.num_envs,
-            "first_env_index": int(env.env_index[0])}
+    mine = {
+        "config": env.config.to_dict(),
+        "seed": env.seed,
+        "num_envs": env.num_envs,
+        "first_env_index": int(env.env_index[0]),
+    }
     for key, value in mine.items():
         if d.get(key) != value:
             raise ValueError(f"env state mismatch in {key!r}: checkpoint has {d.get(key)!r}, this env has {value!r}")
@@ -91,15 +125,19 @@ def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tenso
     for k, (dtype, shape) in env.state_spec().items():
         v = state[k]
         if not isinstance(v, torch.Tensor) or tuple(v.shape) != shape or v.dtype != dtype:
-            raise ValueError(f"env state {k!r}: expected {dtype} {shape}, "
-                             f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}")
+            raise ValueError(
+                f"env state {k!r}: expected {dtype} {shape}, "
+                f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}"
+            )
     state = {k: state[k].to(env.device) for k in STATE_KEYS}
     _check_ranges(env, state)
     bad = [k for k, ok in _counts_agree(env, lay, state).items() if not ok]
     if bad:
-        raise ValueError(f"env state {bad} disagree with the map in 'cells' (counts of free and covered cells, "
-                         "per-block pools, a blocked border, UAVs on free cells with their footprints covered) "
-                         "or are not finite / negative: not a state this env wrote")
+        raise ValueError(
+            f"env state {bad} disagree with the map in 'cells' (counts of free and covered cells, "
+            "per-block pools, a blocked border, UAVs on free cells with their footprints covered) "
+            "or are not finite / negative: not a state this env wrote"
+        )
     return state
 
 
@@ -108,8 +146,14 @@ def _check_ranges(env: StateOwner, state: dict[str, torch.Tensor]) -> None:
     cfg, pos = env.config, state["pos"]
     checks = {
         "cells": bool(((state["cells"] >= FREE) & (state["cells"] <= BLOCKED)).all()),
-        "pos": bool(((pos[..., 0] >= 0) & (pos[..., 0] < cfg.grid_height)
-                     & (pos[..., 1] >= 0) & (pos[..., 1] < cfg.grid_width)).all()),
+        "pos": bool(
+            (
+                (pos[..., 0] >= 0)
+                & (pos[..., 0] < cfg.grid_height)
+                & (pos[..., 1] >= 0)
+                & (pos[..., 1] < cfg.grid_width)
+            ).all()
+        ),
         "t": bool(((state["t"] >= 0) & (state["t"] <= cfg.max_steps)).all()),
         "episode": bool(((state["episode"] >= 0) & (state["episode"].long() < MAX_KEY)).all()),
         "covered": bool(((state["covered"] >= 0) & (state["covered"] <= state["free"])).all()),
@@ -118,10 +162,12 @@ def _check_ranges(env: StateOwner, state: dict[str, torch.Tensor]) -> None:
     }
     bad = [k for k, ok in checks.items() if not ok]
     if bad:
-        raise ValueError(f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
-                         f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
-                         "episode in [0, 2**31), covered in [0, free], no reset pending unless "
-                         "autoreset_mode='next_step'): not a state this env wrote")
+        raise ValueError(
+            f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
+            f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
+            "episode in [0, 2**31), covered in [0, free], no reset pending unless "
+            "autoreset_mode='next_step'): not a state this env wrote"
+        )
 
 
 def _counts_agree(env: StateOwner, lay: Layout, state: dict[str, torch.Tensor]) -> dict[str, bool]:

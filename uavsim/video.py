@@ -59,8 +59,14 @@ def _start(env: UAVSwarmEnv, env_index: int) -> None:
     env.reset(mask)
 
 
-def record_episode(env: UAVSwarmEnv, policy: Policy, env_index: int = 0, max_steps: int | None = None,
-                   cell_px: int = 8, trail: int = 12) -> EpisodeRecording:
+def record_episode(
+    env: UAVSwarmEnv,
+    policy: Policy,
+    env_index: int = 0,
+    max_steps: int | None = None,
+    cell_px: int = 8,
+    trail: int = 12,
+) -> EpisodeRecording:
     """Start a new episode in environment ``env_index`` and play it with ``policy`` until it ends.
 
     The other environments keep stepping (the policy acts on the whole batch). ``trail`` draws
@@ -95,20 +101,29 @@ def record_episode(env: UAVSwarmEnv, policy: Policy, env_index: int = 0, max_ste
     if final is not None:
         _check_same(final, ref_obs, env_index, "the last step")
     return EpisodeRecording(
-        frames=frames, steps=ref.t, ended=terminated or truncated, terminated=terminated,
-        coverage=float(info["coverage"]), episode_return=float(rules.mean_return(ref.episode_reward)),
-        collisions=ref.episode_collisions, near_misses=ref.episode_near_misses)
+        frames=frames,
+        steps=ref.t,
+        ended=terminated or truncated,
+        terminated=terminated,
+        coverage=float(info["coverage"]),
+        episode_return=float(rules.mean_return(ref.episode_reward)),
+        collisions=ref.episode_collisions,
+        near_misses=ref.episode_near_misses,
+    )
 
 
 def _check_same(batched: dict[str, torch.Tensor], ref: dict[str, np.ndarray], i: int, where: str) -> None:
     for key in ("local", "state"):
         if not np.array_equal(batched[key][i].cpu().numpy(), ref[key]):
-            raise RuntimeError(f"the batched env and the reference disagree at {where} (obs[{key!r}]): "
-                               "was the env's state changed from outside?")
+            raise RuntimeError(
+                f"the batched env and the reference disagree at {where} (obs[{key!r}]): "
+                "was the env's state changed from outside?"
+            )
 
 
-def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: Sequence[int] | None = None,
-                 cell_px: int = 4) -> list[np.ndarray]:
+def record_tiled(
+    env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: Sequence[int] | None = None, cell_px: int = 4
+) -> list[np.ndarray]:
     """Frames of several environments side by side (`render_tiled`) over ``num_steps`` steps.
 
     Drawn from the batched env after each step, so an episode that ended in a step shows the next
@@ -129,8 +144,9 @@ def record_tiled(env: UAVSwarmEnv, policy: Policy, num_steps: int, env_indices: 
     return frames
 
 
-def side_by_side(clips: Sequence[Sequence[np.ndarray]], labels: Sequence[str] | None = None,
-                 gap: int = 4) -> list[np.ndarray]:
+def side_by_side(
+    clips: Sequence[Sequence[np.ndarray]], labels: Sequence[str] | None = None, gap: int = 4
+) -> list[np.ndarray]:
     """Several episodes as one clip: frame t shows each clip's frame t side by side (``gap`` white
     pixels apart), a clip that ended holding its last frame, under a header of ``labels`` (one per
     clip, drawn with Pillow's built-in font) when given. Clips must have frames of one height."""
@@ -203,8 +219,10 @@ def _check_gif_runs(stack: np.ndarray, fps: float) -> None:
         longest = max(longest, run)
     total = sum([1000.0 / fps] * longest)  # Pillow adds the durations up in this order
     if _gif_delay(total) > _GIF_MAX_DELAY:
-        raise ValueError(f"at fps={fps!r} the {longest} identical frames in a row, which a GIF shows as one frame, "
-                         f"would last {total / 1000:.1f} s, more than a GIF frame can (655.35 s): raise fps")
+        raise ValueError(
+            f"at fps={fps!r} the {longest} identical frames in a row, which a GIF shows as one frame, "
+            f"would last {total / 1000:.1f} s, more than a GIF frame can (655.35 s): raise fps"
+        )
 
 
 def check_video_path(path: str | Path, fps: float = 8.0) -> Path:
@@ -236,8 +254,9 @@ def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = 8.0
     try:
         import imageio_ffmpeg  # noqa: F401
     except ImportError as e:
-        raise ImportError("writing MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); "
-                          "or write a .gif") from e
+        raise ImportError(
+            "writing MP4 needs the imageio-ffmpeg package (pip install imageio-ffmpeg); or write a .gif"
+        ) from e
     fps = _check_fps(fps)
     h, w = stack.shape[1:3]  # H.264 with yuv420p needs even sides: pad with white
     stack = np.pad(stack, ((0, 0), (0, h % 2), (0, w % 2), (0, 0)), constant_values=255)
@@ -269,12 +288,14 @@ def gif_bytes(frames: Sequence[np.ndarray], fps: float = 8.0) -> bytes:
     return buffer.getvalue()
 
 
-def log_video(writer: Any, tag: str, frames: Sequence[np.ndarray], global_step: int | None = None,
-              fps: float = 8.0) -> None:
+def log_video(
+    writer: Any, tag: str, frames: Sequence[np.ndarray], global_step: int | None = None, fps: float = 8.0
+) -> None:
     """Log frames to a ``torch.utils.tensorboard.SummaryWriter`` as an animated GIF (Images tab)."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     stack = _check_frames(frames)
-    image = Summary.Image(height=stack.shape[1], width=stack.shape[2], colorspace=3,
-                          encoded_image_string=gif_bytes(stack, fps))
+    image = Summary.Image(
+        height=stack.shape[1], width=stack.shape[2], colorspace=3, encoded_image_string=gif_bytes(stack, fps)
+    )
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), global_step)

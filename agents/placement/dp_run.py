@@ -46,9 +46,7 @@ class Pool(Protocol):
 class MapRun:
     """State of one map over ``items`` on ``pool``'s workers (see :meth:`WorkerPool.map`)."""
 
-    def __init__(
-        self, pool: Pool, items: list, retries: int, item_timeout: float | None, progress: bool, desc: str
-    ):
+    def __init__(self, pool: Pool, items: list, retries: int, item_timeout: float | None, progress: bool, desc: str):
         self.pool, self.items, self.retries, self.item_timeout = pool, items, retries, item_timeout
         n = len(items)
         self.results: list[Any] = [_MISSING] * n
@@ -267,8 +265,10 @@ class MapRun:
         if all(s.died_starting is not None for s in slots):
             # a crash before make_worker returned, or a child that never reached worker_main: the
             # workers' own output (stderr) holds the reason, which the parent never receives
-            why = (f"; every worker died before it was ready ({slots[0].died_starting}), their own output says "
-                   "why (a script that starts workers needs an `if __name__ == \"__main__\":` guard)")
+            why = (
+                f"; every worker died before it was ready ({slots[0].died_starting}), their own output says "
+                'why (a script that starts workers needs an `if __name__ == "__main__":` guard)'
+            )
         for index in list(self.retry) + list(self.pending):
             summary = "no live worker left to run this item (all died and used up their restarts)" + why
             text = summary

@@ -20,8 +20,18 @@ def env():
     return e
 
 
-@pytest.mark.parametrize("bad, error", [(True, TypeError), (0.5, TypeError), ("0", TypeError), (None, TypeError),
-                                        (np.float64(1.0), TypeError), (3, ValueError), (-1, ValueError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (True, TypeError),
+        (0.5, TypeError),
+        ("0", TypeError),
+        (None, TypeError),
+        (np.float64(1.0), TypeError),
+        (3, ValueError),
+        (-1, ValueError),
+    ],
+)
 def test_render_env_index_must_name_an_environment(env, bad, error):
     with pytest.raises(error, match=r"env_index must be (an int )?in \[0, 3\)"):
         env.render(bad)
@@ -31,29 +41,43 @@ def test_render_takes_numpy_integers(env):
     assert np.array_equal(env.render(np.int64(2), 2), env.render(2, 2))
 
 
-@pytest.mark.parametrize("indices", [np.array([0, 2]), torch.tensor([0, 2]), (0, 2), range(0, 3, 2),
-                                     [np.int32(0), np.int64(2)]])
+@pytest.mark.parametrize(
+    "indices", [np.array([0, 2]), torch.tensor([0, 2]), (0, 2), range(0, 3, 2), [np.int32(0), np.int64(2)]]
+)
 def test_render_tiled_takes_arrays_tensors_and_sequences_of_ints(env, indices):
     assert np.array_equal(render_tiled(env, indices, cell_px=2), render_tiled(env, [0, 2], cell_px=2))
 
 
-@pytest.mark.parametrize("indices, error, match", [
-    ([], ValueError, "empty"), (np.array([], dtype=np.int64), ValueError, "empty"),
-    ([0, True], TypeError, r"env_indices\[1\]"), ([0, 3], ValueError, r"env_indices\[1\] must be in \[0, 3\)"),
-    (np.array([0.0, 1.0]), TypeError, "1-D integers"), (torch.tensor([True, False]), TypeError, "1-D integers"),
-    (np.array([[0, 1]]), TypeError, "1-D integers"), (2, TypeError, "sequence of ints"),
-    ("01", TypeError, "sequence of ints"),
-])
+@pytest.mark.parametrize(
+    "indices, error, match",
+    [
+        ([], ValueError, "empty"),
+        (np.array([], dtype=np.int64), ValueError, "empty"),
+        ([0, True], TypeError, r"env_indices\[1\]"),
+        ([0, 3], ValueError, r"env_indices\[1\] must be in \[0, 3\)"),
+        (np.array([0.0, 1.0]), TypeError, "1-D integers"),
+        (torch.tensor([True, False]), TypeError, "1-D integers"),
+        (np.array([[0, 1]]), TypeError, "1-D integers"),
+        (2, TypeError, "sequence of ints"),
+        ("01", TypeError, "sequence of ints"),
+    ],
+)
 def test_render_tiled_rejects_bad_env_indices(env, indices, error, match):
     with pytest.raises(error, match=match):
         render_tiled(env, indices)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(cols=0), ValueError, "cols must be >= 1, got 0"), (dict(cols=-1), ValueError, "cols must be >= 1"),
-    (dict(cols=1.5), TypeError, "cols must be an int"), (dict(cols=True), TypeError, "cols must be an int"),
-    (dict(gap=-100), ValueError, "gap must be >= 0, got -100"), (dict(gap=0.5), TypeError, "gap must be an int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(cols=0), ValueError, "cols must be >= 1, got 0"),
+        (dict(cols=-1), ValueError, "cols must be >= 1"),
+        (dict(cols=1.5), TypeError, "cols must be an int"),
+        (dict(cols=True), TypeError, "cols must be an int"),
+        (dict(gap=-100), ValueError, "gap must be >= 0, got -100"),
+        (dict(gap=0.5), TypeError, "gap must be an int"),
+    ],
+)
 def test_render_tiled_rejects_bad_layout(env, kwargs, error, match):
     with pytest.raises(error, match=match):
         render_tiled(env, [0, 1], **kwargs)
@@ -65,17 +89,21 @@ def test_render_tiled_layout_arguments_still_work(env):
 
 
 @pytest.mark.parametrize("policy_cls", [GreedyFrontierPolicy, CoordinatedFrontierPolicy])
-@pytest.mark.parametrize("check_every, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
-                                                (True, TypeError)])
+@pytest.mark.parametrize("check_every, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)])
 def test_greedy_check_every_must_be_a_positive_int(env, policy_cls, check_every, error):
     with pytest.raises(error, match="check_every"):
         policy_cls(env, check_every=check_every)
 
 
-@pytest.mark.parametrize("claim_radius, error, match", [(-1, ValueError, r"claim_radius must be >= 0, got -1"),
-                                                        (1.5, TypeError, "claim_radius must be an int"),
-                                                        (True, TypeError, "claim_radius must be an int"),
-                                                        ("2", TypeError, "claim_radius must be an int")])
+@pytest.mark.parametrize(
+    "claim_radius, error, match",
+    [
+        (-1, ValueError, r"claim_radius must be >= 0, got -1"),
+        (1.5, TypeError, "claim_radius must be an int"),
+        (True, TypeError, "claim_radius must be an int"),
+        ("2", TypeError, "claim_radius must be an int"),
+    ],
+)
 def test_coordinated_claim_radius_must_be_a_non_negative_int(env, claim_radius, error, match):
     with pytest.raises(error, match=match):
         CoordinatedFrontierPolicy(env, claim_radius=claim_radius)
@@ -93,10 +121,15 @@ def test_greedy_takes_numpy_integers(env):
     assert policy(env).shape == (3, SMALL.num_uavs)
 
 
-@pytest.mark.parametrize("other, field", [(SMALL.replace(grid_height=14), "grid_height=12.*grid_height=14"),
-                                          (SMALL.replace(grid_width=14), "grid_width=12.*grid_width=14"),
-                                          (SMALL.replace(obs_radius=5), "pad=3.*pad=5"),  # a wider padded map
-                                          (SMALL.replace(moves=8), "moves=4.*moves=8")])
+@pytest.mark.parametrize(
+    "other, field",
+    [
+        (SMALL.replace(grid_height=14), "grid_height=12.*grid_height=14"),
+        (SMALL.replace(grid_width=14), "grid_width=12.*grid_width=14"),
+        (SMALL.replace(obs_radius=5), "pad=3.*pad=5"),  # a wider padded map
+        (SMALL.replace(moves=8), "moves=4.*moves=8"),
+    ],
+)
 @pytest.mark.parametrize("policy_cls", [GreedyFrontierPolicy, CoordinatedFrontierPolicy])
 def test_greedy_refuses_an_env_of_another_layout(env, other, field, policy_cls):
     policy = policy_cls(env)

@@ -11,17 +11,20 @@ from uavsim.cgroup import cpu_quota
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 
 
-@pytest.mark.parametrize("flags, aten, onednn, expected", [
-    (AMX, None, None, "AMX"),
-    ({"avx2", "avx512f", "avx512_bf16"}, None, None, "AVX512-BF16"),
-    ({"avx2", "avx512f"}, None, None, "AVX-512"),
-    ({"avx2", "fma"}, None, None, "AVX2"),
-    ({"sse4_2"}, None, None, "baseline"),
-    (AMX, "avx2", "AVX2", "AVX2"),  # how an AMX machine is made to behave like an AVX2 one
-    (AMX, None, "avx512_core_bf16", "AVX512-BF16"),
-    (AMX, "avx2", None, "AVX2"),
-    ({"avx2"}, None, "AVX512_CORE_AMX", "AVX2"),  # a cap never raises the class
-])
+@pytest.mark.parametrize(
+    "flags, aten, onednn, expected",
+    [
+        (AMX, None, None, "AMX"),
+        ({"avx2", "avx512f", "avx512_bf16"}, None, None, "AVX512-BF16"),
+        ({"avx2", "avx512f"}, None, None, "AVX-512"),
+        ({"avx2", "fma"}, None, None, "AVX2"),
+        ({"sse4_2"}, None, None, "baseline"),
+        (AMX, "avx2", "AVX2", "AVX2"),  # how an AMX machine is made to behave like an AVX2 one
+        (AMX, None, "avx512_core_bf16", "AVX512-BF16"),
+        (AMX, "avx2", None, "AVX2"),
+        ({"avx2"}, None, "AVX512_CORE_AMX", "AVX2"),  # a cap never raises the class
+    ],
+)
 def test_cpu_class_from_flags_and_caps(flags, aten, onednn, expected):
     assert hardware.classify_cpu(frozenset(flags), aten, onednn) == expected
 

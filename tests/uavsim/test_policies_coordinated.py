@@ -48,9 +48,11 @@ def test_it_is_importable_from_its_own_module_first_and_only_there():
     import subprocess
     import sys
 
-    code = ("from uavsim.coordinated import CoordinatedFrontierPolicy as A; "
-            "from uavsim.policies import GreedyFrontierPolicy as B; import uavsim.policies; "
-            "assert issubclass(A, B) and not hasattr(uavsim.policies, 'CoordinatedFrontierPolicy')")
+    code = (
+        "from uavsim.coordinated import CoordinatedFrontierPolicy as A; "
+        "from uavsim.policies import GreedyFrontierPolicy as B; import uavsim.policies; "
+        "assert issubclass(A, B) and not hasattr(uavsim.policies, 'CoordinatedFrontierPolicy')"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -83,8 +85,18 @@ def test_environment_b_plays_the_same_moves_whatever_the_batch_size():
 
 # -- a hand-made map ---------------------------------------------------------------------------
 
-CORRIDOR = EnvConfig(grid_height=3, grid_width=11, num_uavs=2, num_obstacles=0, obstacle_max_size=3, launch_size=2,
-                     sensor_radius=0, obs_radius=1, max_steps=50, state_pool=1)
+CORRIDOR = EnvConfig(
+    grid_height=3,
+    grid_width=11,
+    num_uavs=2,
+    num_obstacles=0,
+    obstacle_max_size=3,
+    launch_size=2,
+    sensor_radius=0,
+    obs_radius=1,
+    max_steps=50,
+    state_pool=1,
+)
 
 
 def draw(env: UAVSwarmEnv, picture: list[str], uavs: list[tuple[int, int]]) -> None:
@@ -129,8 +141,17 @@ def test_two_uavs_on_one_cell_of_a_corridor_go_opposite_ways(seed):
 def test_a_uav_walks_around_a_wall_not_into_it():
     # The uncovered cell lies straight south, behind a wall: the only shortest path goes east
     # first (through the gap), never south into the wall.
-    cfg = EnvConfig(grid_height=5, grid_width=5, num_uavs=1, num_obstacles=0, launch_size=1, sensor_radius=0,
-                    obs_radius=1, max_steps=50, state_pool=1)
+    cfg = EnvConfig(
+        grid_height=5,
+        grid_width=5,
+        num_uavs=1,
+        num_obstacles=0,
+        launch_size=1,
+        sensor_radius=0,
+        obs_radius=1,
+        max_steps=50,
+        state_pool=1,
+    )
     picture = [".....", "####.", ".....", ".###.", "o...."]
     env = UAVSwarmEnv(cfg, num_envs=8, seed=0)
     env.reset()
@@ -151,6 +172,7 @@ def test_it_hovers_when_nothing_is_left_to_cover():
 
 
 # -- the auction against a naive loop over UAVs ---------------------------------------------------
+
 
 def path_lengths(policy: CoordinatedFrontierPolicy, cells: np.ndarray, start: int) -> dict[int, int]:
     """Moves from ``start`` to every reachable cell of one padded map (a plain BFS)."""
@@ -182,24 +204,30 @@ def naive_auction(policy: CoordinatedFrontierPolicy, cells: np.ndarray, here: li
         if not bids:
             break
         near = lambda a, b: abs(a // wp - b // wp) <= r and abs(a % wp - b % wp) <= r  # noqa: E731
-        won = [u for u, (bid, cell) in bids.items()
-               if not any(near(cell, other) and (b < bid or (b == bid and v < u))
-                          for v, (b, other) in bids.items() if v != u)]
+        won = [
+            u
+            for u, (bid, cell) in bids.items()
+            if not any(
+                near(cell, other) and (b < bid or (b == bid and v < u)) for v, (b, other) in bids.items() if v != u
+            )
+        ]
         for u in won:
             target[u] = bids[u][1]
             todo.discard(u)
             avail -= {i for i in avail if near(i, bids[u][1])}
     for u in todo:  # left over: the nearest uncovered cell, claimed or not
-        options = [(dist[u][cell] * c + rank[cell], cell) for cell in range(c)
-                   if cells[cell] == FREE and cell in dist[u]]
+        options = [
+            (dist[u][cell] * c + rank[cell], cell) for cell in range(c) if cells[cell] == FREE and cell in dist[u]
+        ]
         target[u] = min(options)[1] if options else -1
     return target
 
 
 @pytest.mark.parametrize("claim_radius", [0, 2, 3])
 def test_targets_match_a_naive_auction_and_moves_follow_shortest_paths(claim_radius):
-    cfg = EnvConfig(grid_height=10, grid_width=12, num_uavs=5, num_obstacles=10, max_steps=40, launch_size=3,
-                    obs_radius=2)
+    cfg = EnvConfig(
+        grid_height=10, grid_width=12, num_uavs=5, num_obstacles=10, max_steps=40, launch_size=3, obs_radius=2
+    )
     env = UAVSwarmEnv(cfg, num_envs=6, seed=11)
     env.reset()
     policy = CoordinatedFrontierPolicy(env, seed=2, claim_radius=claim_radius)
