@@ -200,9 +200,9 @@ class Config:
     def env_steps_per_iteration(self) -> int:
         return self.train.num_steps * self.num_envs
 
-    @property
-    def num_iterations(self) -> int:
-        return max(1, self.train.total_env_steps // self.env_steps_per_iteration)
+    def num_iterations(self, world_size: int = 1) -> int:
+        """Iterations of the run when `world_size` torchrun ranks each play `env.num_envs`."""
+        return max(1, self.train.total_env_steps // (self.env_steps_per_iteration * world_size))
 
 
 def _wrap(err: OmegaConfBaseException, source: str, key_hint: str = "?") -> Exception:

@@ -41,15 +41,14 @@ import torch
 from tqdm import tqdm
 
 from agents.run import checkpoint as ckpt
-from agents.algo.networks import Actor, make_actor
+from agents.algo.networks import Actor, Form, make_actor
 from agents.algo.action_noise import ActionNoise
-from agents.algo.rollout import agent_ids, policy_step, reset_where_done
-from uavsim import hardware, rules
+from agents.algo.rollout import agent_ids, reset_where_done
+from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
-from uavsim.policies import CoordinatedFrontierPolicy, GreedyFrontierPolicy, RandomPolicy
-from uavsim.render import env_codes, render_grid
-from uavsim.video import side_by_side, write_video
+from uavsim.scripted import make_scripted
+from uavsim.video import record_episode, side_by_side, write_video
 
 EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
 METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses", "return", "length")
@@ -61,16 +60,14 @@ COMPARED = {"greedy": "greedy", "coordinated": "coordinated", "policy": "MAPPO (
 
 
 @torch.no_grad()
-def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: int | None = None,
-                 cell_px: int = 8, on_step: Callable[[], object] | None = None
-                 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor],
+                 on_step: Callable[[], object] | None = None) -> dict[str, np.ndarray]:
     """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`.
 
-    Returns per-environment results (NumPy `[B]` per metric, and `coverage_curve` `[B, max_steps
-    + 1]`: the coverage at each step, held at its final value once the episode ended) and, for
-    environment `record`, RGB frames of every step with the trajectories so far, ending on the
-    terminal map (host reads are fine here: this is evaluation, not the training loop; the curve
-    stays on the device until the end). `on_step()` runs after every step (a progress bar's update).
+    Returns per-environment results: NumPy `[B]` per metric, and `coverage_curve` `[B, max_steps
+    + 1]`, the coverage at each step, held at its final value once the episode ended (host reads
+    are fine here: this is evaluation, not the training loop; the curve stays on the device until
+    the end). `on_step()` runs after every step (a progress bar's update).
     """
     cfg, b = env.config, env.num_envs
     obs = env.reset()
@@ -78,14 +75,7 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
     res = {k: torch.zeros(b, dtype=torch.float64, device=env.device) for k in METRICS}
     curve = torch.empty(cfg.max_steps + 1, b, dtype=torch.float32, device=env.device)
     curve[0] = obs["state"][:, -1]  # the global state ends with the coverage (uavsim.rules)
-    frames: list[np.ndarray] = []
-    trail: list[np.ndarray] = []
     for t in range(cfg.max_steps):
-        recording = record is not None and not bool(ended[record])
-        if recording:
-            codes, pos = (a.copy() for a in env_codes(env, record))  # on the CPU these alias the live state
-            frames.append(render_grid(cfg, codes, pos, cell_px, np.stack(trail) if trail else None))
-            trail.append(pos)
         obs, _reward, terminated, truncated, info = env.step(act(obs))
         done = terminated | truncated
         first = done & ~ended
@@ -97,11 +87,6 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
         for k, v in values.items():
             res[k] = torch.where(first, v.double(), res[k])
         curve[t + 1] = torch.where(ended, curve[t], info["coverage"])  # before the autoreset
-        if recording and bool(done[record]):
-            # The env auto-resets inside its final step; draw the terminal map from the map before
-            # that step, the final positions (from the final global state) and their footprints.
-            final_pos = final_positions(cfg, info["final_obs"]["state"][record])
-            frames.append(render_grid(cfg, cover(cfg, codes, final_pos), final_pos, cell_px, np.stack(trail)))
         ended |= done
         if on_step is not None:
             on_step()
@@ -110,27 +95,20 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], record: 
             break
     out = {k: v.cpu().numpy() for k, v in res.items()}
     out["coverage_curve"] = curve.T.double().cpu().numpy()
-    return out, frames
+    return out
 
 
-def final_positions(cfg: EnvConfig, state: torch.Tensor) -> np.ndarray:
-    """`[N, 2]` (row, col) decoded from one global state vector, where positions are stored as
-    row / (H - 1), col / (W - 1) after the 2 P^2 pooled map entries."""
-    start = 2 * cfg.state_pool**2
-    rc = state[start:start + 2 * cfg.num_uavs].view(cfg.num_uavs, 2).double().cpu().numpy()
-    return np.rint(rc * [cfg.grid_height - 1, cfg.grid_width - 1]).astype(np.int64)
-
-
-def cover(cfg: EnvConfig, codes: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """`codes [H, W]` with the free cells of every UAV's sensor footprint at `pos` covered."""
-    codes = codes.copy()
-    foot = rules.footprint_offsets(cfg)
-    for r, c in pos:
-        rr, cc = r + foot[:, 0], c + foot[:, 1]
-        ok = (rr >= 0) & (rr < cfg.grid_height) & (cc >= 0) & (cc < cfg.grid_width)
-        hit = codes[rr[ok], cc[ok]]
-        codes[rr[ok], cc[ok]] = np.where(hit == rules.FREE, rules.COVERED, hit)
-    return codes
+def first_episode_frames(env_cfg: EnvConfig, act_for: Callable[[UAVSwarmEnv], Callable[[dict], torch.Tensor]],
+                         seed: int, device: torch.device) -> list[np.ndarray]:
+    """RGB frames of episode 0 of environment 0 of `seed` (the first map `run_episodes` plays),
+    played by `act_for(env)` on a one-environment batch and drawn by `uavsim.video.record_episode`
+    (beside the NumPy reference, which keeps the terminal map the autoreset replaces), each with the
+    whole trail. The trained actor plays the episode it played in the batch (its sampling noise is
+    per environment); the scripted planners' random tie-breaks depend on the batch, so theirs may
+    differ from their batch's episode 0 by a tie."""
+    env = UAVSwarmEnv(env_cfg, num_envs=1, device=device, seed=seed)  # not reset: record_episode plays episode 0
+    act = act_for(env)
+    return record_episode(env, lambda e: act(e.observe()), env_index=0, trail=env_cfg.max_steps).frames
 
 
 def summarize(res: dict[str, np.ndarray]) -> dict[str, float]:
@@ -147,28 +125,16 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     noise = ActionNoise(seed, env.env_index, env.num_uavs)  # env b's draws whatever the batch
     if not actor.recurrent:
-        return lambda obs: policy_step(actor, obs, agent, noise, autocast, deterministic)[0]
+        return lambda obs: actor.act(obs, agent, noise, autocast, deterministic)[0]
     hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device)
 
     def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal hidden
         hidden = reset_where_done(hidden, env.state["t"] == 0)
-        actions, _, _, hidden = policy_step(actor, obs, agent, noise, autocast, deterministic, hidden)
+        actions, _, _, hidden = actor.act(obs, agent, noise, autocast, deterministic, hidden)
         return actions
 
     return act
-
-
-def scripted_policy(name: str, env: UAVSwarmEnv, seed: int) -> Callable[[UAVSwarmEnv], torch.Tensor]:
-    """One of `BASELINES` for `env`. The frontier planners keep their own default seed: their
-    results on a set of maps do not depend on the evaluation seed's value, only on the maps."""
-    if name == "random":
-        return RandomPolicy(env, seed)
-    if name == "greedy":
-        return GreedyFrontierPolicy(env)
-    if name == "coordinated":
-        return CoordinatedFrontierPolicy(env)
-    raise ValueError(f"unknown baseline {name!r}; expected one of {BASELINES}")
 
 
 def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
@@ -180,26 +146,25 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
     def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
         if name in ("policy", "policy_sampled"):
             return actor_policy(actor, env, name == "policy", seed)
-        scripted = scripted_policy(name, env, seed)
+        scripted = make_scripted(name, env, seed)
         return lambda obs: scripted(env)
 
-    raw, frames = {}, {}
+    raw = {}
     disable = None if progress is None else not progress  # tqdm: None disables it off a terminal
     total = len(POLICIES) * env_cfg.max_steps
     with tqdm(total=total, unit="step", desc="evaluate", disable=disable, file=sys.stderr) as bar:
         for i, name in enumerate(POLICIES):
             env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
             bar.set_postfix(policy=name)
-            raw[name], drawn = run_episodes(env, policy(name, env), record=0 if record and name in RECORDED else None,
-                                            on_step=bar.update)
-            if drawn:
-                frames[name] = drawn
+            raw[name] = run_episodes(env, policy(name, env), on_step=bar.update)
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
     results = {name: summarize(res) for name, res in raw.items()}
     for base in ("greedy", "coordinated"):
         results[f"paired_vs_{base}"] = {name: paired_difference(raw[name], raw[base])
                                         for name in ("policy", "policy_sampled")}
     results["coverage_curve"] = {name: curve_summary(res["coverage_curve"]) for name, res in raw.items()}
+    frames = {name: first_episode_frames(env_cfg, lambda env, name=name: policy(name, env), seed, device)
+              for name in (RECORDED if record else ())}
     return results, frames
 
 
@@ -256,9 +221,10 @@ def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
     out = {}
     for prefix, deterministic in (("eval", True), ("eval_sampled", False)):
         env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
-        act = actor_policy(learner.actor, env, deterministic, seed, learner.autocast)
-        res, frames = run_episodes(env, act, record=0 if deterministic else None)
-        if frames:
+        res = run_episodes(env, actor_policy(learner.actor, env, deterministic, seed, learner.autocast))
+        if deterministic:
+            frames = first_episode_frames(env.config, lambda e: actor_policy(learner.actor, e, True, seed,
+                                                                             learner.autocast), seed, env.device)
             logger.image(f"{prefix}/episode", frames[-1], learner.env_steps)
         out.update({f"{prefix}/{k}": v for k, v in summarize(res).items() if k != "episodes"})
     for name in ("greedy", "coordinated"):
@@ -279,8 +245,8 @@ def baseline_reference(name: str, env_cfg: EnvConfig, num_envs: int, seed: int,
     key = (name, tuple(sorted(env_cfg.to_dict().items())), num_envs, seed, str(device))
     if key not in _BASELINE_RESULTS:
         env = UAVSwarmEnv(env_cfg, num_envs=num_envs, device=device, seed=seed)
-        policy = scripted_policy(name, env, seed)
-        _BASELINE_RESULTS[key] = summarize(run_episodes(env, lambda obs: policy(env))[0])
+        policy = make_scripted(name, env, seed)
+        _BASELINE_RESULTS[key] = summarize(run_episodes(env, lambda obs: policy(env)))
     return _BASELINE_RESULTS[key]
 
 
@@ -327,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         path, payload = ckpt.load_latest(args.checkpoint)
         cfg = saved_config(path, payload)
         env_cfg = cfg.env_config()
-        actor = make_actor(env_cfg, cfg.model)
+        actor = make_actor(env_cfg, cfg.model, form=Form.epilogue)
         try:
             actor.load_state_dict(payload["actor"])
         except RuntimeError as err:

@@ -25,8 +25,7 @@ from agents.run import machine_defaults
 from agents.config import Config, Teacher, load_config, to_dict, to_yaml
 from agents.algo.replicas import Replicas
 from agents.run.distributed import setup as setup_replicas
-from agents.algo.learner import (Learner, build_learner, num_iterations, read_episode_stats, read_metrics,
-                            steps_per_iteration, train_iteration)
+from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
 from agents.run.learner_state import learner_state, load_learner_state
 from agents.run.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
 from agents.run.resume import check_run_dir, resume_config, resume_run_dir
@@ -41,7 +40,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 # -- the loop ------------------------------------------------------------------------------------
 def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: dict[str, float]) -> dict:
     it_time = t["env"] + t["learn"]
-    steps = steps_per_iteration(learner)
+    steps = learner.steps_per_iteration
     agent_steps = steps * learner.env.num_uavs
     out = {
         "charts/episodic_return": ep["return"], "charts/episodic_length": ep["length"],
@@ -125,7 +124,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     learner = build_learner(cfg, device, replicas)
     if payload is not None:
         load_learner_state(learner, payload, str(source))
-        if learner.iteration >= num_iterations(learner):
+        if learner.iteration >= learner.num_iterations:
             raise ValueError(f"nothing to do: checkpoint {source} already holds {learner.env_steps} env steps, "
                              f"train.total_env_steps={cfg.train.total_env_steps}; raise it to continue")
     if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
@@ -143,8 +142,8 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     if payload is None and cfg.imitation.teacher != Teacher.none:  # a resumed actor was cloned before
         _warm_start(learner, logger)
     timer = PhaseTimer(device)
-    iterations = num_iterations(learner)
-    total = iterations * steps_per_iteration(learner)
+    iterations = learner.num_iterations
+    total = iterations * learner.steps_per_iteration
     bar = tqdm(total=total, initial=learner.env_steps, unit="step", unit_scale=True, dynamic_ncols=True,
                disable=not (cfg.run.progress and replicas.is_main), desc="mappo")
     try:
@@ -180,14 +179,14 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
     shown: dict[str, str] = {}  # episode-end coverage of the latest iteration that ended episodes
     while learner.iteration < iterations:
         before = learner.env_steps
-        metrics = train_iteration(learner, timer)
+        metrics = train_iteration(learner, timer.mark)
         m, ep, t = read_metrics(metrics, replicas), read_episode_stats(learner), timer.seconds()
         logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
         bar.update(learner.env_steps - before)
         if ep["episodes"] > 0:
             shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
         bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
-                        sps=f"{steps_per_iteration(learner) / (t['env'] + t['learn']):.0f}")
+                        sps=f"{learner.steps_per_iteration / (t['env'] + t['learn']):.0f}")
         problem = iteration_problem(m, cfg.train)
         if problem is not None:
             learner.bad_iterations += 1

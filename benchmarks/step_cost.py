@@ -8,8 +8,8 @@ the aten ops that would each launch a kernel and the bytes of their operands, pe
 
     env.step[<mode>]   `UAVSwarmEnv.step` in each reset / autoreset / observation-dtype mode
                        (`ENV_MODES`), with the trainer's settings (`check_action_range=False`);
-    policy step        `agents.algo.rollout.policy_step` with the trainer config's networks, fp32 and bf16;
-    rollout step       one iteration of `agents.algo.rollout.collect`'s loop: policy step, storage
+    policy step        `Actor.act` (agents.algo.networks) with the trainer config's networks, fp32 and bf16;
+    rollout step       one iteration of `agents.algo.learner.collect`'s loop: policy step, storage
                        writes, env.step, episode statistics (trainer config, bf16);
     PPO minibatch      `agents.algo.ppo.minibatch_loss` + backward + `optimizer_step`, at the trainer
                        config's minibatch.
@@ -36,7 +36,6 @@ bandwidth and kernels do not overlap: a model to compare designs with, not a mea
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -180,27 +179,27 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
 
 
 def rollout_step(learner, agent: torch.Tensor, t: torch.Tensor) -> None:
-    """One step of `agents.algo.rollout.collect`: `agents.algo.rollout.rollout_step` on `learner`'s storage row `t`."""
+    """One step of `agents.algo.learner.collect`: `agents.algo.rollout.rollout_step` on `learner`'s storage row `t`."""
     from agents.algo.rollout import rollout_step as step
 
     learner.obs, learner.hidden = step(learner.env, learner.actor, learner.storage, learner.stats,
                                        learner.action_noise, learner.autocast, agent, learner.obs, learner.hidden, t)
 
 
-def minibatch_update(learner, batch, frames: torch.Tensor) -> None:
+def minibatch_update(learner, batch, steps: torch.Tensor) -> None:
     """One minibatch of `agents.algo.ppo.update`: loss, backward, `optimizer_step`."""
     from agents.algo.ppo import minibatch_loss, optimizer_step
 
     tc = learner.cfg.train
-    loss, _ = minibatch_loss(learner.actor, learner.critic, batch, frames, tc, learner.autocast)
+    loss, _ = minibatch_loss(learner.actor, learner.critic, batch, steps, tc, learner.autocast)
     learner.optimizer.zero_grad(set_to_none=True)
     learner.scaler.scale(loss).backward()
     optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, tc.max_grad_norm)
 
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:
-    from agents.algo.learner import prepare_batch
-    from agents.algo.rollout import agent_ids, collect, policy_step
+    from agents.algo.learner import collect, prepare_batch
+    from agents.algo.rollout import agent_ids
 
     out: dict[str, dict[str, Any]] = {}
     for amp in ("off", "bf16"):
@@ -210,12 +209,12 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
 
         @torch.no_grad()  # as in collect
         def policy(_i, learner=learner, agent=agent):
-            policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast)
+            learner.actor.act(learner.obs, agent, learner.action_noise, learner.autocast)
 
         out[name] = count_calls(policy, args.steps, args.num_envs)
         small = learner_for(args.explain_envs, 2, amp, args.episode_length)
         small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
-        out[name]["graph_breaks"] = graph_breaks(torch.no_grad()(policy_step), small.actor, small.obs, small_agent,
+        out[name]["graph_breaks"] = graph_breaks(torch.no_grad()(small.actor.act), small.obs, small_agent,
                                                  small.action_noise, small.autocast)
 
     learner = learner_for(args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16",
@@ -231,18 +230,16 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
 
     # The update at the trainer config's batch geometry (its num_envs and num_steps).
     learner = learner_for(args.update_envs, args.update_steps, "bf16", args.episode_length)
-    learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
-                                          learner.storage, learner.stats, learner.action_noise, learner.autocast,
-                                          learner.hidden)
+    collect(learner)
     batch, _ = prepare_batch(learner)
     steps = batch.state.shape[0]
     mb = steps // learner.cfg.train.num_minibatches
     perm = torch.randperm(steps, generator=torch.Generator().manual_seed(0))
-    frames = [perm[i * mb:(i + 1) * mb] for i in range(args.update_calls + 1)]
-    minibatch_update(learner, batch, frames[-1])  # not counted: the first step also creates Adam's state
-    out["PPO minibatch[bf16]"] = count_calls(lambda i: minibatch_update(learner, batch, frames[i]),
+    minibatches = [perm[i * mb:(i + 1) * mb] for i in range(args.update_calls + 1)]
+    minibatch_update(learner, batch, minibatches[-1])  # not counted: the first step also creates Adam's state
+    out["PPO minibatch[bf16]"] = count_calls(lambda i: minibatch_update(learner, batch, minibatches[i]),
                                              args.update_calls, mb)
-    out["PPO minibatch[bf16]"]["graph_breaks"] = graph_breaks(minibatch_update, learner, batch, frames[0])
+    out["PPO minibatch[bf16]"]["graph_breaks"] = graph_breaks(minibatch_update, learner, batch, minibatches[0])
     return out
 
 
@@ -250,19 +247,20 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
 def fused_paths(args) -> dict[str, dict[str, Any]]:
     """The bf16 policy step captured whole and fused by inductor, counted by inductor
     (`benchmarks.fused_count`): the policy part of what `train.compile_rollout` runs on CUDA, at the
-    same batch, with the actor's first layer in the form it compiles (`for_inductor`), and, beside it,
-    in the eager form (the GEMM chain) compiled alike. Not the whole rollout step: inductor counts a
+    same batch, with the actor in the form it compiles (`Form.fused`), and, beside it, in the
+    trainer's eager form (`Form.epilogue`: the GEMM chain) compiled alike. Not the whole rollout step: inductor counts a
     write of one row into the rollout's storage (and a gather from the env's maps) as its whole
     buffer, which would bury the step's traffic."""
-    from agents.algo.rollout import agent_ids, policy_step
+    from agents.algo.networks import Form, with_form
+    from agents.algo.rollout import agent_ids
     from benchmarks.fused_count import fused_count
 
     learner = learner_for(args.num_envs, 2, "bf16", args.episode_length)
     agent = agent_ids(args.num_envs, learner.env.num_uavs, learner.env.device)
     out = {}
-    for name, for_inductor in (("policy step[bf16]", True), ("policy step[bf16], eager form compiled", False)):
-        step = torch.no_grad()(functools.partial(policy_step, for_inductor=for_inductor))
-        out[name] = fused_count(step, learner.actor, learner.obs, agent, learner.action_noise, learner.autocast,
+    for name, form in (("policy step[bf16]", Form.fused), ("policy step[bf16], eager form compiled", Form.epilogue)):
+        step = torch.no_grad()(with_form(learner.actor, form).act)
+        out[name] = fused_count(step, learner.obs, agent, learner.action_noise, learner.autocast,
                                 env_steps_per_call=args.num_envs)
         out[name]["eager_path"] = "policy step[bf16]"
     return out

@@ -70,7 +70,8 @@ def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False, c
     learner = build_learner(cfg, torch.device(device))
 
     def iteration(timer: PhaseTimer | None = None):
-        read_metrics(train_iteration(learner, timer))  # the trainer reads its metrics once per iteration too
+        # the trainer reads its metrics once per iteration too
+        read_metrics(train_iteration(learner, timer.mark) if timer else train_iteration(learner))
 
     def phase_seconds() -> dict[str, float]:
         """One iteration's rollout and update seconds (the trainer's own phase marks)."""

@@ -38,8 +38,9 @@ from agents.config import Teacher
 from agents.algo.heading import HEADING_DIM
 from agents.algo.learner import Learner
 from agents.algo.networks import Actor
-from agents.algo.rollout import agent_ids, policy_step
+from agents.algo.rollout import agent_ids
 from uavsim.env import UAVSwarmEnv
+from uavsim.scripted import make_scripted
 
 DEMO_FIRST_ENV = 2**30  # global env index of rank 0's first demonstration environment (MAX_KEY is 2**31)
 
@@ -82,13 +83,10 @@ def demo_env_shape(env_steps: int, max_steps: int, num_envs: int) -> tuple[int, 
 
 
 def make_teacher(name: Teacher, env: UAVSwarmEnv, seed: int):
-    from uavsim.coordinated import CoordinatedFrontierPolicy
-    from uavsim.policies import GreedyFrontierPolicy
-
-    planners = {Teacher.greedy: GreedyFrontierPolicy, Teacher.coordinated: CoordinatedFrontierPolicy}
-    if name not in planners:
-        raise ValueError(f"imitation.teacher must be one of {[t.value for t in planners]}, got {name!r}")
-    return planners[name](env, seed=seed)
+    """The planner that `imitation.teacher` names, with its tie-breaks drawn from `seed`."""
+    if name not in (Teacher.greedy, Teacher.coordinated):
+        raise ValueError(f"imitation.teacher must be greedy or coordinated to imitate, got {name!r}")
+    return make_scripted(Teacher(name).value, env, planner_seed=seed)
 
 
 @torch.no_grad()
@@ -109,7 +107,7 @@ def collect_demonstrations(actor: Actor, env: UAVSwarmEnv, teacher, steps: int, 
             into.add(obs["local"], act, heading, obs["state"][:, :actor.map_dim])
         else:
             into.add(obs["local"], act)
-        obs, *_ = env.step(act if noise is None else policy_step(actor, obs, agent, noise, autocast)[0])
+        obs, *_ = env.step(act if noise is None else actor.act(obs, agent, noise, autocast)[0])
 
 
 def clone(actor: Actor, demos: Demonstrations, epochs: int, lr: float, minibatch_steps: int,

@@ -17,10 +17,10 @@ from agents.algo.action_noise import ActionNoise
 from agents.config import Amp, Config, TrainConfig
 from agents.algo.replicas import Replicas
 from agents.algo.gae import compute_gae
-from agents.run.logger import PhaseTimer
-from agents.algo.networks import Actor, Critic, make_actor
+from agents.algo.networks import Actor, Critic, Form, make_actor
 from agents.algo.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
-from agents.algo.rollout import EpisodeStats, RolloutStep, Storage, collect, compile_rollout_step, rollout_step
+from agents.algo.rollout import (EpisodeStats, RolloutStep, Storage, agent_ids, compile_rollout_step, rollout_step,
+                                 values_of_steps)
 from agents.algo.precision import amp_dtype, make_autocast
 from agents.algo.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
@@ -46,11 +46,22 @@ class Learner:
     autocast: Callable[[], contextlib.AbstractContextManager]
     loss_fn: LossFn  # `minibatch_loss`, compiled under `train.compile`
     rollout_fn: RolloutStep  # `rollout_step`, captured whole under `train.compile_rollout`
+    policy: Actor  # the actor as the rollout computes it: `actor`, or its fused form sharing its weights
     replicas: Replicas = dataclasses.field(default_factory=Replicas)  # torchrun ranks (1: single process)
     clone: Actor | None = None  # the frozen imitated actor PPO stays near (train.clone_kl_coef > 0)
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
-    bad_iterations: int = 0  # consecutive bad iterations (run_control.iteration_problem)
+    bad_iterations: int = 0  # consecutive bad iterations (agents.run.control.iteration_problem)
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps one iteration adds over all ranks."""
+        return self.cfg.env_steps_per_iteration * self.replicas.world_size
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations of the whole run, over all ranks."""
+        return self.cfg.num_iterations(self.replicas.world_size)
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
@@ -66,8 +77,12 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
                       first_env_index=replicas.rank * cfg.env.num_envs, check_action_range=False,
                       obs_dtype=amp_dtype(cfg.train.amp))
     init_gen = torch.Generator().manual_seed(cfg.seed)
-    actor = make_actor(env.config, cfg.model, init_gen).to(device)
-    critic = Critic(env.state_dim, env.local_obs_dim, env.num_uavs, cfg.model, init_gen).to(device)
+    # Form.epilogue: the rollout's and evaluation's no-grad calls fuse bias and ReLU into each GEMM
+    actor = make_actor(env.config, cfg.model, init_gen, Form.epilogue).to(device)
+    critic = Critic(env.state_dim, env.local_obs_dim, env.num_uavs, cfg.model, init_gen, Form.epilogue).to(device)
+    rollout_fn, policy = rollout_step, actor
+    if cfg.train.compile_rollout:
+        rollout_fn, policy = compile_rollout_step(device, actor=actor, dtype=amp_dtype(cfg.train.amp))
     value_norm = ValueNorm(cfg.train.value_norm_beta, enabled=cfg.train.value_norm, device=device)
     return Learner(
         cfg=cfg, env=env, actor=actor, critic=critic, value_norm=value_norm,
@@ -81,8 +96,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
-        rollout_fn=(compile_rollout_step(device, dtype=amp_dtype(cfg.train.amp)) if cfg.train.compile_rollout
-                    else rollout_step),
+        rollout_fn=rollout_fn, policy=policy,
         replicas=replicas,
         clone=make_actor(env.config, cfg.model, init_gen).to(device).requires_grad_(False)
         if cfg.train.clone_kl_coef > 0 else None,  # its weights: the warm start's clone, or the checkpoint's
@@ -97,15 +111,6 @@ def allocate_storage(cfg: Config, env) -> Storage:
                             cfg.model.gru_units if recurrent else 0, cfg.train.chunk_length if recurrent else 1)
 
 
-def steps_per_iteration(learner: Learner) -> int:
-    """Environment steps one iteration adds over all ranks."""
-    return learner.cfg.env_steps_per_iteration * learner.replicas.world_size
-
-
-def num_iterations(learner: Learner) -> int:
-    return max(1, learner.cfg.train.total_env_steps // steps_per_iteration(learner))
-
-
 def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str, float]:
     """`{"actor": lr, "critic": lr}` for `iteration` of `iterations`: linearly annealed to 0 over
     the run (`train.anneal_lr`), the actor's also ramped up from 0 over the first
@@ -116,6 +121,26 @@ def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str
 
 
 # -- one iteration ---------------------------------------------------------------------------------
+@torch.no_grad()
+def collect(learner: Learner) -> None:
+    """Fill the learner's storage with `T` steps from its observation (and a recurrent actor's
+    hidden state), advancing both: `learner.rollout_fn` (`rollout_step`, or its compiled form) T times.
+
+    values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
+    uses where the step was truncated or the rollout ends. The steps run the actor only; the
+    critic then evaluates all stored observations in a few large calls (the same numbers, far
+    fewer and better-shaped matmuls than two small calls per step).
+    """
+    env, s = learner.env, learner.storage
+    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+    t = torch.zeros((), dtype=torch.int64, device=env.device)
+    for _ in range(s.actions.shape[0]):
+        learner.obs, learner.hidden = learner.rollout_fn(env, learner.policy, s, learner.stats, learner.action_noise,
+                                                         learner.autocast, agent, learner.obs, learner.hidden, t)
+    values_of_steps(learner.critic, learner.value_norm, s.local, s.state, learner.autocast, s.values)
+    values_of_steps(learner.critic, learner.value_norm, s.final_local, s.final_state, learner.autocast, s.next_values)
+
+
 def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
     """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
     the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`."""
@@ -145,28 +170,27 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
     return batch, returns
 
 
-def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[str, torch.Tensor]:
-    """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates.
+def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase: None) -> dict[str, torch.Tensor]:
+    """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates. `mark` is
+    told where each phase starts ("env", "learn") and where the iteration ends ("end").
 
     Returns 0-dim device tensors; nothing here reads a tensor on the host.
     """
     tc = learner.cfg.train
-    rates = learning_rates(tc, learner.iteration, num_iterations(learner))
+    rates = learning_rates(tc, learner.iteration, learner.num_iterations)
     for group in learner.optimizer.param_groups:
         group["lr"] = rates[group["name"]]
 
-    timer and timer.mark("env")
+    mark("env")
     learner.stats.reset()
-    learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                          learner.obs, learner.storage, learner.stats, learner.action_noise,
-                                          learner.autocast, learner.hidden, step=learner.rollout_fn)
-    timer and timer.mark("learn")
+    collect(learner)
+    mark("learn")
 
     batch, returns = prepare_batch(learner)
     metrics = update(learner.actor, learner.critic, learner.optimizer, learner.scaler, batch, tc,
                      learner.minibatch_gen, learner.autocast,
                      learner.replicas.average_gradients if learner.replicas.active else None, learner.loss_fn)
-    timer and timer.mark("end")
+    mark("end")
 
     var_y = returns.var()
     metrics["explained_variance"] = torch.where(
@@ -175,7 +199,7 @@ def train_iteration(learner: Learner, timer: PhaseTimer | None = None) -> dict[s
     metrics["value_norm_std"] = value_norm_var.sqrt()
     metrics["return_mean"] = returns.mean()
     learner.iteration += 1
-    learner.env_steps += steps_per_iteration(learner)
+    learner.env_steps += learner.steps_per_iteration
     return metrics
 
 

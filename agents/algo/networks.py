@@ -19,13 +19,18 @@ state shows, and the critic sees it (see `GRU`).
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import enum
 import math
+from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from agents.config import Activation, CriticKind, ModelConfig
+from agents.algo.action_noise import ActionNoise
 from agents.algo.heading import HEADING_DIM, MapHeading
 from uavsim.config import EnvConfig
 
@@ -36,6 +41,15 @@ def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0,
     nn.init.orthogonal_(layer.weight, std, generator=generator)
     nn.init.constant_(layer.bias, bias)
     return layer
+
+
+class Form(str, enum.Enum):
+    """How a network computes its layers where gradients are off (where they are on: always `chain`).
+    Chosen once, where the network is built (`Actor(form=...)`, `with_form`), not per call."""
+
+    chain = "chain"  # plain ops: what autograd and vmap (TorchRL's value estimators) need; the default
+    epilogue = "epilogue"  # each ReLU layer's GEMM applies bias and ReLU in its epilogue: the same numbers
+    fused = "fused"  # and the first layer as one product plus one pointwise pass: compiled callers only
 
 
 ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: lambda: nn.ReLU(inplace=True)}
@@ -52,19 +66,14 @@ class SplitInputLinear(nn.Module):
     rollout and the update compute the same numbers): the shared parts' product (with the bias)
     copied to its rows, then the narrow per-row parts' (the heading, the agent id), then the first
     per-row part's (the local observation), each GEMM adding the tensor so far into its output. With
-    `relu` the layer returns the ReLU of that sum; with `in_place` too (no-grad callers: the rollout,
-    evaluation) the GEMMs accumulate into the tensor itself and the last one applies the ReLU in its
-    epilogue (`torch._addmm_activation`: one cuBLASLt kernel on CUDA), so the activation is written
-    once where an add and a ReLU would each read and write it again. Autograd has no derivative for
-    `_addmm_activation`, and vmap (which TorchRL's value estimators apply) no rule for in-place GEMMs:
-    `in_place` is ignored where gradients are on, and the default is off.
+    `relu` the layer returns the ReLU of that sum.
 
-    With `for_inductor` too (the rollout step `train.compile_rollout` compiles on CUDA), the layer
-    takes the form a compiler fuses best instead: one product over the first per-row part, then every
-    other term and the activation in one pointwise pass (`_pointwise_tail`). Inductor makes that pass
-    one kernel, so the activation crosses memory three times where the chain above makes it cross
-    five. Eager it would be a dozen passes: only compiled callers ask for it. Its numbers differ
-    from the chain's by rounding (the chain rounds the running sum after each product).
+    `form` (`Form`, set where the network is built; used only where gradients are off): `epilogue`
+    accumulates the GEMMs in place and applies the ReLU in the last one's epilogue
+    (`torch._addmm_activation`: autograd has no derivative for it, vmap no rule for in-place GEMMs),
+    the same numbers; `fused` computes one product, then every other term and the activation in one
+    pointwise pass (`_pointwise_tail`), which inductor makes one kernel; its numbers differ from the
+    chain's by rounding. docs/performance.md measures both.
 
     The weight is one `[out, sum(dims) + num_agents]` matrix, initialised exactly as the equivalent
     `nn.Linear` would be (orthogonal over the full concatenated input).
@@ -75,14 +84,16 @@ class SplitInputLinear(nn.Module):
         self.dims, self.num_agents = dims, num_agents
         self.linear = layer_init(nn.Linear(sum(dims) + num_agents, out_dim), generator=generator)
         self.register_buffer("agent_ids", torch.arange(num_agents), persistent=False)
+        self.form = Form.chain
 
-    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int], relu: bool = False,
-                in_place: bool = False, for_inductor: bool = False) -> torch.Tensor:
+    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int],
+                relu: bool = False) -> torch.Tensor:
         w, bias = self.linear.weight, self.linear.bias
         # Cast explicitly (autocast would, for `linear` and `addmm`, but has no rule for `_addmm_activation`).
         dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
         w, bias = w.to(dtype), bias.to(dtype)
-        in_place = in_place and not torch.is_grad_enabled()
+        form = Form.chain if torch.is_grad_enabled() else self.form
+        in_place = form != Form.chain
         per_row, shared, narrow, narrow_w, col = [], [], [], [], 0
         for x, d, r in zip(parts, self.dims, repeats):
             w_part, col = w[:, col:col + d], col + d
@@ -93,7 +104,7 @@ class SplitInputLinear(nn.Module):
             else:
                 narrow.append(x)
                 narrow_w.append(w_part)
-        if in_place and for_inductor and per_row:
+        if form == Form.fused and per_row:
             return self._pointwise_tail(per_row[0], shared, narrow, narrow_w, agent, w[:, col:], bias, dtype, relu)
         if self.num_agents:
             # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
@@ -132,7 +143,7 @@ class SplitInputLinear(nn.Module):
     POINTWISE_COLUMNS = 8
 
     def _pointwise_tail(self, first, shared, narrow, narrow_w, agent, w_agent, bias, dtype, relu) -> torch.Tensor:
-        """`for_inductor`'s form (no-grad): the first per-row part's product, then, in float32 and
+        """The `fused` form (no-grad): the first per-row part's product, then, in float32 and
         in one pointwise expression rounded once, the shared parts' products broadcast to their
         rows (the first with the bias), the narrow parts, the agent's weight column (looked up)
         and the activation. Each product is rounded to the compute dtype first, as a GEMM's output."""
@@ -176,18 +187,13 @@ class _MLP(nn.Module):
             layers.append(layer_init(nn.Linear(cfg.hidden_size, out_dim), std=out_std, generator=generator))
         self.rest = nn.Sequential(*layers)
 
-    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int],
-                in_place: bool = False, for_inductor: bool = False) -> torch.Tensor:
-        """`in_place`: no-grad callers let each ReLU layer's GEMM apply bias and ReLU in its
-        epilogue (`SplitInputLinear`); the same numbers as without. `for_inductor` (with
-        `in_place`): the first layer in the form a compiler fuses (`SplitInputLinear`)."""
+    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int]) -> torch.Tensor:
+        """Outside `Form.chain` and without gradients, each ReLU layer's GEMM applies bias and ReLU
+        in its epilogue (`SplitInputLinear`): the same numbers."""
         if not self.relu:
-            # tanh: only the pointwise form (`for_inductor`) differs from the plain one
-            return self.rest(self.first(parts, agent, repeats, in_place=in_place and for_inductor,
-                                        for_inductor=for_inductor))
-        x = self.first(parts, agent, repeats, relu=True, in_place=in_place,
-                       for_inductor=for_inductor)  # rest[0], the ReLU, applied
-        if not in_place or torch.is_grad_enabled():
+            return self.rest(self.first(parts, agent, repeats))
+        x = self.first(parts, agent, repeats, relu=True)  # rest[0], the ReLU, applied
+        if self.first.form == Form.chain or torch.is_grad_enabled():
             return self.rest[1:](x)
         dtype = x.dtype
         layers = list(self.rest)
@@ -266,7 +272,8 @@ class Actor(nn.Module):
     """
 
     def __init__(self, local_dim: int, num_agents: int, num_actions: int, cfg: ModelConfig,
-                 generator: torch.Generator | None = None, env_cfg: EnvConfig | None = None):
+                 generator: torch.Generator | None = None, env_cfg: EnvConfig | None = None,
+                 form: Form = Form.chain):
         super().__init__()
         self.map_dim = 2 * env_cfg.state_pool**2 if env_cfg is not None else 0
         self.heading = MapHeading(env_cfg) if env_cfg is not None else None
@@ -277,6 +284,7 @@ class Actor(nn.Module):
         if self.recurrent:
             self.gru = GRU(cfg.hidden_size, cfg.gru_units, generator)
             self.head = layer_init(nn.Linear(cfg.gru_units, num_actions), std=0.01, generator=generator)
+        self.net.first.form = Form(form)
 
     @property
     def hidden_size(self) -> int:
@@ -296,16 +304,12 @@ class Actor(nn.Module):
 
     def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
                 state_repeat: int = 1, heading: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-                starts: torch.Tensor | None = None, in_place: bool = False, for_inductor: bool = False):
-        """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors).
-        `in_place`: see `SplitInputLinear` (no-grad callers; the same numbers). `for_inductor`: the
-        first layer in the form inductor fuses (compiled no-grad callers; the numbers differ by
-        rounding)."""
+                starts: torch.Tensor | None = None):
+        """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors)."""
         if not self.map_dim:
-            x = self.net([local], agent, [1], in_place, for_inductor)
+            x = self.net([local], agent, [1])
         else:
-            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat], in_place,
-                         for_inductor)
+            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
         if not self.recurrent:
             return x
         if hidden is None:
@@ -314,11 +318,48 @@ class Actor(nn.Module):
         outputs, hidden = self.gru(x.view(-1, rows, x.shape[-1]), hidden, starts)
         return self.head(outputs.view(x.shape[0], -1)), hidden
 
+    def act(self, obs: dict[str, torch.Tensor], agent: torch.Tensor, noise: ActionNoise | None,
+            autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False,
+            hidden: torch.Tensor | None = None):
+        """One policy step for observations `obs` (`local [B, N, L]`, `state [B, S]`) of agents
+        `agent [B * N]` int64: actions `[B, N]` int64, their log-probabilities `[B, N]` float32, the
+        shared-map actor's headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next
+        hidden state `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`).
+        Sampled actions draw this step's `noise` (none needed when `deterministic`)."""
+        local = obs["local"]
+        b, n, _ = local.shape
+        with autocast():
+            heading = self.headings(obs["state"]) if self.map_dim else None
+            out = self(local.reshape(b * n, -1), agent, obs["state"] if self.map_dim else None, state_repeat=n,
+                       heading=heading.view(b * n, -1) if heading is not None else None,
+                       hidden=hidden.view(b * n, -1) if hidden is not None else None)
+        logits, hidden = out if self.recurrent else (out, None)
+        logits = logits.float()
+        actions = torch.argmax(logits, dim=-1) if deterministic else sample(logits, noise.uniform().view(b * n))
+        logprob = log_prob(logits, actions)
+        return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
 
-def make_actor(env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None) -> Actor:
+
+def make_actor(env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None,
+               form: Form = Form.chain) -> Actor:
     """The actor for a task: local observation, plus the shared map when `actor_shared_map`."""
     return Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg, generator,
-                 env_cfg if cfg.actor_shared_map else None)
+                 env_cfg if cfg.actor_shared_map else None, form)
+
+
+def with_form(net: nn.Module, form: Form) -> nn.Module:
+    """`net` (an `Actor` or `Critic`) computing its layers in `form`, sharing its parameters and
+    buffers: one set of weights, two ways to compute them (the compiled rollout's `fused` actor
+    beside the update's). A copy of the module tree whose parameter dicts are `net`'s own."""
+
+    def copy_tree(module: nn.Module) -> nn.Module:
+        twin = copy.copy(module)
+        twin._modules = {name: copy_tree(child) for name, child in module._modules.items()}
+        return twin
+
+    twin = copy_tree(net)
+    twin.net.first.form = Form(form)
+    return twin
 
 
 class Critic(nn.Module):
@@ -327,27 +368,27 @@ class Critic(nn.Module):
     `state_repeat` consecutive rows (one environment's agents). With `ippo` it is ignored."""
 
     def __init__(self, state_dim: int, local_dim: int, num_agents: int, cfg: ModelConfig,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, form: Form = Form.chain):
         super().__init__()
         self.centralized = cfg.critic == CriticKind.mappo
         dims = [state_dim, local_dim] if self.centralized else [local_dim]
         self.net = _MLP(dims, num_agents if cfg.agent_id else 0, cfg, 1, 1.0, generator)
+        self.net.first.form = Form(form)
 
     def forward(self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor,
-                state_repeat: int = 1, in_place: bool = False) -> torch.Tensor:
-        """`in_place`: see `SplitInputLinear` (no-grad callers; the same numbers)."""
+                state_repeat: int = 1) -> torch.Tensor:
         if self.centralized:
-            value = self.net([state, local], agent, [state_repeat, 1], in_place)
+            value = self.net([state, local], agent, [state_repeat, 1])
         else:
-            value = self.net([local], agent, [1], in_place)
+            value = self.net([local], agent, [1])
         return value.squeeze(-1).float()
 
 
 def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """`log_prob [M]` float32 of int `actions [M]` under `logits [M, A]` (any float dtype): the one
     expression the rollout (here) and the update (`categorical`) both compute, so the PPO ratio is
-    exactly 1 before the first update (within 1e-4 where `train.compile_rollout` fuses the actor's
-    first layer, `agents.algo.rollout.compile_rollout_step`); the rollout needs no entropy."""
+    exactly 1 before the first update (within 1e-4 where the compiled rollout's actor is in
+    `Form.fused`, `agents.algo.rollout.compile_rollout_step`); the rollout needs no entropy."""
     return _log_prob(torch.log_softmax(logits.float(), dim=-1), actions)
 
 

@@ -146,7 +146,7 @@ class Batch:
         return self.hidden.shape[0]
 
 
-def chunk_frames(sequences: torch.Tensor, chunk_length: int, num_envs: int) -> torch.Tensor:
+def chunk_steps(sequences: torch.Tensor, chunk_length: int, num_envs: int) -> torch.Tensor:
     """`[C, M]` environment-step indices (into `T * B`) of the chunks `sequences [M]` (index k * B + b:
     chunk k of environment b), step-major."""
     chunk, env = sequences // num_envs, sequences % num_envs
@@ -154,34 +154,34 @@ def chunk_frames(sequences: torch.Tensor, chunk_length: int, num_envs: int) -> t
     return steps * num_envs + env
 
 
-def frame_rows(frames: torch.Tensor, num_agents: int) -> torch.Tensor:
-    """`[F * N]` flat row indices of every agent of the environment steps `frames [F]`, agent-minor."""
-    return (frames.unsqueeze(1) * num_agents + torch.arange(num_agents, device=frames.device)).reshape(-1)
+def step_rows(steps: torch.Tensor, num_agents: int) -> torch.Tensor:
+    """`[F * N]` flat row indices of every agent of the environment steps `steps [F]`, agent-minor."""
+    return (steps.unsqueeze(1) * num_agents + torch.arange(num_agents, device=steps.device)).reshape(-1)
 
 
-def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, frames: torch.Tensor,
+def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, steps: torch.Tensor,
                      autocast: Callable[[], contextlib.AbstractContextManager], with_logits: bool = False):
-    """Forward the minibatch of environment steps `frames` (indices into `T * B`; every agent of
+    """Forward the minibatch of environment steps `steps` (indices into `T * B`; every agent of
     each) through both networks: `(rows, new_logprob, entropy, new_value)`, `rows` being the flat
     agent-step indices, in the order of the other outputs (and the actor's `logits` last, `with_logits`).
 
     Whole environment steps, as in the rollout: the global state's share of the critic's first
     layer (and the pooled map's of the actor's) is computed once per step, not once per agent.
-    A recurrent actor takes `frames [C, M]` from `chunk_frames`: `M` chunks of `C` steps, each
+    A recurrent actor takes `steps [C, M]` from `chunk_steps`: `M` chunks of `C` steps, each
     replayed from its stored hidden state, zeroed again where an episode began inside it.
     """
     n = batch.num_agents
-    rows = frame_rows(frames.reshape(-1), n)
+    rows = step_rows(steps.reshape(-1), n)
     agent = rows % n
-    local = batch.local.view(-1, n, batch.local.shape[-1])[frames.reshape(-1)].reshape(rows.shape[0], -1)
-    state = batch.state[frames.reshape(-1)] if critic.centralized or actor.map_dim else None
+    local = batch.local.view(-1, n, batch.local.shape[-1])[steps.reshape(-1)].reshape(rows.shape[0], -1)
+    state = batch.state[steps.reshape(-1)] if critic.centralized or actor.map_dim else None
     heading = batch.heading[rows] if actor.map_dim else None
     with autocast():
         if actor.recurrent:
-            first, c = frames[0], frames.shape[0]
+            first, c = steps[0], steps.shape[0]
             sequences = first // (c * batch.num_envs) * batch.num_envs + first % batch.num_envs
             hidden = batch.hidden[sequences].reshape(-1, batch.hidden.shape[-1])  # [M * N, H]
-            starts = batch.starts[frames].repeat_interleave(n, dim=1)  # [C, M * N]
+            starts = batch.starts[steps].repeat_interleave(n, dim=1)  # [C, M * N]
             logits, _ = actor(local, agent, state, state_repeat=n, heading=heading, hidden=hidden, starts=starts)
         else:
             logits = actor(local, agent, state, state_repeat=n, heading=heading)
@@ -206,9 +206,9 @@ def clone_logprobs(clone: Actor, batch: Batch, autocast: Callable[[], contextlib
     per_slice = -(-steps // num_slices)
     out = []
     for first in range(0, steps, per_slice):
-        frames = torch.arange(first, min(first + per_slice, steps), device=batch.actions.device)
-        rows = frame_rows(frames, n)
-        state = batch.state[frames] if clone.map_dim else None
+        slice_steps = torch.arange(first, min(first + per_slice, steps), device=batch.actions.device)
+        rows = step_rows(slice_steps, n)
+        state = batch.state[slice_steps] if clone.map_dim else None
         with autocast():
             logits = clone(batch.local[rows], rows % n, state, state_repeat=n,
                            heading=batch.heading[rows] if clone.map_dim else None)
@@ -216,13 +216,13 @@ def clone_logprobs(clone: Actor, batch: Batch, autocast: Callable[[], contextlib
     return torch.cat(out)
 
 
-def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, frames: torch.Tensor, cfg: TrainConfig,
+def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, steps: torch.Tensor, cfg: TrainConfig,
                    autocast: Callable[[], contextlib.AbstractContextManager]) -> tuple[torch.Tensor, LossStats]:
-    """The PPO loss of the minibatch of environment steps `frames`: `evaluate_actions`, then
+    """The PPO loss of the minibatch of environment steps `steps`: `evaluate_actions`, then
     `ppo_loss` on the rows it returns. One function so that `train.compile` can compile the whole
     forward (networks, log-probabilities, loss) into one graph and its backward into another."""
     anchored = batch.clone_logprobs is not None
-    rows, new_logprob, entropy, new_value, *logits = evaluate_actions(actor, critic, batch, frames, autocast, anchored)
+    rows, new_logprob, entropy, new_value, *logits = evaluate_actions(actor, critic, batch, steps, autocast, anchored)
     loss, stats = ppo_loss(new_logprob, batch.logprobs[rows], batch.advantages[rows], entropy, new_value,
                            batch.values[rows], batch.returns[rows], cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef,
                            cfg.ent_coef, cfg.vf_coef)
@@ -295,10 +295,10 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
     for _epoch in range(cfg.update_epochs):
         perm = torch.randperm(n, generator=generator, device=device)
         for start in range(0, n, mb_size):
-            frames = perm[start:start + mb_size]
+            steps = perm[start:start + mb_size]
             if recurrent:
-                frames = chunk_frames(frames, cfg.chunk_length, batch.num_envs)
-            loss, stats = loss_fn(actor, critic, batch, frames, cfg, autocast)
+                steps = chunk_steps(steps, cfg.chunk_length, batch.num_envs)
+            loss, stats = loss_fn(actor, critic, batch, steps, cfg, autocast)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             actor_norm, critic_norm, skipped = optimizer_step(

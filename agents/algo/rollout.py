@@ -1,9 +1,9 @@
-"""Device-resident rollout storage and the collection loop (environment + policy, no host reads).
+"""Device-resident rollout storage and one rollout step (environment + policy, no host reads).
 
 `Storage` is preallocated once on the environment's device, `[T, B, N, ...]` per agent and
 `[T, B, ...]` per environment, in the most compact exact dtype (actions `uint8`, flags `bool`;
 observations in the AMP dtype under AMP, the dtype the networks' autocast would cast them to).
-`collect` fills it for T steps; episode statistics accumulate in `EpisodeStats`, on the device too,
+`rollout_step` fills one row of it (`agents.algo.learner.collect` runs T of them); episode statistics accumulate in `EpisodeStats`, on the device too,
 and the trainer reads them once per iteration. A recurrent actor's hidden state `[B, N, H]` is
 carried from step to step (and iteration to iteration), zeroed where an episode ended, and stored
 at the start of every chunk of `train.chunk_length` steps, where the update's sequences start.
@@ -12,7 +12,6 @@ at the start of every chunk of `train.chunk_length` steps, where the update's se
 from __future__ import annotations
 
 import contextlib
-import functools
 from dataclasses import dataclass, fields
 from typing import Callable
 
@@ -20,7 +19,7 @@ import torch
 
 from agents.algo.action_noise import ActionNoise
 from agents.algo.heading import HEADING_DIM
-from agents.algo.networks import Actor, Critic, log_prob, sample
+from agents.algo.networks import Actor, Critic, Form, with_form
 from agents.algo.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
 
@@ -128,29 +127,6 @@ def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Ten
     return torch.arange(num_agents, device=device).repeat(num_envs)
 
 
-def policy_step(actor: Actor, obs: dict[str, torch.Tensor], agent: torch.Tensor, noise: ActionNoise | None,
-                autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False,
-                hidden: torch.Tensor | None = None, for_inductor: bool = False):
-    """Actions `[B, N]` int64, their log-probabilities `[B, N]` float32, the shared-map actor's
-    headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next hidden state
-    `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`) for `obs`.
-    Sampled actions draw this step's `noise` (none needed when `deterministic`). `for_inductor`:
-    the actor's first layer in the form inductor fuses (`agents.algo.networks.SplitInputLinear`)."""
-    local = obs["local"]
-    b, n, _ = local.shape
-    with autocast():
-        heading = actor.headings(obs["state"]) if actor.map_dim else None
-        out = actor(local.reshape(b * n, -1), agent, obs["state"] if actor.map_dim else None, state_repeat=n,
-                    heading=heading.view(b * n, -1) if heading is not None else None,
-                    hidden=hidden.view(b * n, -1) if hidden is not None else None, in_place=True,
-                    for_inductor=for_inductor)
-    logits, hidden = out if actor.recurrent else (out, None)
-    logits = logits.float()
-    actions = torch.argmax(logits, dim=-1) if deterministic else sample(logits, noise.uniform().view(b * n))
-    logprob = log_prob(logits, actions)
-    return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
-
-
 def reset_where_done(hidden: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
     """`hidden [B, N, H]` with the environments where `done [B]` zeroed: the next step starts an
     episode (a `where`, not a product: a non-finite state must not survive as NaN)."""
@@ -163,7 +139,7 @@ def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor]
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():  # the state's share of the first layer is computed once per environment
-        v = critic(obs["state"], local.reshape(b * n, -1), agent, state_repeat=n, in_place=True)
+        v = critic(obs["state"], local.reshape(b * n, -1), agent, state_repeat=n)
     return value_norm.denormalize(v).view(b, n)
 
 
@@ -195,12 +171,10 @@ def _write(buffer: torch.Tensor, row: torch.Tensor, value: torch.Tensor) -> None
 @torch.no_grad()
 def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: EpisodeStats, noise: ActionNoise,
                  autocast: Callable[[], contextlib.AbstractContextManager], agent: torch.Tensor,
-                 obs: dict[str, torch.Tensor], hidden: torch.Tensor | None, t: torch.Tensor,
-                 for_inductor: bool = False):
+                 obs: dict[str, torch.Tensor], hidden: torch.Tensor | None, t: torch.Tensor):
     """One step of the rollout into storage row `t` (0-dim int64 on the device, advanced in place):
     the policy step, `env.step`, the storage writes and the episode statistics. Returns the next
     observation and a recurrent actor's next hidden state (None for a feed-forward one).
-    `for_inductor`: see `policy_step` (`compile_rollout_step` sets it).
 
     Written to be captured whole (`torch.compile(fullgraph=True)`, CUDA graphs): the row is a
     device counter, not a Python int, so one graph serves every step; no branch reads a tensor
@@ -212,8 +186,7 @@ def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: Episod
         kept = storage.hidden.index_select(0, chunk)[0]
         _write(storage.hidden, chunk, torch.where(t % storage.chunk_length == 0, hidden, kept))
     row = t.view(1)
-    actions, logprob, heading, next_hidden = policy_step(actor, obs, agent, noise, autocast, hidden=hidden,
-                                                         for_inductor=for_inductor)
+    actions, logprob, heading, next_hidden = actor.act(obs, agent, noise, autocast, hidden=hidden)
     if heading is not None:
         _write(storage.heading, row, heading)
     _write(storage.local, row, obs["local"])
@@ -234,30 +207,26 @@ def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: Episod
 RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"]]
 
 
-def compile_rollout_step(device: torch.device, backend: str = "inductor", *,
-                         dtype: torch.dtype = torch.float32) -> RolloutStep:
-    """`rollout_step` captured whole (`train.compile_rollout`): on CUDA as CUDA graphs (inductor's
-    `reduce-overhead` mode: one launch per step instead of ~200, the ceiling `benchmarks.step_cost`
-    models), elsewhere as inductor's fused kernels. The env's rebuild of prepared starts is a
-    host-side branch: a few graphs, each captured once. Slow to compile on the CPU (minutes).
-    `dtype`: the networks' compute dtype (the AMP dtype, or float32).
+def compile_rollout_step(device: torch.device, backend: str = "inductor", *, actor: Actor,
+                         dtype: torch.dtype = torch.float32) -> tuple[RolloutStep, Actor]:
+    """`rollout_step` captured whole (`train.compile_rollout`), and the actor it must be given: on
+    CUDA as CUDA graphs (inductor's `reduce-overhead` mode: one launch per step, the ceiling
+    `benchmarks.step_cost` models), elsewhere as inductor's fused kernels. The env's rebuild of
+    prepared starts is a host-side branch: a few graphs, each captured once. Slow to compile on the
+    CPU (minutes). `dtype`: the networks' compute dtype (the AMP dtype, or float32).
 
-    Under inductor the actor's first layer takes the form inductor fuses (`for_inductor`: its
-    activation crosses memory 3 times instead of 5, what bounds a GPU) on CUDA, and on the CPU in
-    float32; the stored log-probabilities then differ from the update's (eager, or `train.compile`)
-    by rounding, within 1e-4. A CPU's bf16 step keeps the eager form, there the faster one (the
-    activations stay in cache; side by side at 1,024 environments on the 2-core Zen 4, compiled:
-    bf16 4.1 ms per policy step for the eager form against 4.5 for the fused one, fp32 6.4 against
-    6.3; the same CPU restricted to AVX2, fp32 7.2 against 6.5). Another backend (`cudagraphs`: CUDA graphs of the
-    eager kernels) runs the eager form and stores exactly what the eager rollout does."""
+    Under inductor the actor is `actor` in `Form.fused` (sharing its weights) on CUDA and on the
+    CPU in float32, where that form is the faster (docs/performance.md); its stored
+    log-probabilities then differ from the update's by rounding, within 1e-4. A CPU's bf16 step,
+    and another backend (`cudagraphs`: CUDA graphs of the eager kernels), keep `actor` as it is."""
     from agents.algo.ppo import check_compiler
 
     if backend != "inductor":
-        return torch.compile(rollout_step, fullgraph=True, backend=backend)
+        return torch.compile(rollout_step, fullgraph=True, backend=backend), actor
     check_compiler(device, "train.compile_rollout")
-    for_inductor = device.type == "cuda" or dtype == torch.float32
-    return torch.compile(functools.partial(rollout_step, for_inductor=for_inductor), fullgraph=True,
-                         options=inductor_options(device))
+    fused = device.type == "cuda" or dtype == torch.float32
+    step = torch.compile(rollout_step, fullgraph=True, options=inductor_options(device))
+    return step, with_form(actor, Form.fused) if fused else actor
 
 
 def inductor_options(device: torch.device) -> dict[str, bool]:
@@ -269,26 +238,3 @@ def inductor_options(device: torch.device) -> dict[str, bool]:
 
     return {**list_mode_options("reduce-overhead" if device.type == "cuda" else "default"),
             "emulate_precision_casts": True}
-
-
-@torch.no_grad()
-def collect(env: UAVSwarmEnv, actor: Actor, critic: Critic, value_norm: ValueNorm,
-            obs: dict[str, torch.Tensor], storage: Storage, stats: EpisodeStats,
-            noise: ActionNoise, autocast: Callable[[], contextlib.AbstractContextManager],
-            hidden: torch.Tensor | None = None, step: RolloutStep = rollout_step):
-    """Fill `storage` with `T` steps starting from `obs` (and a recurrent actor's `hidden [B, N, H]`
-    float32); return the observation after the last step and the hidden state then (None for a
-    feed-forward actor). `step` is `rollout_step`, or its compiled form (`train.compile_rollout`).
-
-    values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
-    uses where the step was truncated or the rollout ends. The steps run the actor only; the
-    critic then evaluates all stored observations in a few large calls (the same numbers, far
-    fewer and better-shaped matmuls than two small calls per step).
-    """
-    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    t = torch.zeros((), dtype=torch.int64, device=env.device)
-    for _ in range(storage.actions.shape[0]):
-        obs, hidden = step(env, actor, storage, stats, noise, autocast, agent, obs, hidden, t)
-    values_of_steps(critic, value_norm, storage.local, storage.state, autocast, storage.values)
-    values_of_steps(critic, value_norm, storage.final_local, storage.final_state, autocast, storage.next_values)
-    return obs, hidden

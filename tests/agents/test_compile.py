@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from agents.algo.ppo import chunk_frames, compile_loss, minibatch_loss
-from agents.algo.rollout import collect
+from agents.algo.ppo import chunk_steps, compile_loss, minibatch_loss
+from agents.algo.learner import collect
 from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
 
@@ -24,8 +24,7 @@ def fresh_dynamo():
 def _filled(make_config, *overrides):
     torch.manual_seed(0)
     learner = build_learner(make_config(*overrides), torch.device("cpu"))
-    collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
-            learner.stats, learner.action_noise, learner.autocast, learner.hidden)
+    collect(learner)
     batch, _ = prepare_batch(learner)
     return learner, batch
 
@@ -33,18 +32,18 @@ def _filled(make_config, *overrides):
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]
 
 
-def half_the_frames(learner, batch):
+def half_the_steps(learner, batch):
     """A minibatch of half the environment steps (of the chunks, for a recurrent actor)."""
     n = batch.num_sequences if learner.actor.recurrent else batch.state.shape[0]
-    frames = torch.randperm(n, generator=torch.Generator().manual_seed(3))[:n // 2]
-    return chunk_frames(frames, learner.cfg.train.chunk_length, batch.num_envs) if learner.actor.recurrent else frames
+    steps = torch.randperm(n, generator=torch.Generator().manual_seed(3))[:n // 2]
+    return chunk_steps(steps, learner.cfg.train.chunk_length, batch.num_envs) if learner.actor.recurrent else steps
 
 
-def _loss_and_grads(loss_fn, learner, batch, frames):
+def _loss_and_grads(loss_fn, learner, batch, steps):
     params = [*learner.actor.parameters(), *learner.critic.parameters()]
     for p in params:
         p.grad = None
-    loss, stats = loss_fn(learner.actor, learner.critic, batch, frames, learner.cfg.train, learner.autocast)
+    loss, stats = loss_fn(learner.actor, learner.critic, batch, steps, learner.cfg.train, learner.autocast)
     loss.backward()
     return loss.detach(), stats, [p.grad.clone() for p in params]
 
@@ -54,9 +53,9 @@ def _loss_and_grads(loss_fn, learner, batch, frames):
 @pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true"], RECURRENT])
 def test_compiled_loss_and_gradients_match_eager(make_config, amp, tol, extra):
     learner, batch = _filled(make_config, f"train.amp={amp}", *extra)
-    frames = half_the_frames(learner, batch)
-    eager_loss, eager_stats, eager_grads = _loss_and_grads(minibatch_loss, learner, batch, frames)
-    loss, stats, grads = _loss_and_grads(compile_loss(torch.device("cpu")), learner, batch, frames)
+    steps = half_the_steps(learner, batch)
+    eager_loss, eager_stats, eager_grads = _loss_and_grads(minibatch_loss, learner, batch, steps)
+    loss, stats, grads = _loss_and_grads(compile_loss(torch.device("cpu")), learner, batch, steps)
     assert counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
     torch.testing.assert_close(loss, eager_loss, rtol=tol, atol=tol)
     for name in vars(stats):
@@ -71,10 +70,10 @@ def test_compiled_ratio_before_the_first_update_is_one(make_config, extra):
     learner, batch = _filled(make_config, "train.compile=true", *extra)
     loss_fn = learner.loss_fn
     assert loss_fn is not minibatch_loss
-    frames = torch.arange(batch.state.shape[0])
+    steps = torch.arange(batch.state.shape[0])
     if learner.actor.recurrent:
-        frames = chunk_frames(torch.arange(batch.num_sequences), learner.cfg.train.chunk_length, batch.num_envs)
-    _, stats = loss_fn(learner.actor, learner.critic, batch, frames, learner.cfg.train, learner.autocast)
+        steps = chunk_steps(torch.arange(batch.num_sequences), learner.cfg.train.chunk_length, batch.num_envs)
+    _, stats = loss_fn(learner.actor, learner.critic, batch, steps, learner.cfg.train, learner.autocast)
     # approx_kl = mean((r - 1) - log r) and clipfrac are 0 exactly when every ratio r is 1
     assert stats.approx_kl.abs() < 1e-7 and stats.clipfrac == 0
 

@@ -136,7 +136,7 @@ def test_derived_sizes():
     cfg = load_config(None, ["env.num_envs=8", "env.num_uavs=3", "env.launch_size=2", "train.num_steps=16",
                              "train.num_minibatches=4", "train.total_env_steps=1000"])
     assert cfg.batch_size == 16 * 8 * 3 and cfg.minibatch_size == 96
-    assert cfg.env_steps_per_iteration == 128 and cfg.num_iterations == 7
+    assert cfg.env_steps_per_iteration == 128 and cfg.num_iterations() == 7 and cfg.num_iterations(world_size=2) == 3
 
 
 def test_print_config_shows_every_key_and_trains_nothing(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """Evaluation helpers: every policy plays the same episodes, per-episode results come from the
-episode's own end, and the terminal frame is reconstructed faithfully."""
+episode's own end, and the drawn episode is the evaluated one, ending on its terminal map."""
 
 from __future__ import annotations
 
@@ -8,28 +8,25 @@ import numpy as np
 import pytest
 import torch
 
-from agents.evaluate import cover, final_positions, paired_difference, run_episodes, summarize
-from uavsim import EnvConfig, rules
+from agents.evaluate import actor_policy, first_episode_frames, paired_difference, run_episodes, summarize
+from uavsim import EnvConfig
 from uavsim.coordinated import CoordinatedFrontierPolicy
 from uavsim.env import UAVSwarmEnv
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
-from uavsim.render import env_codes
 
 CFG = EnvConfig(grid_height=10, grid_width=10, num_uavs=3, num_obstacles=5, max_steps=30, launch_size=2,
                 state_pool=5)
 
 
-def test_results_are_first_episode_statistics_and_frames_follow_the_recorded_episode():
+def test_results_are_first_episode_statistics():
     env = UAVSwarmEnv(CFG, num_envs=6, seed=4)
     greedy = GreedyFrontierPolicy(env)
-    res, frames = run_episodes(env, lambda obs: greedy(env), record=2)
+    res = run_episodes(env, lambda obs: greedy(env))
     assert set(res) >= {"coverage", "steps_to_target", "reached", "collisions", "return", "length"}
     reached = res["reached"].astype(bool)
     assert np.all(res["steps_to_target"][reached] == res["length"][reached])
     assert np.all(res["steps_to_target"][~reached] == CFG.max_steps)
     assert np.all(res["coverage"][reached] >= CFG.target_coverage)
-    assert len(frames) == res["length"][2] + 1  # one per step taken, plus the terminal map
-    assert frames[0].shape == (10 * 8, 10 * 8, 3)
     s = summarize(res)
     assert s["episodes"] == 6 and s["mean_steps_to_target"] == float(res["steps_to_target"].mean())
 
@@ -44,20 +41,26 @@ def test_same_seed_same_maps_for_every_policy():
     assert torch.equal(a.reset()["state"], b.reset()["state"])
 
 
-def test_terminal_map_reconstruction_matches_the_environment():
-    env = UAVSwarmEnv(CFG, num_envs=3, seed=2)
-    greedy = GreedyFrontierPolicy(env)
-    env.reset()
-    for _ in range(CFG.max_steps):
-        codes = env_codes(env, 0)[0].copy()
-        _, _, terminated, truncated, info = env.step(greedy(env))
-        if bool(terminated[0] | truncated[0]):
-            break
-    pos = final_positions(CFG, info["final_obs"]["state"][0])
-    final = cover(CFG, codes, pos)
-    free, covered = np.float32((final != rules.BLOCKED).sum()), np.float32((final == rules.COVERED).sum())
-    assert covered / free == info["episode_coverage"][0].numpy()  # float32 arithmetic, as the env
-    assert np.all(pos >= 0) and np.all(pos < [CFG.grid_height, CFG.grid_width])
+def test_the_drawn_episode_is_the_evaluated_map_zero_and_ends_on_its_terminal_map():
+    # The trained actor's episode 0 of environment 0, drawn on a one-environment batch, is the one
+    # it played in the evaluation's batch: as many frames as steps plus the start, and the last
+    # frame is the terminal map (the coverage of its drawn cells is the episode's).
+    from agents.algo.networks import make_actor
+    from agents.config import ModelConfig
+    from uavsim.render import _BLOCKED, _COVERED
+
+    actor = make_actor(CFG, ModelConfig(hidden_size=16), torch.Generator().manual_seed(0))
+    env = UAVSwarmEnv(CFG, num_envs=5, seed=7)
+    res = run_episodes(env, actor_policy(actor, env, False, 7))
+    frames = first_episode_frames(CFG, lambda e: actor_policy(actor, e, False, 7), 7, torch.device("cpu"))
+    assert len(frames) == res["length"][0] + 1 and frames[0].shape == (10 * 8, 10 * 8, 3)
+    def count(frame, colour):  # cells whose corner pixel has `colour`, plain or tinted by a footprint
+        corner = frame[::8, ::8].astype(np.int32)
+        return int((np.all(corner == colour, -1) | np.all(corner == np.minimum(colour + 25, 255), -1)).sum())
+
+    free = np.float32(CFG.grid_height * CFG.grid_width - count(frames[-1], _BLOCKED))
+    assert count(frames[0], _COVERED) < count(frames[-1], _COVERED)
+    assert np.float32(count(frames[-1], _COVERED)) / free == np.float32(res["coverage"][0])  # as the env computes
 
 
 def test_paired_difference_counts_and_standard_error():
@@ -78,24 +81,25 @@ def test_baseline_reference_is_deterministic_and_computed_once(monkeypatch, name
                     state_pool=4)
     env = UAVSwarmEnv(cfg, num_envs=3, device="cpu", seed=5)
     policy = policy_cls(env)
-    direct = summarize(run_episodes(env, lambda obs: policy(env))[0])
+    direct = summarize(run_episodes(env, lambda obs: policy(env)))
     assert evaluate.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
     monkeypatch.setattr(evaluate, "run_episodes", lambda *a, **k: pytest.fail(f"{name} replayed"))
     assert evaluate.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
 
 
-def test_unknown_baseline_is_an_error():
-    from agents.evaluate import scripted_policy
+def test_unknown_scripted_policy_is_an_error():
+    from uavsim.scripted import make_scripted
 
     env = UAVSwarmEnv(CFG, num_envs=1)
-    with pytest.raises(ValueError, match="unknown baseline 'astar'; expected one of"):
-        scripted_policy("astar", env, 0)
+    with pytest.raises(ValueError, match="unknown scripted policy 'astar'; expected one of"):
+        make_scripted("astar", env)
+    assert isinstance(make_scripted("greedy", env), GreedyFrontierPolicy)
 
 
 def test_coverage_curve_follows_each_first_episode_and_then_holds_its_final_value():
     env = UAVSwarmEnv(CFG, num_envs=5, seed=4)
     policy = CoordinatedFrontierPolicy(env)
-    res, _ = run_episodes(env, lambda obs: policy(env))
+    res = run_episodes(env, lambda obs: policy(env))
     curve = res["coverage_curve"]
     assert curve.shape == (5, CFG.max_steps + 1) and curve.dtype == np.float64
 
@@ -217,4 +221,4 @@ def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
     # the coordinated baseline is the one CoordinatedFrontierPolicy plays on these maps
     env = UAVSwarmEnv(cfg.env_config(), num_envs=6, seed=3)
     policy = CoordinatedFrontierPolicy(env)
-    assert summarize(run_episodes(env, lambda obs: policy(env))[0]) == results["coordinated"]
+    assert summarize(run_episodes(env, lambda obs: policy(env))) == results["coordinated"]

@@ -51,7 +51,7 @@ def test_cloning_makes_the_actor_move_like_the_planner(make_config, shared_map):
 
     def coverage(actor) -> float:  # at the end of the tiny task's 12-step episodes
         env = UAVSwarmEnv(cfg.env_config(), num_envs=32, seed=777)
-        return run_episodes(env, actor_policy(actor, env, True, 777))[0]["coverage"].mean()
+        return run_episodes(env, actor_policy(actor, env, True, 777))["coverage"].mean()
 
     fresh = build_learner(cfg, torch.device("cpu")).actor
     assert coverage(learner.actor) > coverage(fresh) + 0.3, (coverage(learner.actor), coverage(fresh))
@@ -212,14 +212,13 @@ def test_the_clones_log_probabilities_line_up_with_the_rollouts_rows(make_config
     """With the clone equal to the actor, its log-probability of the action taken on each row is the
     one the rollout stored there, and every minibatch's KL is 0: a row-order slip would break both."""
     from agents.algo.ppo import minibatch_loss
-    from agents.algo.rollout import collect
+    from agents.algo.learner import collect
 
     cfg = make_config("imitation.teacher=greedy", "train.clone_kl_coef=0.5", "model.actor_shared_map=true",
                       "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4")
     learner = build_learner(cfg, torch.device("cpu"))
     learner.clone.load_state_dict(learner.actor.state_dict())
-    learner.obs, _ = collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs,
-                             learner.storage, learner.stats, learner.action_noise, learner.autocast, None)
+    collect(learner)
     batch, _ = prepare_batch(learner)
     taken = batch.clone_logprobs.gather(1, batch.actions.long()[:, None]).squeeze(1)
     assert torch.allclose(taken, batch.logprobs, atol=1e-6), (taken - batch.logprobs).abs().max()

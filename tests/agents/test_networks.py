@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents.config import Activation, CriticKind, ModelConfig
-from agents.algo.networks import Actor, Critic, SplitInputLinear, categorical, sample
+from agents.algo.networks import Actor, Critic, Form, SplitInputLinear, categorical, sample, with_form
 
 
 def test_init_is_orthogonal_and_drawn_from_the_generator_only():
@@ -126,7 +126,7 @@ def _in_place_cases():
 
 @pytest.mark.parametrize("b", [1, 4])  # one environment: its shared rows must still be a copy
 def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm(b):
-    # `in_place=True` (the rollout's no-grad calls) must equal the default forward bit for bit in
+    # `Form.epilogue` (the rollout's no-grad calls) must equal the default forward bit for bit in
     # fp32 and bf16 (the PPO ratio is exactly 1 before the first update), be ignored where gradients
     # are on (no derivative for _addmm_activation), and save the ReLU passes of a ReLU network.
     from benchmarks.op_count import OpCounter
@@ -141,13 +141,14 @@ def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm(b)
     for name, net in _in_place_cases():
         for amp in (False, True):
             def call(in_place, net=net):
+                net = with_form(net, Form.epilogue if in_place else Form.chain)
                 with torch.autocast("cpu", torch.bfloat16, enabled=amp):
                     if isinstance(net, Critic):
-                        return net(state, local, agent, state_repeat=n, in_place=in_place)
+                        return net(state, local, agent, state_repeat=n)
                     heading = net.headings(state).view(b * n, -1) if net.map_dim else None
                     hidden = torch.zeros(b * n, net.hidden_size) if net.recurrent else None
                     out = net(local, agent, state if net.map_dim else None, state_repeat=n, heading=heading,
-                              hidden=hidden, in_place=in_place)
+                              hidden=hidden)
                     return out[0] if net.recurrent else out
 
             with torch.no_grad():
@@ -168,8 +169,8 @@ def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm(b)
 
 @pytest.mark.parametrize("relu", [True, False])
 @pytest.mark.parametrize("num_agents", [4, 0])
-def test_the_for_inductor_form_is_the_same_layer_summed_in_one_pointwise_pass(relu, num_agents):
-    # `for_inductor` (the compiled rollout's no-grad form): one product over the first per-row part,
+def test_the_fused_form_is_the_same_layer_summed_in_one_pointwise_pass(relu, num_agents):
+    # `Form.fused` (the compiled rollout's no-grad form): one product over the first per-row part,
     # every other term added pointwise. The same layer as the product over the concatenation, with
     # a shared part (once per environment), a narrow part (column by column) and a wide per-row part
     # (its own product); with gradients on, the plain chain, bit for bit.
@@ -184,14 +185,15 @@ def test_the_for_inductor_form_is_the_same_layer_summed_in_one_pointwise_pass(re
     naive = naive.relu() if relu else naive
     parts, repeats = [local, heading, wide, state], [1, 1, 1, 4]
     with torch.no_grad():
-        got = layer(parts, agent, repeats, relu=relu, in_place=True, for_inductor=True)
         chain = layer(parts, agent, repeats, relu=relu)
+        layer.form = Form.fused
+        got = layer(parts, agent, repeats, relu=relu)
     torch.testing.assert_close(got, naive.detach(), atol=1e-5, rtol=1e-5)
-    graded = layer(parts, agent, repeats, relu=relu, in_place=True, for_inductor=True)
+    graded = layer(parts, agent, repeats, relu=relu)
     assert graded.requires_grad and torch.equal(graded.detach(), chain)
 
 
-def test_the_for_inductor_form_of_whole_actors_stays_within_rounding_of_the_chain():
+def test_the_fused_form_of_whole_actors_stays_within_rounding_of_the_chain():
     # bf16: the chain rounds its running sum after each product, the pointwise form once at the end.
     # Actors only: the critic runs after the rollout, never in the compiled step.
     from uavsim import EnvConfig, UAVSwarmEnv
@@ -206,15 +208,35 @@ def test_the_for_inductor_form_of_whole_actors_stays_within_rounding_of_the_chai
         if isinstance(net, Critic):
             continue
         for amp in (False, True):
-            def call(for_inductor, net=net):
+            def call(fused, net=net):
+                net = with_form(net, Form.fused if fused else Form.epilogue)
                 with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=amp):
                     heading = net.headings(state).view(4 * n, -1) if net.map_dim else None
                     hidden = torch.zeros(4 * n, net.hidden_size) if net.recurrent else None
                     out = net(local, agent, state if net.map_dim else None, state_repeat=n, heading=heading,
-                              hidden=hidden, in_place=True, for_inductor=for_inductor)
+                              hidden=hidden)
                     return out[0] if net.recurrent else out
 
             chain, pointwise = call(False).float(), call(True).float()
             scale = chain.abs().max()
             tol = (0.03 if amp else 1e-6) * scale
             torch.testing.assert_close(pointwise, chain, atol=tol, rtol=0, msg=lambda m, name=name, amp=amp: f"{name} amp={amp}: {m}")
+
+
+def test_with_form_shares_the_weights_and_changes_only_how_they_are_computed():
+    # The compiled rollout's fused actor is the update's actor computed another way: an optimizer
+    # step on one shows in the other, the original keeps its form, and the state dicts are one.
+    from uavsim import EnvConfig
+
+    env = EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4, launch_size=2)
+    model = ModelConfig(hidden_size=32, activation=Activation.relu)
+    actor = Actor(env.local_obs_dim, env.num_uavs, env.num_actions, model, torch.Generator().manual_seed(5), env)
+    twin = with_form(actor, Form.fused)
+    assert twin.net.first.form == Form.fused and actor.net.first.form == Form.chain
+    assert all(a is b for a, b in zip(actor.parameters(), twin.parameters(), strict=True))
+    with torch.no_grad():
+        actor.net.first.linear.bias.add_(1.0)
+    assert torch.equal(twin.net.first.linear.bias, actor.net.first.linear.bias)
+    assert twin.state_dict().keys() == actor.state_dict().keys()
+    with pytest.raises(ValueError):
+        with_form(actor, "sideways")

@@ -8,7 +8,7 @@ import torch
 
 from agents.run import checkpoint as ckpt
 from agents.algo import ppo
-from agents.run import control
+from agents.run import control as run_control
 from agents import train_mappo
 from agents.algo.learner import build_learner
 from agents.train_mappo import TrainingStopped, train

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agents.algo.ppo import chunk_frames, evaluate_actions
-from agents.algo.rollout import collect
+from agents.algo.ppo import chunk_steps, evaluate_actions
+from agents.algo.learner import collect
 from agents.algo.learner import build_learner, prepare_batch
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]  # episodes end inside chunks
@@ -34,9 +34,7 @@ def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
     torch.manual_seed(0)
     learner = build_learner(cfg, torch.device("cpu"))
     for _ in range(2):  # the second rollout starts from the first one's hidden states
-        learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                              learner.obs, learner.storage, learner.stats, learner.action_noise,
-                                              learner.autocast, learner.hidden)
+        collect(learner)
     batch, _ = prepare_batch(learner)
     assert batch.logprobs.dtype == torch.float32
     recurrent = learner.actor.recurrent
@@ -44,10 +42,10 @@ def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
         assert batch.starts.any() and batch.hidden.abs().sum() > 0
     n = batch.num_sequences if recurrent else batch.state.shape[0]  # chunks, or environment steps
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(1))
-    for frames in perm.split(n // cfg.train.num_minibatches):  # minibatches as the update draws them
+    for steps in perm.split(n // cfg.train.num_minibatches):  # minibatches as the update draws them
         if recurrent:
-            frames = chunk_frames(frames, cfg.train.chunk_length, cfg.env.num_envs)
-        mb_inds, new_logprob, entropy, new_value = evaluate_actions(learner.actor, learner.critic, batch, frames,
+            steps = chunk_steps(steps, cfg.train.chunk_length, cfg.env.num_envs)
+        mb_inds, new_logprob, entropy, new_value = evaluate_actions(learner.actor, learner.critic, batch, steps,
                                                                     learner.autocast)
         assert new_logprob.dtype == torch.float32 and new_value.dtype == torch.float32
         ratio = (new_logprob - batch.logprobs[mb_inds]).exp()

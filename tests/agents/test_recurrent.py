@@ -13,7 +13,7 @@ from agents.config import ModelConfig
 from agents.evaluate import actor_policy
 from agents.run.learner_state import learner_state, load_learner_state
 from agents.algo.networks import GRU, Actor
-from agents.algo.rollout import collect
+from agents.algo.learner import collect
 from agents.algo.learner import build_learner, train_iteration
 from uavsim.env import UAVSwarmEnv
 
@@ -83,9 +83,7 @@ def test_the_rollout_stores_chunk_starts_and_zeroes_the_state_where_episodes_end
     seen = torch.zeros(2, dtype=torch.long)
     for _ in range(3):  # 16-step rollouts of 5-step episodes: the later ones start mid-episode
         start = learner.hidden.clone()
-        learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                              learner.obs, s, learner.stats, learner.action_noise, learner.autocast,
-                                              learner.hidden)
+        collect(learner)
         assert torch.equal(s.hidden[0], start)
         done = s.terminated | s.truncated  # [T, B]
         # a chunk that begins an episode starts from zeros; one that continues an episode does not

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.algo.ppo import frame_rows
-from agents.algo.rollout import Storage, agent_ids, collect, value_of
+from agents.algo.ppo import step_rows
+from agents.algo.learner import collect
+from agents.algo.rollout import Storage, agent_ids, value_of
 from agents.algo.learner import build_learner
 from uavsim.env import UAVSwarmEnv
 
@@ -25,8 +26,7 @@ def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype,
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     ends = torch.zeros(2, dtype=torch.long)
     for _ in range(2):  # the second rollout starts mid-episode
-        learner.obs, _ = collect(env, learner.actor, learner.critic, learner.value_norm, learner.obs, s,
-                              learner.stats, learner.action_noise, learner.autocast)
+        collect(learner)
         ends += torch.stack([s.terminated.sum(), s.truncated.sum()])
         for t in range(s.actions.shape[0]):
             assert torch.equal(s.local[t], obs["local"].to(dtype))
@@ -45,7 +45,7 @@ def test_storage_rejects_a_non_float_observation_dtype(make_config):
 
 
 def test_frame_rows_take_every_agent_of_each_step():
-    rows = frame_rows(torch.tensor([2, 0]), 3)
+    rows = step_rows(torch.tensor([2, 0]), 3)
     assert rows.tolist() == [6, 7, 8, 0, 1, 2]
 
 
@@ -53,8 +53,7 @@ def test_frame_rows_take_every_agent_of_each_step():
 def test_shared_map_headings_are_stored_for_the_update(make_config, amp):
     learner = build_learner(make_config(f"train.amp={amp}", "model.actor_shared_map=true"), torch.device("cpu"))
     s = learner.storage
-    collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, s, learner.stats,
-            learner.action_noise, learner.autocast)
+    collect(learner)
     t, b, n, _ = s.heading.shape
     expected = learner.actor.heading(s.state.view(t * b, -1)).view(t, b, n, 3)  # from the stored (cast) state
     assert torch.equal(s.heading, expected) and s.heading.abs().sum() > 0

@@ -11,8 +11,9 @@ import torch
 import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from agents.algo.rollout import agent_ids, collect, rollout_step
-from agents.algo.learner import build_learner
+from agents.algo.learner import build_learner, collect
+from agents.algo.networks import Form, with_form
+from agents.algo.rollout import agent_ids, rollout_step
 
 # Episodes of at most 12 steps: resets and the env's rebuilds of prepared starts inside 24 steps.
 ROLLOUT = ["train.num_steps=24", "train.chunk_length=8", "env.num_envs=6", "train.num_minibatches=2"]
@@ -31,10 +32,9 @@ def test_the_rollout_step_is_one_graph_and_fills_the_eager_storage(make_config, 
     eager, captured = build_learner(cfg, torch.device("cpu")), build_learner(cfg, torch.device("cpu"))
     counter = CompileCounterWithBackend("aot_eager")
     step = torch.compile(rollout_step, fullgraph=True, backend=counter)  # a graph break raises here
-    for learner, fn in ((eager, rollout_step), (captured, step)):
-        learner.obs, learner.hidden = collect(learner.env, learner.actor, learner.critic, learner.value_norm,
-                                              learner.obs, learner.storage, learner.stats, learner.action_noise,
-                                              learner.autocast, learner.hidden, step=fn)
+    captured.rollout_fn = step
+    for learner in (eager, captured):
+        collect(learner)
     want, got = storage_fields(eager.storage), storage_fields(captured.storage)
     for name, value in want.items():
         assert torch.equal(value, got[name]), name
@@ -96,15 +96,13 @@ def test_train_compile_rollout_runs_the_captured_step(make_config, monkeypatch):
 
 
 def test_the_inductor_form_of_the_rollout_plays_the_eager_actions(make_config):
-    """`for_inductor` (what `train.compile_rollout` compiles), run eagerly: the same actions and
-    trajectories, log-probabilities within rounding of the eager chain's (bf16)."""
-    import functools
-
+    """The actor in `Form.fused` (what `train.compile_rollout` compiles), run eagerly: the same actions
+    and trajectories, log-probabilities within rounding of the eager chain's (bf16)."""
     cfg = make_config(*ROLLOUT, "model.actor_shared_map=true", "train.amp=bf16")
     chain, pointwise = build_learner(cfg, torch.device("cpu")), build_learner(cfg, torch.device("cpu"))
-    for learner, fn in ((chain, rollout_step), (pointwise, functools.partial(rollout_step, for_inductor=True))):
-        collect(learner.env, learner.actor, learner.critic, learner.value_norm, learner.obs, learner.storage,
-                learner.stats, learner.action_noise, learner.autocast, learner.hidden, step=fn)
+    pointwise.policy = with_form(pointwise.actor, Form.fused)
+    for learner in (chain, pointwise):
+        collect(learner)
     want, got = storage_fields(chain.storage), storage_fields(pointwise.storage)
     for name, value in want.items():
         if name == "logprobs":
@@ -116,12 +114,10 @@ def test_the_inductor_form_of_the_rollout_plays_the_eager_actions(make_config):
 
 def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one():
     """The trainer config's bf16 policy step as `train.compile_rollout` compiles it on CUDA
-    (`for_inductor`, its options), here with inductor's C++ kernels: the eager actions,
+    (`Form.fused`, its options), here with inductor's C++ kernels: the eager actions,
     log-probabilities within 1e-4, headings within one float32 rounding."""
-    import functools
-
     from agents.algo.ppo import check_compiler
-    from agents.algo.rollout import inductor_options, policy_step
+    from agents.algo.rollout import inductor_options
     from benchmarks.step_cost import learner_for
 
     check_compiler(torch.device("cpu"), "this test")
@@ -130,37 +126,38 @@ def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one(
     agent = agent_ids(64, learner.env.num_uavs, learner.env.device)
     step = learner.action_noise.step.clone()
     with torch.no_grad():
-        actions, logprobs, heading, _ = policy_step(learner.actor, learner.obs, agent, learner.action_noise,
-                                                    learner.autocast)
+        actions, logprobs, heading, _ = learner.actor.act(learner.obs, agent, learner.action_noise, learner.autocast)
     learner.action_noise.step.copy_(step)
-    compiled = torch.compile(torch.no_grad()(functools.partial(policy_step, for_inductor=True)), fullgraph=True,
-                             options=inductor_options(torch.device("cpu")))
-    got_actions, got_logprobs, got_heading, _ = compiled(learner.actor, learner.obs, agent, learner.action_noise,
-                                                         learner.autocast)
+    fused = with_form(learner.actor, Form.fused)
+    compiled = torch.compile(torch.no_grad()(fused.act), fullgraph=True, options=inductor_options(torch.device("cpu")))
+    got_actions, got_logprobs, got_heading, _ = compiled(learner.obs, agent, learner.action_noise, learner.autocast)
     torch._dynamo.reset()
     assert torch.equal(got_actions, actions)
     torch.testing.assert_close(got_heading, heading, atol=1e-7, rtol=0)  # its distance: a float32 rounding apart
     torch.testing.assert_close(got_logprobs, logprobs, atol=1e-4, rtol=0)
 
 
-def test_compile_rollout_step_compiles_the_inductor_form_where_it_is_faster(monkeypatch):
-    # inductor: the pointwise form on CUDA (with CUDA graphs) and on the CPU in float32, the eager
-    # form for a CPU's bf16; another backend: the eager form, no options
+def test_compile_rollout_step_compiles_the_fused_form_where_it_is_faster(make_config, monkeypatch):
+    # inductor: the actor in the fused form on CUDA (with CUDA graphs) and on the CPU in float32,
+    # the actor as built for a CPU's bf16; another backend: the actor as built, no options
     from agents.algo import ppo, rollout
 
-    calls = []
+    actor = build_learner(make_config(*ROLLOUT), torch.device("cpu")).actor
+    calls, policies = [], []
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append((fn, kwargs)) or fn)
     monkeypatch.setattr(ppo, "check_compiler", lambda device, key: None)  # no Triton needed to wire it
     for device, dtype in (("cuda", torch.bfloat16), ("cpu", torch.float32), ("cpu", torch.bfloat16)):
-        rollout.compile_rollout_step(torch.device(device), dtype=dtype)
-    rollout.compile_rollout_step(torch.device("cpu"), backend="aot_eager")
-    (cuda_fn, cuda_kwargs), (fp32_fn, fp32_kwargs), (bf16_fn, _), (other_fn, other_kwargs) = calls
-    assert cuda_fn.func is rollout_step and cuda_fn.keywords == {"for_inductor": True}
+        policies.append(rollout.compile_rollout_step(torch.device(device), actor=actor, dtype=dtype)[1])
+    policies.append(rollout.compile_rollout_step(torch.device("cpu"), backend="aot_eager", actor=actor)[1])
+    assert [fn for fn, _ in calls] == [rollout_step] * 4
+    (_, cuda_kwargs), (_, fp32_kwargs), _, (_, other_kwargs) = calls
     assert cuda_kwargs["fullgraph"] and cuda_kwargs["options"]["emulate_precision_casts"]
     assert cuda_kwargs["options"]["triton.cudagraphs"]  # reduce-overhead's CUDA graphs
-    assert fp32_fn.keywords == {"for_inductor": True} and fp32_kwargs["options"] == {"emulate_precision_casts": True}
-    assert bf16_fn.keywords == {"for_inductor": False}
-    assert other_fn is rollout_step and other_kwargs == {"fullgraph": True, "backend": "aot_eager"}
+    assert fp32_kwargs["options"] == {"emulate_precision_casts": True}
+    assert other_kwargs == {"fullgraph": True, "backend": "aot_eager"}
+    cuda, fp32, bf16, other = policies
+    assert cuda.net.first.form == fp32.net.first.form == Form.fused and cuda is not actor
+    assert bf16 is actor and other is actor and actor.net.first.form == Form.epilogue
 
 
 def test_the_learner_compiles_the_rollout_for_its_compute_dtype(make_config, monkeypatch):
@@ -168,10 +165,11 @@ def test_the_learner_compiles_the_rollout_for_its_compute_dtype(make_config, mon
 
     seen = []
     monkeypatch.setattr(learner_module, "compile_rollout_step",
-                        lambda device, **kwargs: seen.append((device, kwargs)) or rollout_step)
+                        lambda device, **kwargs: seen.append((device, kwargs)) or (rollout_step, kwargs["actor"]))
     for amp, dtype in (("off", torch.float32), ("bf16", torch.bfloat16)):
-        build_learner(make_config(*ROLLOUT, "train.compile_rollout=true", f"train.amp={amp}"), torch.device("cpu"))
-        assert seen[-1] == (torch.device("cpu"), {"dtype": dtype})
+        learner = build_learner(make_config(*ROLLOUT, "train.compile_rollout=true", f"train.amp={amp}"),
+                                torch.device("cpu"))
+        assert seen[-1] == (torch.device("cpu"), {"actor": learner.actor, "dtype": dtype})
 
 
 @pytest.mark.cuda
@@ -195,7 +193,7 @@ def test_the_cuda_graph_rollout_equals_the_eager_one(make_config, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_inductor_rollout_on_cuda_plays_the_eager_actions(make_config):
     """`train.compile_rollout` on CUDA (inductor, CUDA graphs): the eager actions and trajectories,
-    log-probabilities within rounding (the fused form, `for_inductor`)."""
+    log-probabilities within rounding (the actor in `Form.fused`)."""
     torch._dynamo.reset()
     _, got = _rollouts(make_config, True, "cuda")
     _, want = _rollouts(make_config, False, "cuda")

@@ -136,32 +136,31 @@ def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
     # once the GEMMs accumulate in place and apply the ReLUs in their epilogues (issue 15; target 24,
     # see docs/performance.md). The communicating preset now (13x13 window): 46.7. The decentralized
     # default (13x13 window, no shared map): 31.0. A change that costs more fails here.
-    from agents.algo.rollout import agent_ids, policy_step
+    from agents.algo.rollout import agent_ids
 
     learner = step_cost.learner_for(1024, 2, "bf16", 100, config=config)
     assert (learner.actor.heading is not None) == (config.name != "default.yaml")
     agent = agent_ids(1024, learner.env.num_uavs, learner.env.device)
     with torch.no_grad():
         counted = step_cost.count_calls(
-            lambda i: policy_step(learner.actor, learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024)
+            lambda i: learner.actor.act(learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024)
     assert counted["host_syncs_per_call"] == 0
     assert counted["bytes_per_env_step"] <= budget_kib * 1024, counted["bytes_per_env_step"]
 
 
 def test_the_fused_count_of_the_policy_step_is_deterministic_and_meets_the_24_kib_target():
     # inductor's own count (benchmarks/fused_count.py) of the trainer config's bf16 policy step at
-    # 1,024 environments as `train.compile_rollout` compiles it (`for_inductor`), twice: issue 15's
+    # 1,024 environments as `train.compile_rollout` compiles it (`Form.fused`), twice: issue 15's
     # target (<= 24 KiB per env-step), below the eager form compiled alike and the eager count.
-    import functools
-
-    from agents.algo.rollout import agent_ids, policy_step
+    from agents.algo.networks import Form, with_form
+    from agents.algo.rollout import agent_ids
     from benchmarks.fused_count import fused_count
 
     learner = step_cost.learner_for(1024, 2, "bf16", 100)
     agent = agent_ids(1024, learner.env.num_uavs, learner.env.device)
-    args = (learner.actor, learner.obs, agent, learner.action_noise, learner.autocast)
-    pointwise = torch.no_grad()(functools.partial(policy_step, for_inductor=True))
-    chain = torch.no_grad()(policy_step)
+    args = (learner.obs, agent, learner.action_noise, learner.autocast)
+    pointwise = torch.no_grad()(with_form(learner.actor, Form.fused).act)
+    chain = torch.no_grad()(learner.actor.act)
     first, second = (fused_count(pointwise, *args, env_steps_per_call=1024) for _ in range(2))
     assert first == second and first["kernels_per_call"] > 0
     assert first["bytes_per_env_step"] <= 24 * 1024, first

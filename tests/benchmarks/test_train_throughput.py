@@ -51,7 +51,7 @@ def test_devices_and_precisions_can_be_picked_and_the_captured_pipeline_named(tm
     from agents.algo import ppo, rollout
 
     monkeypatch.setattr(learner_module, "compile_rollout_step",
-                        lambda device, **kwargs: rollout.compile_rollout_step(device, "aot_eager"))
+                        lambda device, **kwargs: rollout.compile_rollout_step(device, "aot_eager", actor=kwargs["actor"]))
     monkeypatch.setattr(learner_module, "compile_loss", lambda device: ppo.minibatch_loss)
     seen = []
     real = train_throughput.ours_iteration_runner

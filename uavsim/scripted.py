@@ -1,0 +1,20 @@
+"""The scripted policies by name: what `python -m uavsim.play --policy`, `agents.evaluate`'s
+baselines and the imitation warm start's teachers (`imitation.teacher`) choose from."""
+
+from __future__ import annotations
+
+from uavsim.coordinated import CoordinatedFrontierPolicy
+from uavsim.env import UAVSwarmEnv
+from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+
+SCRIPTED = {"random": RandomPolicy, "greedy": GreedyFrontierPolicy, "coordinated": CoordinatedFrontierPolicy}
+
+
+def make_scripted(name: str, env: UAVSwarmEnv, seed: int = 0, planner_seed: int = 0):
+    """The scripted policy `name` (a key of `SCRIPTED`) for `env`, a callable `policy(env) -> actions
+    [B, N]`. `seed` draws the random policy's actions; `planner_seed` the frontier planners' random
+    tie-breaks (by default their own fixed seed: their episodes on a set of maps depend on the maps
+    only, whatever seed the caller evaluates with)."""
+    if name not in SCRIPTED:
+        raise ValueError(f"unknown scripted policy {name!r}; expected one of {sorted(SCRIPTED)}")
+    return SCRIPTED[name](env, seed=seed if name == "random" else planner_seed)
