@@ -5,10 +5,10 @@
 #   make bench       + the peers and pipelines extras (VMAS, diffusers, transformers)
 # torch is installed first so that pip never swaps in a different build. Which build `torch==2.13.0`
 # resolves to depends on pip's indexes: from PyPI it is the CUDA build on Linux x86-64 and the CPU
-# build on Windows and macOS. Another build (README.md, "Install"):
+# build on Windows and macOS. Another build (docs/install.md):
 #   make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"     # CPU only, Linux
-#   make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu126"   # CUDA 12.6, Windows
-# A torch 2.13.0 already installed into .venv is kept. Windows without make: see README.md.
+#   make setup TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu126"   # CUDA 12.6 (Windows; Linux with older drivers)
+# A torch 2.13.0 already installed into .venv is kept. Windows without make: docs/install.md.
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=

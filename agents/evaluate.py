@@ -41,7 +41,8 @@ import torch
 from tqdm import tqdm
 
 from agents.run import checkpoint as ckpt
-from agents.algo.networks import Actor, Form, make_actor
+from agents.algo.layers import Form
+from agents.algo.networks import Actor, make_actor
 from agents.algo.action_noise import ActionNoise
 from agents.algo.rollout import agent_ids, reset_where_done
 from uavsim import hardware

@@ -251,7 +251,8 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
     trainer's eager form (`Form.epilogue`: the GEMM chain) compiled alike. Not the whole rollout step: inductor counts a
     write of one row into the rollout's storage (and a gather from the env's maps) as its whole
     buffer, which would bury the step's traffic."""
-    from agents.algo.networks import Form, with_form
+    from agents.algo.layers import Form
+    from agents.algo.networks import with_form
     from agents.algo.rollout import agent_ids
     from benchmarks.fused_count import fused_count
 

@@ -2,9 +2,8 @@
 
 A batched step allocates tensors of tens of MB: the local observations of 4,096 environments are
 25 MB. By default glibc serves such sizes with `mmap`, or trims them off the top of the heap when
-they are freed, so every step's fresh tensor faults its pages in again, one page at a time.
-Measured on our 2-core CPU: writing a 4,096-environment observation into a fresh buffer took
-2.9 ms, 1.2 ms once the pages were kept; the whole environment step went from 16.9 to 14.6 ms.
+they are freed, so every step's fresh tensor faults its pages in again, one page at a time
+(what that costs: docs/performance.md, "Design choices, measured").
 
 Raising both the mmap threshold and the trim threshold keeps freed memory mapped for the next
 allocation (raising only one of them made it slower still). The price: the process holds on to

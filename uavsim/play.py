@@ -82,20 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(e).splitlines()[0])
 
     from uavsim import hardware
-    from uavsim.coordinated import CoordinatedFrontierPolicy
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
-    from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
+    from uavsim.scripted import make_scripted
     from uavsim.video import check_video_path, record_episode, write_video
 
     try:
         check_video_path(args.out, args.fps)  # the GIF frame-length limit and an --out that is a folder
         env = UAVSwarmEnv(cfg, num_envs=1, device=args.device, seed=args.seed, first_env_index=args.env_index)
         print(hardware.banner(env.device, policy=args.policy), file=sys.stderr)
-        policy = {
-            "greedy": lambda: GreedyFrontierPolicy(env),
-            "coordinated": lambda: CoordinatedFrontierPolicy(env),
-            "random": lambda: RandomPolicy(env, seed=args.seed),
-        }[args.policy]()
+        policy = make_scripted(args.policy, env, seed=args.seed)
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)
         path = write_video(rec.frames, args.out, fps=args.fps)
     except (TypeError, ValueError, ImportError, OSError) as e:

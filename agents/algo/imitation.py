@@ -11,14 +11,9 @@ from `DEMO_FIRST_ENV`, one range per rank) and never the evaluation's seed.
 
 Only the actor is cloned. PPO then starts with a critic that knows nothing of the cloned policy,
 and its first advantages are noise: `train.actor_warmup` ramps the actor's learning rate up from
-0 over that fraction of the iterations while the critic learns (`agents.algo.learner.learning_rates`).
-Measured on the communicating preset (seed 1, 2-core Zen 4 EPYC): without the ramp the first
-500k steps undid the cloning (134 steps to 95 % in the in-training evaluation, against 79 with it).
-The clone of the coordinated planner, with two DAgger rounds, is about a step faster than the
-planner with its most likely action before any PPO (two seeds; benchmarks/results/learning-shared-map-imitation-*).
-PPO alone then made that action slower; `train.clone_kl_coef` keeps PPO near the clone (a frozen
-copy of it, `Learner.clone`), and the fine-tuned action ends 3-4 steps faster than the planner
-(benchmarks/results/learning-shared-map-clone-kl-*).
+0 over that fraction of the iterations while the critic learns (`agents.algo.learner.learning_rates`),
+and `train.clone_kl_coef` keeps PPO near the clone (a frozen copy of it, `Learner.clone`). What
+each of these is worth, measured: docs/performance.md, "Design choices, measured".
 
 This is a one-off phase before the first iteration: it reads the loss back once per epoch, for
 the progress bar and a non-finite check; nothing of it runs in the training loop.

@@ -17,7 +17,8 @@ from agents.algo.action_noise import ActionNoise
 from agents.config import Amp, Config, TrainConfig
 from agents.algo.replicas import Replicas
 from agents.algo.gae import compute_gae
-from agents.algo.networks import Actor, Critic, Form, make_actor
+from agents.algo.layers import Form
+from agents.algo.networks import Actor, Critic, make_actor
 from agents.algo.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
 from agents.algo.rollout import (EpisodeStats, RolloutStep, Storage, agent_ids, compile_rollout_step, rollout_step,
                                  values_of_steps)

@@ -19,7 +19,8 @@ import torch
 
 from agents.algo.action_noise import ActionNoise
 from agents.algo.heading import HEADING_DIM
-from agents.algo.networks import Actor, Critic, Form, with_form
+from agents.algo.layers import Form
+from agents.algo.networks import Actor, Critic, with_form
 from agents.algo.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
 

@@ -1,8 +1,8 @@
 """The `auto` config values, chosen for the machine a run starts on, and the memory check.
 
 A default tuned on one machine can be 30x slower on another: bf16 autocast is fast on a CPU with
-AMX or AVX512-BF16 and emulated in software on an AVX2 one (measured on a 2-core AMD EPYC, AVX2:
-a bf16 matmul of the update's shape took 20-44x the fp32 time, and the default run 8x longer). So:
+AMX or AVX512-BF16 and emulated in software on an AVX2 one (docs/performance.md, "Design choices,
+measured"). So:
 
     train.amp=auto          CUDA: bf16 at compute capability >= 8.0 (Ampere and later), fp16 with
                             the GradScaler at 7.x (tensor cores, no bf16), fp32 below. CPU: fp32
@@ -11,7 +11,7 @@ a bf16 matmul of the update's shape took 20-44x the fp32 time, and the default r
                             alone mislead: torch calls AVX-512 without BF16 "bf16 supported").
     run.torch_threads=auto  the cores this process may use (CPU affinity, cgroup quota), shared
                             between the ranks torchrun starts on this machine.
-    env.num_envs=auto       CPU: 64 (the measured default). CUDA: the largest power of two up to
+    env.num_envs=auto       CPU: 64 (the default's measured best). CUDA: the largest power of two up to
                             8192 (thousands per step keep a large GPU busy) that leaves the run at
                             least 100 iterations of its budget (PPO learns from updates, not
                             samples alone) and fits in half of the GPU's free memory. Not yet

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agents.config import Activation, CriticKind, ModelConfig
-from agents.algo.networks import Actor, Critic, Form, SplitInputLinear, categorical, sample, with_form
+from agents.algo.layers import Form, SplitInputLinear
+from agents.algo.networks import Actor, Critic, categorical, sample, with_form
 
 
 def test_init_is_orthogonal_and_drawn_from_the_generator_only():

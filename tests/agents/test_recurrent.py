@@ -12,7 +12,8 @@ from agents import evaluate
 from agents.config import ModelConfig
 from agents.evaluate import actor_policy
 from agents.run.learner_state import learner_state, load_learner_state
-from agents.algo.networks import GRU, Actor
+from agents.algo.layers import GRU
+from agents.algo.networks import Actor
 from agents.algo.learner import collect
 from agents.algo.learner import build_learner, train_iteration
 from uavsim.env import UAVSwarmEnv

@@ -12,7 +12,8 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from agents.algo.learner import build_learner, collect
-from agents.algo.networks import Form, with_form
+from agents.algo.layers import Form
+from agents.algo.networks import with_form
 from agents.algo.rollout import agent_ids, rollout_step
 
 # Episodes of at most 12 steps: resets and the env's rebuilds of prepared starts inside 24 steps.

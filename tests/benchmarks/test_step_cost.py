@@ -152,7 +152,8 @@ def test_the_fused_count_of_the_policy_step_is_deterministic_and_meets_the_24_ki
     # inductor's own count (benchmarks/fused_count.py) of the trainer config's bf16 policy step at
     # 1,024 environments as `train.compile_rollout` compiles it (`Form.fused`), twice: issue 15's
     # target (<= 24 KiB per env-step), below the eager form compiled alike and the eager count.
-    from agents.algo.networks import Form, with_form
+    from agents.algo.layers import Form
+    from agents.algo.networks import with_form
     from agents.algo.rollout import agent_ids
     from benchmarks.fused_count import fused_count
 
