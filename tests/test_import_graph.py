@@ -253,3 +253,36 @@ def test_layer_violations_are_found_anywhere_in_a_file():
         "agents/__init__.py:3  agents imports benchmarks",
         "uavsim/env.py:2  uavsim.env imports agents.ppo",
     ]
+
+
+# Inside agents: the algorithm knows nothing of the run around it, and placement (used by the
+# team's diffusion and VLM jobs too) nothing of MAPPO (docs/architecture.md).
+AGENTS_FORBIDDEN = {
+    "agents.config": ("agents.algo", "agents.run", "agents.placement", "agents.train_mappo", "agents.evaluate"),
+    "agents.algo": ("agents.run", "agents.placement", "agents.train_mappo", "agents.evaluate"),
+    "agents.placement": ("agents.algo", "agents.run", "agents.config", "agents.train_mappo", "agents.evaluate"),
+    "agents.run": ("agents.train_mappo", "agents.evaluate"),
+}
+
+
+def agents_layer_violations(sources: dict[str, tuple[str, bool, str]]) -> list[str]:
+    modules = set(sources)
+    found = []
+    for module, (source, is_package, path) in sorted(sources.items()):
+        layer = next((k for k in AGENTS_FORBIDDEN if module == k or module.startswith(k + ".")), None)
+        for name, line in imported_names(module, is_package, source, modules) if layer else ():
+            if any(name == b or name.startswith(b + ".") for b in AGENTS_FORBIDDEN[layer]):
+                found.append(f"{path}:{line}  {module} imports {name}")
+    return found
+
+
+def test_agents_layers_algo_below_run_and_placement_on_its_own(sources):
+    found = agents_layer_violations(sources)
+    assert not found, "imports against agents' layering (config < algo < run < entry points):\n" + "\n".join(found)
+
+
+def test_an_algorithm_module_importing_the_run_is_a_violation():
+    found = agents_layer_violations(
+        planted(agents__algo__x="def f():\n    from agents.run import logger\n", agents__run__logger="", agents__run__init="")
+    )
+    assert found and "agents.algo.x imports agents.run" in found[0], found
