@@ -1,8 +1,8 @@
 # Two commands do everything on a fresh clone:  `make train`  and  `make test`.
 # Each creates .venv and installs what it needs first (once; again when pyproject.toml changes):
 #   make train       the project itself (torch, torchrl, tensorboard, ...)
-#   make test        + the dev, peers and pipelines extras (pytest, VMAS, PettingZoo, diffusers, transformers)
-#   make bench       + the peers and pipelines extras (VMAS, diffusers, transformers)
+#   make test        + the dev, peers, pipelines and ray extras (pytest, VMAS, PettingZoo, diffusers, transformers, Ray)
+#   make bench       + the peers, pipelines and ray extras (VMAS, diffusers, transformers, Ray)
 # torch is installed first so that pip never swaps in a different build. Which build `torch==2.13.0`
 # resolves to depends on pip's indexes: from PyPI it is the CUDA build on Linux x86-64 and the CPU
 # build on Windows and macOS. Another build (docs/install.md):
@@ -28,8 +28,8 @@ comma := ,
 .PHONY: setup train test demo bench
 setup: $(call stamp,)
 train demo: $(call stamp,)
-test: $(call stamp,dev$(comma)peers$(comma)pipelines)
-bench: $(call stamp,peers$(comma)pipelines)
+test: $(call stamp,dev$(comma)peers$(comma)pipelines$(comma)ray)
+bench: $(call stamp,peers$(comma)pipelines$(comma)ray)
 
 $(VENV_PY):
 	$(PYTHON) -m venv $(VENV)
