@@ -25,10 +25,10 @@ PY := "$(VENV_PY)"
 stamp = $(VENV)/.installed-$(if $(1),$(subst $(comma),-,$(1)),core)
 comma := ,
 
-.PHONY: setup train test demo bench
+.PHONY: setup train test lint demo bench
 setup: $(call stamp,)
 train demo: $(call stamp,)
-test: $(call stamp,dev$(comma)peers$(comma)pipelines$(comma)ray)
+test lint: $(call stamp,dev$(comma)peers$(comma)pipelines$(comma)ray)
 bench: $(call stamp,peers$(comma)pipelines$(comma)ray)
 
 $(VENV_PY):
@@ -44,6 +44,10 @@ train:  ## MAPPO with configs/default.yaml; extra overrides: make train ARGS="en
 
 test:  ## the whole test suite (what CI runs)
 	$(PY) -m pytest -q $(ARGS)
+
+lint:  ## ruff: lint and format check of the whole tree (what CI runs before the tests)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 demo:  ## environment demo: throughput of the batched env vs the NumPy reference
 	$(PY) -m benchmarks.env_throughput --quick --backends reference-loop batched-cpu --out-dir runs/demo

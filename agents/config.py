@@ -20,14 +20,15 @@ import dataclasses
 import enum
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.nodes import BooleanNode, EnumNode
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.nodes import BooleanNode, EnumNode
 
 from uavsim.config import EnvConfig
 
@@ -74,7 +75,7 @@ AUTO = "auto"  # the value of a key the machine decides at start (`agents.run.ma
 def _env_section() -> type:
     """`EnvSection`: `num_envs` plus every `EnvConfig` field with the same type and default."""
     # num_envs: an int, or "auto" (chosen for the device at start)
-    env_fields: list[tuple[str, Any, Any]] = [("num_envs", Union[int, str], field(default=AUTO))]
+    env_fields: list[tuple[str, Any, Any]] = [("num_envs", int | str, field(default=AUTO))]
     for f in dataclasses.fields(EnvConfig):
         kind = f.type if isinstance(f.type, str) else f.type.__name__
         env_fields.append((f.name, _TYPES[kind], field(default=f.default)))
@@ -91,7 +92,9 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
-    actor_shared_map: bool = False  # actor also sees the shared coverage map (pooled map + heading); on in shared_map.yaml
+    actor_shared_map: bool = (
+        False  # actor also sees the shared coverage map (pooled map + heading); on in shared_map.yaml
+    )
     recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
     recurrent_size: int = 0  # model.recurrent: the GRU's units; 0 for hidden_size
 
@@ -124,9 +127,15 @@ class TrainConfig:
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
-    compile_rollout: bool = False  # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
-    actor_warmup: float = 0.0  # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
-    clone_kl_coef: float = 0.0  # weight of KL(clone || actor) on the rollout's states in PPO's loss (needs imitation.teacher)
+    compile_rollout: bool = (
+        False  # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
+    )
+    actor_warmup: float = (
+        0.0  # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
+    )
+    clone_kl_coef: float = (
+        0.0  # weight of KL(clone || actor) on the rollout's states in PPO's loss (needs imitation.teacher)
+    )
     chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run.control.iteration_problem)
 
@@ -147,9 +156,9 @@ class ImitationConfig:
 
 @dataclass
 class RunConfig:
-    dir: Optional[str] = None  # None -> runs/mappo-<seed>-<time>
+    dir: str | None = None  # None -> runs/mappo-<seed>-<time>
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
-    torch_threads: Union[int, str] = AUTO  # auto: the cores this process may use; 0 leaves torch's default
+    torch_threads: int | str = AUTO  # auto: the cores this process may use; 0 leaves torch's default
     retain_host_memory: bool = True  # glibc keeps freed memory: no page faults on each step's big tensors
     deterministic: bool = False  # torch.use_deterministic_algorithms; exact resume on CPU
     checkpoint_interval: int = 500_000  # env steps between checkpoints; 0: only the final one
@@ -183,8 +192,10 @@ class Config:
     def num_envs(self) -> int:
         """`env.num_envs`, once resolved (`agents.run.machine_defaults.resolve`)."""
         if not isinstance(self.env.num_envs, int):
-            raise ValueError(f"env.num_envs is {self.env.num_envs!r}: resolve the config for a device first "
-                             "(agents.run.machine_defaults.resolve) or set env.num_envs")
+            raise ValueError(
+                f"env.num_envs is {self.env.num_envs!r}: resolve the config for a device first "
+                "(agents.run.machine_defaults.resolve) or set env.num_envs"
+            )
         return self.env.num_envs
 
     @property
@@ -253,8 +264,9 @@ def _merge(base, other, source: str, key_hint: str = "?"):
         raise _wrap(err, source, key_hint) from None
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = (),
-                base: Config | dict | None = None) -> Config:
+def load_config(
+    path: str | Path | None = None, overrides: Sequence[str] = (), base: Config | dict | None = None
+) -> Config:
     """Schema defaults (or `base`), then the YAML file at `path`, then `key=value` overrides."""
     cfg = OmegaConf.structured(Config)
     if base is not None:
@@ -307,8 +319,11 @@ def check_config(cfg: Config) -> None:
 
     t, r, m = cfg.train, cfg.run, cfg.model
     need(0 <= cfg.seed < 2**31, "seed", "in [0, 2**31)")
-    need(cfg.env.num_envs == AUTO or (isinstance(cfg.env.num_envs, int) and cfg.env.num_envs >= 1),
-         "env.num_envs", "auto or an int >= 1")
+    need(
+        cfg.env.num_envs == AUTO or (isinstance(cfg.env.num_envs, int) and cfg.env.num_envs >= 1),
+        "env.num_envs",
+        "auto or an int >= 1",
+    )
     need(m.hidden_size >= 1, "model.hidden_size", ">= 1")
     need(m.recurrent_size >= 0, "model.recurrent_size", ">= 0 (0: model.hidden_size)")
     need(m.num_layers >= 1, "model.num_layers", ">= 1")
@@ -335,11 +350,18 @@ def check_config(cfg: Config) -> None:
     need(im.dagger_env_steps >= 1, "imitation.dagger_env_steps", ">= 1")
     need(im.dagger_epochs >= 1, "imitation.dagger_epochs", ">= 1")
     if t.clone_kl_coef > 0:
-        need(im.teacher != Teacher.none, "train.clone_kl_coef", "0 without imitation.teacher (there is no clone to stay near)")
+        need(
+            im.teacher != Teacher.none,
+            "train.clone_kl_coef",
+            "0 without imitation.teacher (there is no clone to stay near)",
+        )
     if im.teacher != Teacher.none:
         need(not m.recurrent, "imitation.teacher", "none with model.recurrent=true (cloning fits a feed-forward actor)")
-    need(r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),
-         "run.torch_threads", "auto or an int >= 0 (0: torch's own default)")
+    need(
+        r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),
+        "run.torch_threads",
+        "auto or an int >= 0 (0: torch's own default)",
+    )
     need(r.checkpoint_interval >= 0, "run.checkpoint_interval", ">= 0")
     need(r.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1")
     need(r.eval_interval >= 0, "run.eval_interval", ">= 0")
@@ -352,14 +374,23 @@ def check_config(cfg: Config) -> None:
         raise type(err)(f"config section 'env': {err}") from None
     need(t.chunk_length >= 1, "train.chunk_length", ">= 1")
     if m.recurrent:
-        need(t.num_steps % t.chunk_length == 0, "train.chunk_length",
-             f"a divisor of train.num_steps={t.num_steps} (the rollout is cut into whole chunks)")
+        need(
+            t.num_steps % t.chunk_length == 0,
+            "train.chunk_length",
+            f"a divisor of train.num_steps={t.num_steps} (the rollout is cut into whole chunks)",
+        )
     if cfg.env.num_envs != AUTO:  # else checked once the machine has chosen it
-        need(cfg.env_steps_per_iteration % t.num_minibatches == 0, "train.num_minibatches",
-             "a divisor of num_steps*num_envs (minibatches take whole environment steps) = "
-             f"{cfg.env_steps_per_iteration}")
+        need(
+            cfg.env_steps_per_iteration % t.num_minibatches == 0,
+            "train.num_minibatches",
+            "a divisor of num_steps*num_envs (minibatches take whole environment steps) = "
+            f"{cfg.env_steps_per_iteration}",
+        )
         if m.recurrent:
             sequences = t.num_steps // t.chunk_length * cfg.env.num_envs
-            need(sequences % t.num_minibatches == 0, "train.num_minibatches",
-                 "a divisor of the number of sequences, (num_steps / chunk_length) * num_envs = "
-                 f"{sequences} (model.recurrent: minibatches take whole chunks of one environment)")
+            need(
+                sequences % t.num_minibatches == 0,
+                "train.num_minibatches",
+                "a divisor of the number of sequences, (num_steps / chunk_length) * num_envs = "
+                f"{sequences} (model.recurrent: minibatches take whole chunks of one environment)",
+            )

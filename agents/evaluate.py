@@ -32,19 +32,19 @@ import contextlib
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import imageio.v2 as imageio
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from agents.run import checkpoint as ckpt
+from agents.algo.action_noise import ActionNoise
 from agents.algo.layers import Form
 from agents.algo.networks import Actor, make_actor
-from agents.algo.action_noise import ActionNoise
 from agents.algo.rollout import agent_ids, reset_where_done
+from agents.run import checkpoint as ckpt
 from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
@@ -56,13 +56,18 @@ METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses"
 BASELINES = ("random", "greedy", "coordinated")  # scripted policies, played beside the trained one
 POLICIES = ("policy", "policy_sampled", *BASELINES)
 RECORDED = ("policy", "policy_sampled", "greedy", "coordinated")  # episode 0 of each is drawn
-COMPARED = {"greedy": "greedy", "coordinated": "coordinated", "policy": "MAPPO (most likely)",
-            "policy_sampled": "MAPPO (sampled)"}  # <out>_compare.gif
+COMPARED = {
+    "greedy": "greedy",
+    "coordinated": "coordinated",
+    "policy": "MAPPO (most likely)",
+    "policy_sampled": "MAPPO (sampled)",
+}  # <out>_compare.gif
 
 
 @torch.no_grad()
-def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor],
-                 on_step: Callable[[], object] | None = None) -> dict[str, np.ndarray]:
+def run_episodes(
+    env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], on_step: Callable[[], object] | None = None
+) -> dict[str, np.ndarray]:
     """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`.
 
     Returns per-environment results: NumPy `[B]` per metric, and `coverage_curve` `[B, max_steps
@@ -81,10 +86,15 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor],
         done = terminated | truncated
         first = done & ~ended
         length = info["episode_length"].double()
-        values = {"coverage": info["episode_coverage"], "return": info["episode_return"], "length": length,
-                  "steps_to_target": torch.where(terminated, length, torch.full_like(length, cfg.max_steps)),
-                  "reached": terminated, "collisions": info["episode_collisions"],
-                  "near_misses": info["episode_near_misses"]}
+        values = {
+            "coverage": info["episode_coverage"],
+            "return": info["episode_return"],
+            "length": length,
+            "steps_to_target": torch.where(terminated, length, torch.full_like(length, cfg.max_steps)),
+            "reached": terminated,
+            "collisions": info["episode_collisions"],
+            "near_misses": info["episode_near_misses"],
+        }
         for k, v in values.items():
             res[k] = torch.where(first, v.double(), res[k])
         curve[t + 1] = torch.where(ended, curve[t], info["coverage"])  # before the autoreset
@@ -99,8 +109,12 @@ def run_episodes(env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor],
     return out
 
 
-def first_episode_frames(env_cfg: EnvConfig, act_for: Callable[[UAVSwarmEnv], Callable[[dict], torch.Tensor]],
-                         seed: int, device: torch.device) -> list[np.ndarray]:
+def first_episode_frames(
+    env_cfg: EnvConfig,
+    act_for: Callable[[UAVSwarmEnv], Callable[[dict], torch.Tensor]],
+    seed: int,
+    device: torch.device,
+) -> list[np.ndarray]:
     """RGB frames of episode 0 of environment 0 of `seed` (the first map `run_episodes` plays),
     played by `act_for(env)` on a one-environment batch and drawn by `uavsim.video.record_episode`
     (beside the NumPy reference, which keeps the terminal map the autoreset replaces), each with the
@@ -119,8 +133,13 @@ def summarize(res: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
-def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+def actor_policy(
+    actor: Actor,
+    env: UAVSwarmEnv,
+    deterministic: bool,
+    seed: int,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+):
     """`act(obs) -> actions [B, N]` of the trained actor on `env`. A recurrent actor's hidden state
     is carried from call to call and zeroed where `env`'s episode is at its first step."""
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
@@ -138,12 +157,20 @@ def actor_policy(actor: Actor, env: UAVSwarmEnv, deterministic: bool, seed: int,
     return act
 
 
-def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.device,
-                 record: bool = True, progress: bool | None = False) -> tuple[dict, dict[str, list[np.ndarray]]]:
+def evaluate_all(
+    actor: Actor,
+    env_cfg,
+    episodes: int,
+    seed: int,
+    device: torch.device,
+    record: bool = True,
+    progress: bool | None = False,
+) -> tuple[dict, dict[str, list[np.ndarray]]]:
     """Trained policy (argmax and sampled) and the `BASELINES` on the same episodes: the results
     of the module docstring less `meta`, and `{name: frames}` of the first episode of each of
     `RECORDED` (the same map for each; empty without `record`).
     `progress`: a bar of steps per policy (None: only on a terminal)."""
+
     def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
         if name in ("policy", "policy_sampled"):
             return actor_policy(actor, env, name == "policy", seed)
@@ -161,11 +188,14 @@ def evaluate_all(actor: Actor, env_cfg, episodes: int, seed: int, device: torch.
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
     results = {name: summarize(res) for name, res in raw.items()}
     for base in ("greedy", "coordinated"):
-        results[f"paired_vs_{base}"] = {name: paired_difference(raw[name], raw[base])
-                                        for name in ("policy", "policy_sampled")}
+        results[f"paired_vs_{base}"] = {
+            name: paired_difference(raw[name], raw[base]) for name in ("policy", "policy_sampled")
+        }
     results["coverage_curve"] = {name: curve_summary(res["coverage_curve"]) for name, res in raw.items()}
-    frames = {name: first_episode_frames(env_cfg, lambda env, name=name: policy(name, env), seed, device)
-              for name in (RECORDED if record else ())}
+    frames = {
+        name: first_episode_frames(env_cfg, lambda env, name=name: policy(name, env), seed, device)
+        for name in (RECORDED if record else ())
+    }
     return results, frames
 
 
@@ -175,8 +205,9 @@ def curve_summary(curves: np.ndarray) -> dict[str, list[float]]:
     return {k: np.round(v, 6).tolist() for k, v in (("mean", curves.mean(0)), ("q25", q25), ("q75", q75))}
 
 
-def plot_coverage(curves: dict[str, dict[str, list[float]]], path: Path, title: str,
-                  target: float | None = None) -> None:
+def plot_coverage(
+    curves: dict[str, dict[str, list[float]]], path: Path, title: str, target: float | None = None
+) -> None:
     """Coverage vs step, one line per policy (the mean over maps) in an interquartile band, as PNG;
     `target` draws the target coverage as a dashed line."""
     import matplotlib
@@ -194,8 +225,11 @@ def plot_coverage(curves: dict[str, dict[str, list[float]]], path: Path, title: 
     ax.set_xlabel("step")
     ax.set_ylabel("coverage")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"{title}\nlines: mean over maps; bands: 25th-75th percentile; a map keeps its final coverage "
-                 "once its episode ended", fontsize=9)
+    ax.set_title(
+        f"{title}\nlines: mean over maps; bands: 25th-75th percentile; a map keeps its final coverage "
+        "once its episode ended",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     fig.tight_layout()
@@ -208,8 +242,13 @@ def paired_difference(res: dict[str, np.ndarray], base: dict[str, np.ndarray]) -
     mean, its standard error, and how many episodes were faster, equal or slower."""
     d = res["steps_to_target"] - base["steps_to_target"]
     stderr = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-    return {"mean_steps_diff": float(d.mean()), "stderr": stderr, "faster": int((d < 0).sum()),
-            "equal": int((d == 0).sum()), "slower": int((d > 0).sum())}
+    return {
+        "mean_steps_diff": float(d.mean()),
+        "stderr": stderr,
+        "faster": int((d < 0).sum()),
+        "equal": int((d == 0).sum()),
+        "slower": int((d > 0).sum()),
+    }
 
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
@@ -224,8 +263,9 @@ def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
         env = UAVSwarmEnv(learner.env.config, num_envs=cfg.run.eval_envs, device=learner.env.device, seed=seed)
         res = run_episodes(env, actor_policy(learner.actor, env, deterministic, seed, learner.autocast))
         if deterministic:
-            frames = first_episode_frames(env.config, lambda e: actor_policy(learner.actor, e, True, seed,
-                                                                             learner.autocast), seed, env.device)
+            frames = first_episode_frames(
+                env.config, lambda e: actor_policy(learner.actor, e, True, seed, learner.autocast), seed, env.device
+            )
             logger.image(f"{prefix}/episode", frames[-1], learner.env_steps)
         out.update({f"{prefix}/{k}": v for k, v in summarize(res).items() if k != "episodes"})
     for name in ("greedy", "coordinated"):
@@ -237,8 +277,9 @@ def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
 _BASELINE_RESULTS: dict[tuple, dict[str, float]] = {}
 
 
-def baseline_reference(name: str, env_cfg: EnvConfig, num_envs: int, seed: int,
-                       device: torch.device) -> dict[str, float]:
+def baseline_reference(
+    name: str, env_cfg: EnvConfig, num_envs: int, seed: int, device: torch.device
+) -> dict[str, float]:
     """A frontier baseline (`greedy` or `coordinated`) on the evaluation maps, a reference line of
     every in-training evaluation. Its tie-breaks follow its own fixed seed, so on the same maps it
     plays the same episodes: computed once per process and reused (its path search costs more
@@ -273,21 +314,23 @@ def _nan_to_none(obj):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m agents.evaluate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m agents.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint file")
     p.add_argument("--episodes", type=int, default=256)
     p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--out", default=None,
-                   help="JSON file (default: RUN_DIR/eval.json, or beside a checkpoint kept outside a run)")
+    p.add_argument(
+        "--out", default=None, help="JSON file (default: RUN_DIR/eval.json, or beside a checkpoint kept outside a run)"
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     args = p.parse_args(argv)
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
     from agents.run.paths import file_problem
-    from agents.run.resume import owning_run_dir, saved_config
     from agents.run.process import pick_device
+    from agents.run.resume import owning_run_dir, saved_config
 
     try:
         device = pick_device(args.device, "--device")
@@ -307,11 +350,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     actor.to(device).eval()
-    print(hardware.banner(device, precision="fp32 (evaluation)", environments=f"{args.episodes} (one episode each)"),
-          file=sys.stderr)
+    print(
+        hardware.banner(device, precision="fp32 (evaluation)", environments=f"{args.episodes} (one episode each)"),
+        file=sys.stderr,
+    )
     results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device, progress=None)
-    results["meta"] = {"checkpoint": str(path), "env_steps": payload["env_steps"],
-                       "episodes": args.episodes, "seed": args.seed, "env": env_cfg.to_dict()}
+    results["meta"] = {
+        "checkpoint": str(path),
+        "env_steps": payload["env_steps"],
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "env": env_cfg.to_dict(),
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
     imageio.mimsave(out.with_suffix(".gif"), frames["policy"], duration=0.08, loop=0)
@@ -319,17 +369,24 @@ def main(argv: list[str] | None = None) -> int:
     compare = compare_gif_path(out)
     write_video(side_by_side([frames[n] for n in COMPARED], list(COMPARED.values())), compare, fps=12.5)
     plot = coverage_plot_path(out)
-    plot_coverage(results["coverage_curve"], plot,
-                  f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training",
-                  env_cfg.target_coverage)
+    plot_coverage(
+        results["coverage_curve"],
+        plot,
+        f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training",
+        env_cfg.target_coverage,
+    )
     for name in POLICIES:
         r = results[name]
-        print(f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
-              f"reached {r['target_reached']:.2f}  collisions {r['mean_collisions']:.1f}  return {r['mean_return']:.3f}")
+        print(
+            f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
+            f"reached {r['target_reached']:.2f}  collisions {r['mean_collisions']:.1f}  return {r['mean_return']:.3f}"
+        )
     for base in ("greedy", "coordinated"):
         for name, d in results[f"paired_vs_{base}"].items():
-            print(f"{name:15s} vs {base} on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
-                  f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})")
+            print(
+                f"{name:15s} vs {base} on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
+                f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})"
+            )
     print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}, {plot}, {compare}")
     return 0
 

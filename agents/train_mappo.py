@@ -20,18 +20,24 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
+from agents.algo.replicas import Replicas
+from agents.config import Config, Teacher, load_config, to_dict, to_yaml
 from agents.run import checkpoint as ckpt
 from agents.run import machine_defaults
-from agents.config import Config, Teacher, load_config, to_dict, to_yaml
-from agents.algo.replicas import Replicas
+from agents.run.control import (
+    TrainingInterrupted,
+    TrainingStopped,
+    crossed,
+    iteration_problem,
+    launcher_command,
+    stopped_message,
+)
 from agents.run.distributed import setup as setup_replicas
-from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
 from agents.run.learner_state import learner_state, load_learner_state
 from agents.run.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
-from agents.run.resume import check_run_dir, resume_config, resume_run_dir
-from agents.run.control import (TrainingInterrupted, TrainingStopped, crossed, iteration_problem, launcher_command,
-                                 stopped_message)
 from agents.run.process import pick_device, setup_process
+from agents.run.resume import check_run_dir, resume_config, resume_run_dir
 from uavsim import hardware
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
@@ -43,19 +49,39 @@ def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: 
     steps = learner.steps_per_iteration
     agent_steps = steps * learner.env.num_uavs
     out = {
-        "charts/episodic_return": ep["return"], "charts/episodic_length": ep["length"],
-        "charts/coverage": ep["coverage"], "charts/steps_to_target": ep["steps_to_target"],
-        "charts/target_reached": ep["reached_frac"], "charts/collisions": ep["collisions"],
-        "charts/near_misses": ep["near_misses"], "charts/episodes": ep["episodes"],
-        "charts/SPS": steps / it_time, "charts/agent_SPS": agent_steps / it_time,
+        "charts/episodic_return": ep["return"],
+        "charts/episodic_length": ep["length"],
+        "charts/coverage": ep["coverage"],
+        "charts/steps_to_target": ep["steps_to_target"],
+        "charts/target_reached": ep["reached_frac"],
+        "charts/collisions": ep["collisions"],
+        "charts/near_misses": ep["near_misses"],
+        "charts/episodes": ep["episodes"],
+        "charts/SPS": steps / it_time,
+        "charts/agent_SPS": agent_steps / it_time,
         "charts/learning_rate": learner.optimizer.param_groups[0]["lr"],
         "charts/critic_learning_rate": learner.optimizer.param_groups[1]["lr"],
-        "perf/env_sps": steps / max(t["env"], 1e-9), "perf/env_time": t["env"], "perf/learn_time": t["learn"],
-        "perf/host_rss_mb": host_rss_mb(), "perf/device_mem_mb": device_memory_mb(learner.env.device),
-        "value_norm/mean": m["value_norm_mean"], "value_norm/std": m["value_norm_std"],
+        "perf/env_sps": steps / max(t["env"], 1e-9),
+        "perf/env_time": t["env"],
+        "perf/learn_time": t["learn"],
+        "perf/host_rss_mb": host_rss_mb(),
+        "perf/device_mem_mb": device_memory_mb(learner.env.device),
+        "value_norm/mean": m["value_norm_mean"],
+        "value_norm/std": m["value_norm_std"],
     }
-    for k in ("value_loss", "policy_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac",
-              "explained_variance", "actor_grad_norm", "critic_grad_norm", "skipped_updates", "nonfinite_losses"):
+    for k in (
+        "value_loss",
+        "policy_loss",
+        "entropy",
+        "approx_kl",
+        "old_approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "actor_grad_norm",
+        "critic_grad_norm",
+        "skipped_updates",
+        "nonfinite_losses",
+    ):
         out[f"losses/{k}"] = m[k]
     if "clone_kl" in m:  # train.clone_kl_coef
         out["losses/clone_kl"] = m["clone_kl"]
@@ -99,8 +125,11 @@ def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -
         raise first
     if replicas.active:
         amp, num_envs = replicas.broadcast_object((resolved.train.amp, resolved.env.num_envs))
-        resolved = dataclasses.replace(resolved, train=dataclasses.replace(resolved.train, amp=amp),
-                                       env=dataclasses.replace(resolved.env, num_envs=num_envs))
+        resolved = dataclasses.replace(
+            resolved,
+            train=dataclasses.replace(resolved.train, amp=amp),
+            env=dataclasses.replace(resolved.env, num_envs=num_envs),
+        )
     return resolved, reasons
 
 
@@ -125,8 +154,10 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     if payload is not None:
         load_learner_state(learner, payload, str(source))
         if learner.iteration >= learner.num_iterations:
-            raise ValueError(f"nothing to do: checkpoint {source} already holds {learner.env_steps} env steps, "
-                             f"train.total_env_steps={cfg.train.total_env_steps}; raise it to continue")
+            raise ValueError(
+                f"nothing to do: checkpoint {source} already holds {learner.env_steps} env steps, "
+                f"train.total_env_steps={cfg.train.total_env_steps}; raise it to continue"
+            )
     if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
         run_dir.mkdir(parents=True, exist_ok=True)
         if not ckpt.list_checkpoints(run_dir):  # else config.yaml is the newest checkpoint's, rewritten with each
@@ -144,14 +175,27 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     timer = PhaseTimer(device)
     iterations = learner.num_iterations
     total = iterations * learner.steps_per_iteration
-    bar = tqdm(total=total, initial=learner.env_steps, unit="step", unit_scale=True, dynamic_ncols=True,
-               disable=not (cfg.run.progress and replicas.is_main), desc="mappo")
+    bar = tqdm(
+        total=total,
+        initial=learner.env_steps,
+        unit="step",
+        unit_scale=True,
+        dynamic_ncols=True,
+        disable=not (cfg.run.progress and replicas.is_main),
+        desc="mappo",
+    )
     try:
         _loop(learner, logger, timer, bar, run_dir, source, iterations)
     except KeyboardInterrupt:
         newest = ckpt.list_checkpoints(run_dir)
-        raise TrainingInterrupted(learner.env_steps, run_dir, newest[-1] if newest else source, source,
-                                  launcher_command(replicas.world_size), replicas.is_main) from None
+        raise TrainingInterrupted(
+            learner.env_steps,
+            run_dir,
+            newest[-1] if newest else source,
+            source,
+            launcher_command(replicas.world_size),
+            replicas.is_main,
+        ) from None
     finally:
         bar.close()
         logger.close()
@@ -166,12 +210,22 @@ def _warm_start(learner: Learner, logger: Logger) -> None:
     stats = warm_start(learner, progress=show)
     logger.scalars({f"imitation/{k}": v for k, v in stats.items()}, 0)
     if learner.replicas.is_main:
-        print(f"imitation of {learner.cfg.imitation.teacher.value}: accuracy {stats['accuracy']:.3f}, "
-              f"loss {stats['loss']:.3f}, {stats['seconds']:.0f} s", file=sys.stderr)
+        print(
+            f"imitation of {learner.cfg.imitation.teacher.value}: accuracy {stats['accuracy']:.3f}, "
+            f"loss {stats['loss']:.3f}, {stats['seconds']:.0f} s",
+            file=sys.stderr,
+        )
 
 
-def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_dir: Path, last_good: Path | None,
-          iterations: int) -> None:
+def _loop(
+    learner: Learner,
+    logger: Logger,
+    timer: PhaseTimer,
+    bar: tqdm,
+    run_dir: Path,
+    last_good: Path | None,
+    iterations: int,
+) -> None:
     """Iterations until `iterations`: log, evaluate and checkpoint as configured."""
     from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
 
@@ -185,8 +239,11 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
         bar.update(learner.env_steps - before)
         if ep["episodes"] > 0:
             shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
-        bar.set_postfix(**shown, now=f"{ep['last_coverage']:.3f}",
-                        sps=f"{learner.steps_per_iteration / (t['env'] + t['learn']):.0f}")
+        bar.set_postfix(
+            **shown,
+            now=f"{ep['last_coverage']:.3f}",
+            sps=f"{learner.steps_per_iteration / (t['env'] + t['learn']):.0f}",
+        )
         problem = iteration_problem(m, cfg.train)
         if problem is not None:
             learner.bad_iterations += 1
@@ -209,19 +266,29 @@ def _loop(learner: Learner, logger: Logger, timer: PhaseTimer, bar: tqdm, run_di
             state = learner_state(learner)  # a collective: every rank takes part
             if replicas.is_main:
                 # config.yaml: the config --resume will continue, written with the checkpoint
-                last_good = ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints,
-                                                 beside={"config.yaml": to_yaml(cfg)})
+                last_good = ckpt.save_checkpoint(
+                    run_dir, state, cfg.run.keep_checkpoints, beside={"config.yaml": to_yaml(cfg)}
+                )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m agents.train_mappo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=None, help="YAML preset file, e.g. configs/smoke.yaml "
-                   "(default: configs/default.yaml)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR_OR_CKPT",
-                   help="continue a run from its newest checkpoint (or the given checkpoint file)")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the resolved config (every key, with its value) as YAML and exit without training")
+    p = argparse.ArgumentParser(
+        prog="python -m agents.train_mappo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--config", default=None, help="YAML preset file, e.g. configs/smoke.yaml (default: configs/default.yaml)"
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_DIR_OR_CKPT",
+        help="continue a run from its newest checkpoint (or the given checkpoint file)",
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (every key, with its value) as YAML and exit without training",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.amp=bf16")
     return p.parse_intermixed_args(argv)  # --config may come before, between or after the overrides
 

@@ -47,11 +47,20 @@ def marker_environment(platform: str, python: str) -> dict[str, str]:
     machine = {"win_amd64": "AMD64", "win32": "x86", "win_arm64": "ARM64"}.get(platform) or platform.rsplit("_", 1)[-1]
     if platform.endswith("x86_64"):
         machine = "x86_64"
-    return {"sys_platform": "win32" if windows else "linux", "platform_system": "Windows" if windows else "Linux",
-            "os_name": "nt" if windows else "posix", "platform_machine": machine, "python_version": python,
-            "python_full_version": f"{python}.0", "implementation_name": "cpython",
-            "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
-            "implementation_version": f"{python}.0", "extra": ""}
+    return {
+        "sys_platform": "win32" if windows else "linux",
+        "platform_system": "Windows" if windows else "Linux",
+        "os_name": "nt" if windows else "posix",
+        "platform_machine": machine,
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_version": "",
+        "implementation_version": f"{python}.0",
+        "extra": "",
+    }
 
 
 def project_requirements(pyproject: Path, extras: list[str]) -> list[tuple[str, str]]:
@@ -90,14 +99,42 @@ def platform_tags(platform: str) -> list[str]:
     return tags
 
 
-def pip_command(requirements: list[str], platform: str, python: str, index_url: str, target: Path,
-                report: Path, binary_only: bool = True) -> list[str]:
+def pip_command(
+    requirements: list[str],
+    platform: str,
+    python: str,
+    index_url: str,
+    target: Path,
+    report: Path,
+    binary_only: bool = True,
+) -> list[str]:
     """pip picking the files of ``requirements`` for the target, without their dependencies: wheels
     only, or (``binary_only=False``) a source distribution where no wheel fits."""
-    command = [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--dry-run",
-               "--no-deps", "--ignore-installed", "--quiet", "--use-feature=fast-deps", "--target", str(target),
-               "--report", str(report), "--index-url", index_url, "--python-version", python,
-               "--implementation", "cp", "--abi", f"cp{python.replace('.', '')}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--isolated",
+        "--disable-pip-version-check",
+        "install",
+        "--dry-run",
+        "--no-deps",
+        "--ignore-installed",
+        "--quiet",
+        "--use-feature=fast-deps",
+        "--target",
+        str(target),
+        "--report",
+        str(report),
+        "--index-url",
+        index_url,
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{python.replace('.', '')}",
+    ]
     if binary_only:
         command.append("--only-binary=:all:")
     for tag in platform_tags(platform):
@@ -126,8 +163,13 @@ def parse_report(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for item in report["install"]:
         name = canonicalize_name(item["metadata"]["name"])
         wheel = item["download_info"]["url"].rsplit("/", 1)[-1]
-        out[name] = {"name": name, "version": item["metadata"]["version"], "wheel": wheel, "tags": wheel_tags(wheel),
-                     "requires": list(item["metadata"].get("requires_dist", []))}
+        out[name] = {
+            "name": name,
+            "version": item["metadata"]["version"],
+            "wheel": wheel,
+            "tags": wheel_tags(wheel),
+            "requires": list(item["metadata"].get("requires_dist", [])),
+        }
     return out
 
 
@@ -202,30 +244,51 @@ def summarize(platform: str, requirements: list[tuple[str, str]], walked: dict[s
         if name in packages:
             info = packages[name]
             status = "sdist only" if info["tags"] == "sdist" else "wheel"
-            rows.append({"requirement": line, "group": group, "status": status, "version": info["version"],
-                         "wheel": info["wheel"], "tags": info["tags"]})
+            rows.append(
+                {
+                    "requirement": line,
+                    "group": group,
+                    "status": status,
+                    "version": info["version"],
+                    "wheel": info["wheel"],
+                    "tags": info["tags"],
+                }
+            )
         elif name in missing:
             rows.append({"requirement": line, "group": group, "status": "no wheel", "error": missing[name]})
         else:  # its marker leaves it out on this platform
             rows.append({"requirement": line, "group": group, "status": "not needed"})
-    everything = [{"name": n, "version": p["version"], "wheel": p["wheel"], "required_by": walked["required_by"][n]}
-                  for n, p in sorted(packages.items())]
+    everything = [
+        {"name": n, "version": p["version"], "wheel": p["wheel"], "required_by": walked["required_by"][n]}
+        for n, p in sorted(packages.items())
+    ]
     source_only = [p for p in everything if not p["wheel"].endswith(".whl")]
-    return {"platform": platform, "installable": not missing, "all_wheels": not missing and not source_only,
-            "source_only": source_only, "requirements": rows, "packages": everything,
-            "missing": [{"name": n, "error": e, "required_by": walked["required_by"][n]}
-                        for n, e in sorted(missing.items())]}
+    return {
+        "platform": platform,
+        "installable": not missing,
+        "all_wheels": not missing and not source_only,
+        "source_only": source_only,
+        "requirements": rows,
+        "packages": everything,
+        "missing": [
+            {"name": n, "error": e, "required_by": walked["required_by"][n]} for n, e in sorted(missing.items())
+        ],
+    }
 
 
 def resolve(requirements: list[tuple[str, str]], platform: str, python: str, index_url: str) -> dict[str, Any]:
     """``summarize`` of ``walk`` with pip asking ``index_url``."""
     with tempfile.TemporaryDirectory() as tmp:
+
         def ask(reqs: list[str], binary_only: bool) -> tuple[dict | None, str]:
             report = Path(tmp) / "report.json"
             report.unlink(missing_ok=True)
-            proc = subprocess.run(pip_command(reqs, platform, python, index_url, Path(tmp) / "target", report,
-                                              binary_only),
-                                  capture_output=True, text=True, env=index_only_environment())
+            proc = subprocess.run(
+                pip_command(reqs, platform, python, index_url, Path(tmp) / "target", report, binary_only),
+                capture_output=True,
+                text=True,
+                env=index_only_environment(),
+            )
             return (json.loads(report.read_text()) if proc.returncode == 0 else None), proc.stderr
 
         return summarize(platform, requirements, walk(requirements, platform, python, ask))
@@ -242,12 +305,16 @@ def _cell(row: dict[str, Any]) -> str:
 def markdown(result: dict[str, Any]) -> str:
     """The result as a Markdown page: one row per requirement, one column per platform."""
     platforms = result["platforms"]
-    lines = [f"# Wheels for the dependencies, Python {result['python']} ({result['date']})", "",
-             f"`python -m benchmarks.check_wheels`, pip {result['pip']}, index {result['index_url']}: each "
-             "platform's dependency tree from pyproject.toml, wheels only, environment markers evaluated for "
-             "that platform.", "",
-             "| requirement | group | " + " | ".join(p["platform"] for p in platforms) + " |",
-             "|---|---|" + "---|" * len(platforms)]
+    lines = [
+        f"# Wheels for the dependencies, Python {result['python']} ({result['date']})",
+        "",
+        f"`python -m benchmarks.check_wheels`, pip {result['pip']}, index {result['index_url']}: each "
+        "platform's dependency tree from pyproject.toml, wheels only, environment markers evaluated for "
+        "that platform.",
+        "",
+        "| requirement | group | " + " | ".join(p["platform"] for p in platforms) + " |",
+        "|---|---|" + "---|" * len(platforms),
+    ]
     by_platform = [{r["requirement"]: r for r in p["requirements"]} for p in platforms]
     for req, group in result["requirements"]:
         lines.append(f"| `{req}` | {group} | " + " | ".join(_cell(rows[req]) for rows in by_platform) + " |")
@@ -255,11 +322,16 @@ def markdown(result: dict[str, Any]) -> str:
     for p in platforms:
         verdict = ["every one has a wheel"] if p["all_wheels"] else []
         if p["source_only"]:
-            verdict.append("source distribution only: " + ", ".join(
-                f"{s['name']} (for {', '.join(s['required_by'])})" for s in p["source_only"]))
+            verdict.append(
+                "source distribution only: "
+                + ", ".join(f"{s['name']} (for {', '.join(s['required_by'])})" for s in p["source_only"])
+            )
         if p["missing"]:
-            verdict.append("**nothing installable: " + ", ".join(
-                f"{m['name']} (for {', '.join(m['required_by'])})" for m in p["missing"]) + "**")
+            verdict.append(
+                "**nothing installable: "
+                + ", ".join(f"{m['name']} (for {', '.join(m['required_by'])})" for m in p["missing"])
+                + "**"
+            )
         lines.append(f"- {p['platform']}: {len(p['packages'])} packages in the tree; {'; '.join(verdict)}.")
     return "\n".join(lines) + "\n"
 
@@ -273,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--platforms", nargs="+", default=list(DEFAULT_PLATFORMS))
     parser.add_argument("--python", default="3.11", help="target Python version (default 3.11)")
-    parser.add_argument("--extras", default="dev,peers,pipelines,video",
-                        help="comma-separated extras to check beside the runtime dependencies ('' for none)")
+    parser.add_argument(
+        "--extras",
+        default="dev,peers,pipelines,video",
+        help="comma-separated extras to check beside the runtime dependencies ('' for none)",
+    )
     parser.add_argument("--index-url", default=PYPI)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
@@ -286,11 +361,19 @@ def main(argv: list[str] | None = None) -> int:
     requirements = project_requirements(ROOT / "pyproject.toml", [e for e in args.extras.split(",") if e])
     platforms = []
     for platform in args.platforms:
-        print(f"walking the dependencies of {len(requirements)} requirements for {platform}, Python {args.python}",
-              flush=True)
+        print(
+            f"walking the dependencies of {len(requirements)} requirements for {platform}, Python {args.python}",
+            flush=True,
+        )
         platforms.append(resolve(requirements, platform, args.python, args.index_url))
-    result = {"date": dt.date.today().isoformat(), "python": args.python, "index_url": args.index_url,
-              "pip": pip_version(), "requirements": requirements, "platforms": platforms}
+    result = {
+        "date": dt.date.today().isoformat(),
+        "python": args.python,
+        "index_url": args.index_url,
+        "pip": pip_version(),
+        "requirements": requirements,
+        "platforms": platforms,
+    }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     stem = args.out_dir / f"check_wheels-{result['date']}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

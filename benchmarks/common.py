@@ -12,8 +12,9 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -48,11 +49,18 @@ def machine_info(device: str | None = None) -> dict[str, Any]:
     AVX512-BF16 / AMX, after any ONEDNN_MAX_CPU_ISA / ATEN_CPU_CAPABILITY cap), torch and its
     build, threads, and the GPU (name, memory, compute capability, driver, peak bandwidth)."""
     info: dict[str, Any] = {
-        "host": socket.gethostname(), "cpu": cpu_model(), "cpu_class": hardware.cpu_class(),
-        "cpu_count": os.cpu_count(), "usable_cores": hardware.usable_cores()[0],
-        "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "torch_build": hardware.torch_build(),
+        "host": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cpu_class": hardware.cpu_class(),
+        "cpu_count": os.cpu_count(),
+        "usable_cores": hardware.usable_cores()[0],
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "torch_build": hardware.torch_build(),
         **{k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ},
-        **_HOST, "python": platform.python_version(), "date": _dt.date.today().isoformat(),
+        **_HOST,
+        "python": platform.python_version(),
+        "date": _dt.date.today().isoformat(),
     }
     if torch.cuda.is_available():
         dev = torch.device(device) if device and "cuda" in device else torch.device("cuda", 0)
@@ -104,7 +112,9 @@ def sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_rate(run: Callable[[], None], items_per_run: int, repeats: int, device: str = "cpu") -> tuple[float, list[float]]:
+def median_rate(
+    run: Callable[[], None], items_per_run: int, repeats: int, device: str = "cpu"
+) -> tuple[float, list[float]]:
     """Median items/s of ``repeats`` timed calls of ``run`` (warm-up is the caller's job)."""
     rates = []
     for _ in range(repeats):
@@ -117,8 +127,19 @@ def median_rate(run: Callable[[], None], items_per_run: int, repeats: int, devic
 
 
 # Self CPU time of these ops is the network arithmetic (their autograd wrappers have none).
-MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
-                        "aten::_addmm_activation", "aten::mv", "aten::addmv", "aten::dot"})
+MATMUL_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::addbmm",
+        "aten::_addmm_activation",
+        "aten::mv",
+        "aten::addmv",
+        "aten::dot",
+    }
+)
 
 
 def profile_ops(run: Callable[[], None], repeats: int, top: int = 8) -> dict[str, Any]:
@@ -141,10 +162,14 @@ def profile_ops(run: Callable[[], None], repeats: int, top: int = 8) -> dict[str
     total = sum(e.self_cpu_time_total for e in events)
     ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
     return {
-        "profiled_ms": wall * 1e3 / repeats, "matmul_ms": ms(matmul), "compiled_kernels_ms": ms(compiled),
-        "other_ops_ms": ms(total - matmul - compiled), "outside_ops_ms": max(0.0, wall * 1e3 / repeats - ms(total)),
-        "top_ops": [{"op": e.key[:60], "self_ms": ms(e.self_cpu_time_total), "calls": e.count / repeats}
-                    for e in ranked],
+        "profiled_ms": wall * 1e3 / repeats,
+        "matmul_ms": ms(matmul),
+        "compiled_kernels_ms": ms(compiled),
+        "other_ops_ms": ms(total - matmul - compiled),
+        "outside_ops_ms": max(0.0, wall * 1e3 / repeats - ms(total)),
+        "top_ops": [
+            {"op": e.key[:60], "self_ms": ms(e.self_cpu_time_total), "calls": e.count / repeats} for e in ranked
+        ],
     }
 
 
@@ -165,8 +190,14 @@ def out_dir_arg(value: str) -> Path:
     return Path(value)
 
 
-def write_results(name: str, payload: dict[str, Any], table_md: str, plot: Callable[[Path], None] | None,
-                  out_dir: Path = RESULTS_DIR, subset: bool = False) -> dict[str, Path]:
+def write_results(
+    name: str,
+    payload: dict[str, Any],
+    table_md: str,
+    plot: Callable[[Path], None] | None,
+    out_dir: Path = RESULTS_DIR,
+    subset: bool = False,
+) -> dict[str, Path]:
     """Write ``result_stem(...)`` ``.json`` / ``.md`` (and ``.png`` if ``plot``), print the table;
     return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,17 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg,
-                               setup_host, sync, write_results)
+from benchmarks.common import (
+    RESULTS_DIR,
+    TRAINER_CONFIG,
+    fmt_rate,
+    hardware_label,
+    machine_info,
+    out_dir_arg,
+    setup_host,
+    sync,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,9 +63,9 @@ def _timed(replicas, device: str, fn, seconds: float) -> tuple[int, float]:
 def worker(args) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
     from agents.config import load_config
     from agents.run.distributed import setup
-    from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
     from agents.train_mappo import resolve_for_machine
     from uavsim import EnvConfig, UAVSwarmEnv
 
@@ -66,8 +75,14 @@ def worker(args) -> None:
     rank, world = replicas.rank, replicas.world_size
     result: dict[str, Any] = {"world_size": world, "device": device, "host_memory_retained": retained}
 
-    env = UAVSwarmEnv(EnvConfig(), num_envs=args.num_envs, device=device, seed=0,
-                      first_env_index=rank * args.num_envs, check_action_range=False)
+    env = UAVSwarmEnv(
+        EnvConfig(),
+        num_envs=args.num_envs,
+        device=device,
+        seed=0,
+        first_env_index=rank * args.num_envs,
+        check_action_range=False,
+    )
     env.reset()
     gen = torch.Generator(device=device).manual_seed(rank)
     shape = (args.num_envs, env.num_uavs)
@@ -78,8 +93,15 @@ def worker(args) -> None:
     rate = torch.tensor(calls * args.num_envs / elapsed, dtype=torch.float64, device=replicas.device)
     result["env_steps_per_s"] = float(replicas.sum(rate))
 
-    cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
-                                       "run.torch_threads=1", "train.total_env_steps=1000000000"])
+    cfg = load_config(
+        TRAINER_CONFIG,
+        [
+            f"env.num_envs={args.num_envs}",
+            f"train.num_steps={args.num_steps}",
+            "run.torch_threads=1",
+            "train.total_env_steps=1000000000",
+        ],
+    )
     cfg, _ = resolve_for_machine(cfg, replicas.device, replicas)  # train.amp=auto: rank 0's choice for all
     learner = build_learner(cfg, replicas.device, replicas)
     read_metrics(train_iteration(learner), replicas)  # warm-up
@@ -91,7 +113,9 @@ def worker(args) -> None:
     if replicas.active:  # gradient synchronisation: one flat all-reduce vs DDP's bucketed hooks
         batch, _ = prepare_batch(learner)
         module = PPOLossModule(learner.actor, learner.critic, batch, cfg.train, learner.autocast)
-        frames = torch.randperm(batch.state.shape[0], generator=gen, device=device)[: args.minibatch // batch.num_agents]
+        frames = torch.randperm(batch.state.shape[0], generator=gen, device=device)[
+            : args.minibatch // batch.num_agents
+        ]
 
         def flat():
             module.zero_grad(set_to_none=True)
@@ -131,10 +155,28 @@ class PPOLossModule(torch.nn.Module):
 def run_ranks(args, nproc: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "benchmarks.distributed", "--worker", "--out", str(out), "--device", args.device,
-               "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps), "--seconds", str(args.seconds),
-               "--minibatch", str(args.minibatch)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "benchmarks.distributed",
+            "--worker",
+            "--out",
+            str(out),
+            "--device",
+            args.device,
+            "--num-envs",
+            str(args.num_envs),
+            "--num-steps",
+            str(args.num_steps),
+            "--seconds",
+            str(args.seconds),
+            "--minibatch",
+            str(args.minibatch),
+        ]
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
         if proc.returncode != 0:
@@ -147,13 +189,21 @@ def main(argv: list[str] | None = None):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
-                   help="cpu; cuda or auto: cuda:{local_rank} when CUDA is available, else the CPU")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda", "auto"),
+        help="cpu; cuda or auto: cuda:{local_rank} when CUDA is available, else the CPU",
+    )
     p.add_argument("--num-envs", type=int, default=None, help="environments per rank (512; quick: 32)")
     p.add_argument("--num-steps", type=int, default=None, help="rollout length per iteration (32; quick: 8)")
     p.add_argument("--seconds", type=float, default=None, help="length of each timed phase (8; quick: 0.5)")
-    p.add_argument("--minibatch", type=int, default=None, help="agent-steps of the gradient-sync comparison's "
-                   "minibatch, whole environment steps (4096; quick: 256)")
+    p.add_argument(
+        "--minibatch",
+        type=int,
+        default=None,
+        help="agent-steps of the gradient-sync comparison's minibatch, whole environment steps (4096; quick: 256)",
+    )
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
     p.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
@@ -167,8 +217,12 @@ def main(argv: list[str] | None = None):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    for name, quick, full in (("num_envs", 32, 512), ("num_steps", 8, 32), ("seconds", 0.5, 8.0),
-                              ("minibatch", 256, 4096)):
+    for name, quick, full in (
+        ("num_envs", 32, 512),
+        ("num_steps", 8, 32),
+        ("seconds", 0.5, 8.0),
+        ("minibatch", 256, 4096),
+    ):
         if getattr(args, name) is None:  # what the user gave is kept, --quick or not
             setattr(args, name, quick if args.quick else full)
     if args.quick:
@@ -189,28 +243,44 @@ def main(argv: list[str] | None = None):
         r["env_efficiency"] = r["env_scaling"] / k
         r["train_scaling"] = r["agent_steps_per_s"] / base["agent_steps_per_s"]
         r["train_efficiency"] = r["train_scaling"] / k
-    payload = {"benchmark": "distributed", "machine": machine_info(), "quick": args.quick,
-               "settings": {"num_envs_per_rank": args.num_envs, "num_steps": args.num_steps,
-                            "seconds": args.seconds, "threads_per_rank": 1, "device": args.device,
-                            "ranks": args.ranks, "minibatch": args.minibatch,
-                            "host_memory_retained_in_ranks": all(r.get("host_memory_retained") for r in rows)},
-               "results": rows}
+    payload = {
+        "benchmark": "distributed",
+        "machine": machine_info(),
+        "quick": args.quick,
+        "settings": {
+            "num_envs_per_rank": args.num_envs,
+            "num_steps": args.num_steps,
+            "seconds": args.seconds,
+            "threads_per_rank": 1,
+            "device": args.device,
+            "ranks": args.ranks,
+            "minibatch": args.minibatch,
+            "host_memory_retained_in_ranks": all(r.get("host_memory_retained") for r in rows),
+        },
+        "results": rows,
+    }
     return write_results("distributed", payload, table(payload), None, args.out_dir, subset=args.ranks != [1, 2])
 
 
 def table(payload: dict[str, Any]) -> str:
     m, s = payload["machine"], payload["settings"]
-    lines = [f"# Data-parallel scaling ({'quick' if payload['quick'] else 'full'})", "",
-             f"{hardware_label(m)}; device {s['device']}, 1 thread per rank; "
-             f"{s['num_envs_per_rank']} envs per rank, rollout {s['num_steps']}; torch {m['torch']}; {m['date']}", "",
-             "| ranks | env-steps/s | x 1 rank | efficiency | agent-steps/s (train) | x 1 rank | efficiency "
-             "| flat all-reduce update s | DDP update s |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Data-parallel scaling ({'quick' if payload['quick'] else 'full'})",
+        "",
+        f"{hardware_label(m)}; device {s['device']}, 1 thread per rank; "
+        f"{s['num_envs_per_rank']} envs per rank, rollout {s['num_steps']}; torch {m['torch']}; {m['date']}",
+        "",
+        "| ranks | env-steps/s | x 1 rank | efficiency | agent-steps/s (train) | x 1 rank | efficiency "
+        "| flat all-reduce update s | DDP update s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in payload["results"]:
-        f = lambda key: f"{r[key] * 1e3:.2f} ms" if key in r else "-"  # noqa: E731
-        lines.append(f"| {r['world_size']} | {fmt_rate(r['env_steps_per_s'])} | {r['env_scaling']:.2f} | "
-                     f"{r['env_efficiency']:.0%} | {fmt_rate(r['agent_steps_per_s'])} | {r['train_scaling']:.2f} | "
-                     f"{r['train_efficiency']:.0%} | {f('flat_allreduce_s')} | {f('ddp_s')} |")
+        f = lambda key, r=r: f"{r[key] * 1e3:.2f} ms" if key in r else "-"  # noqa: E731
+        lines.append(
+            f"| {r['world_size']} | {fmt_rate(r['env_steps_per_s'])} | {r['env_scaling']:.2f} | "
+            f"{r['env_efficiency']:.0%} | {fmt_rate(r['agent_steps_per_s'])} | {r['train_scaling']:.2f} | "
+            f"{r['train_efficiency']:.0%} | {f('flat_allreduce_s')} | {f('ddp_s')} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -31,15 +31,26 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from benchmarks.common import (RESULTS_DIR, fmt_rate, machine_info, median_rate, out_dir_arg, peak_rss_mib,
-                               reset_peak_rss, setup_host, sync, write_results)
+from benchmarks.common import (
+    RESULTS_DIR,
+    fmt_rate,
+    machine_info,
+    median_rate,
+    out_dir_arg,
+    peak_rss_mib,
+    reset_peak_rss,
+    setup_host,
+    sync,
+    write_results,
+)
 from uavsim import EnvConfig
 from uavsim.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
@@ -67,8 +78,12 @@ def time_steps(step: Callable[[], None], env_steps_per_call: int, args, device: 
 
 
 # The batched env's variants: backend name suffix -> UAVSwarmEnv keyword arguments.
-VARIANTS = {"": {}, "-sparse": {"reset_mode": "sparse"}, "-dense": {"reset_mode": "dense"},
-            "-next-step-bf16": {"autoreset_mode": "next_step", "obs_dtype": torch.bfloat16}}
+VARIANTS = {
+    "": {},
+    "-sparse": {"reset_mode": "sparse"},
+    "-dense": {"reset_mode": "dense"},
+    "-next-step-bf16": {"autoreset_mode": "next_step", "obs_dtype": torch.bfloat16},
+}
 MODEL_ENVS, MODEL_STEPS = 256, 18  # the batch and calls `model_bytes_per_env_step` counts
 
 
@@ -79,8 +94,10 @@ def model_bytes_per_env_step(cfg: EnvConfig, variants: list[str]) -> dict[str, f
     achieved bandwidth of a GPU row divides by."""
     from benchmarks.step_cost import bytes_per_env_step
 
-    return {variant_name(v): bytes_per_env_step(cfg, num_envs=MODEL_ENVS, steps=MODEL_STEPS, **VARIANTS[v])
-            for v in variants}
+    return {
+        variant_name(v): bytes_per_env_step(cfg, num_envs=MODEL_ENVS, steps=MODEL_STEPS, **VARIANTS[v])
+        for v in variants
+    }
 
 
 def variant_name(suffix: str) -> str:
@@ -90,6 +107,7 @@ def variant_name(suffix: str) -> str:
 def variant_of(backend: str) -> str:
     """The `VARIANTS` suffix of a batched backend's name."""
     return next((v for v in sorted(VARIANTS, key=len, reverse=True) if v and backend.endswith(v)), "")
+
 
 # -- backends: each returns (env_steps_per_s, repeats, extra) for one size ------------------------
 REFERENCE_LOOP_MAX = 64  # environments a reference-loop row steps (its rate does not depend on the count)
@@ -115,8 +133,10 @@ def run_reference_async(cfg, num_envs, args):
 
     from uavsim.adapters.gymnasium_single import CoverageReferenceEnv
 
-    envs = gym.vector.AsyncVectorEnv([partial(CoverageReferenceEnv, config=cfg, seed=0, env_index=i)
-                                      for i in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    envs = gym.vector.AsyncVectorEnv(
+        [partial(CoverageReferenceEnv, config=cfg, seed=0, env_index=i) for i in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     try:
         envs.reset()
         rng = np.random.default_rng(0)
@@ -139,8 +159,9 @@ def batched_runner(device: str, variant: str = "", compile_step: bool = False):
         if compile_step:
             for _ in range(3):  # compilation happens here, outside the timing
                 step(torch.randint(0, cfg.num_actions, shape, generator=gen, device=device))
-        return time_steps(lambda: step(torch.randint(0, cfg.num_actions, shape, generator=gen, device=device)),
-                          num_envs, args, device)
+        return time_steps(
+            lambda: step(torch.randint(0, cfg.num_actions, shape, generator=gen, device=device)), num_envs, args, device
+        )
 
     return run_batched
 
@@ -149,29 +170,44 @@ def vmas_runner(device: str):
     def run_vmas(cfg, num_envs, args):
         import vmas
 
-        env = vmas.make_env("navigation", num_envs=num_envs, device=device, continuous_actions=False,
-                            n_agents=cfg.num_uavs, seed=0)
+        env = vmas.make_env(
+            "navigation", num_envs=num_envs, device=device, continuous_actions=False, n_agents=cfg.num_uavs, seed=0
+        )
         env.reset()
         n_actions = env.action_space[0].n
         gen = torch.Generator(device=device).manual_seed(0)
-        return time_steps(lambda: env.step([torch.randint(0, n_actions, (num_envs,), generator=gen, device=device)
-                                            for _ in range(cfg.num_uavs)]), num_envs, args, device)
+        return time_steps(
+            lambda: env.step(
+                [torch.randint(0, n_actions, (num_envs,), generator=gen, device=device) for _ in range(cfg.num_uavs)]
+            ),
+            num_envs,
+            args,
+            device,
+        )
 
     return run_vmas
 
 
 # Every backend's name (which of them run depends on the machine: CUDA, vmas installed).
-BACKENDS = ("reference-loop", "reference-async", *(f"batched-{d}{v}" for d in ("cpu", "cuda") for v in VARIANTS),
-            "batched-cuda-compile", "vmas-navigation", "vmas-navigation-cuda")
+BACKENDS = (
+    "reference-loop",
+    "reference-async",
+    *(f"batched-{d}{v}" for d in ("cpu", "cuda") for v in VARIANTS),
+    "batched-cuda-compile",
+    "vmas-navigation",
+    "vmas-navigation-cuda",
+)
 
 
 def available_backends(args) -> list[tuple[str, str, Callable, list[int]]]:
     """(name, device, runner, sizes) for everything this machine can run."""
     cpu_sizes = QUICK_SIZES if args.quick else CPU_SIZES
     gpu_sizes = [s for s in (QUICK_SIZES if args.quick else GPU_SIZES) if s <= args.max_gpu_envs]
-    out = [("reference-loop", "cpu", run_reference_loop, cpu_sizes),
-           ("reference-async", "cpu", run_reference_async, [args.workers]),
-           *((f"batched-cpu{v}", "cpu", batched_runner("cpu", v), cpu_sizes) for v in VARIANTS)]
+    out = [
+        ("reference-loop", "cpu", run_reference_loop, cpu_sizes),
+        ("reference-async", "cpu", run_reference_async, [args.workers]),
+        *((f"batched-cpu{v}", "cpu", batched_runner("cpu", v), cpu_sizes) for v in VARIANTS),
+    ]
     if args.compile_cpu:
         out.append(("batched-cpu-compile", "cpu", batched_runner("cpu", "", True), cpu_sizes))
     if torch.cuda.is_available():
@@ -204,22 +240,36 @@ def measure(args) -> dict[str, Any]:
                 rate, repeats = runner(cfg, num_envs, args)
             except Exception as exc:  # one failing backend must not sink the whole sweep
                 print(f"{name:22s} {num_envs:>8d} envs  FAILED: {type(exc).__name__}: {exc}")
-                rows.append({"backend": name, "device": device, "num_envs": num_envs, "error": f"{type(exc).__name__}: {exc}"})
+                rows.append(
+                    {"backend": name, "device": device, "num_envs": num_envs, "error": f"{type(exc).__name__}: {exc}"}
+                )
                 continue
             sync(device)
-            row = {"backend": name, "device": device, "num_envs": num_envs, "env_steps_per_s": rate,
-                   **({"stepped_envs": min(num_envs, REFERENCE_LOOP_MAX)} if name == "reference-loop" else {}),
-                   "uav_steps_per_s": rate * cfg.num_uavs, "repeats_env_steps_per_s": repeats,
-                   "peak_rss_mib": peak_rss_mib()}
+            row = {
+                "backend": name,
+                "device": device,
+                "num_envs": num_envs,
+                "env_steps_per_s": rate,
+                **({"stepped_envs": min(num_envs, REFERENCE_LOOP_MAX)} if name == "reference-loop" else {}),
+                "uav_steps_per_s": rate * cfg.num_uavs,
+                "repeats_env_steps_per_s": repeats,
+                "peak_rss_mib": peak_rss_mib(),
+            }
             if device == "cuda":
                 row["cuda_max_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
             rows.append(row)
             print(f"{name:22s} {num_envs:>8d} envs  {fmt_rate(rate):>8s} env-steps/s")
     model_bytes = model_bytes_per_env_step(cfg, list(VARIANTS))
     add_ratios(rows, model_bytes)
-    return {"benchmark": "env_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
-            "config": cfg.to_dict(), "quick": args.quick, "threads": args.threads,
-            "bytes_per_env_step_model": model_bytes, "results": rows}
+    return {
+        "benchmark": "env_throughput",
+        "machine": machine_info("cuda" if torch.cuda.is_available() else None),
+        "config": cfg.to_dict(),
+        "quick": args.quick,
+        "threads": args.threads,
+        "bytes_per_env_step_model": model_bytes,
+        "results": rows,
+    }
 
 
 def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> None:
@@ -245,28 +295,41 @@ def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> Non
 
 def table(payload: dict[str, Any]) -> str:
     m = payload["machine"]
-    lines = [f"# Environment throughput ({'quick' if payload['quick'] else 'full'})", "",
-             f"CPU: {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}, "
-             f"torch threads {payload['threads']})"
-             + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']}; {m['date']}", "",
-             "| backend | envs | env-steps/s | UAV-steps/s | x reference loop | x VMAS (CPU) | peak RSS MiB | CUDA MiB | BW fraction |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Environment throughput ({'quick' if payload['quick'] else 'full'})",
+        "",
+        f"CPU: {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}, "
+        f"torch threads {payload['threads']})"
+        + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU")
+        + f"; torch {m['torch']}; {m['date']}",
+        "",
+        "| backend | envs | env-steps/s | UAV-steps/s | x reference loop | x VMAS (CPU) | peak RSS MiB | CUDA MiB "
+        "| BW fraction |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in payload["results"]:
         if "error" in r:
             lines.append(f"| {r['backend']} | {r['num_envs']} | failed: {r['error'][:60]} | | | | | | |")
             continue
         fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
         lines.append(
-            f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} | {fmt_rate(r['uav_steps_per_s'])} "
-            f"| {fmt(r.get('speedup_vs_reference_loop'))} | {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
-            f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |")
+            f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} "
+            f"| {fmt_rate(r['uav_steps_per_s'])} | {fmt(r.get('speedup_vs_reference_loop'))} "
+            f"| {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
+            f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |"
+        )
     model = ", ".join(f"{b / 1024:.1f} KiB ({name})" for name, b in payload["bytes_per_env_step_model"].items())
-    lines += ["", f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
-              f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its variant's. Batched envs start at staggered steps "
-              f"of their first episode, so that about B / {EPISODE_LENGTH} of them end in every step.",
-              f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
-              "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
-              "point, after freed memory was returned to the system.", ""]
+    lines += [
+        "",
+        f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
+        f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its variant's. "
+        f"Batched envs start at staggered steps of their first episode, so that about B / {EPISODE_LENGTH} "
+        "of them end in every step.",
+        f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
+        "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
+        "point, after freed memory was returned to the system.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -279,13 +342,21 @@ def plot(payload: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 5))
     backends = dict.fromkeys(r["backend"] for r in payload["results"] if "error" not in r)
     for name in backends:
-        pts = sorted((r["num_envs"], r["env_steps_per_s"]) for r in payload["results"]
-                     if r["backend"] == name and "error" not in r)
+        pts = sorted(
+            (r["num_envs"], r["env_steps_per_s"])
+            for r in payload["results"]
+            if r["backend"] == name and "error" not in r
+        )
         xs, ys = zip(*pts)
         ax.plot(xs, ys, marker="o", linestyle="-" if len(xs) > 1 else "none", label=name)
     m = payload["machine"]
-    ax.set(xscale="log", yscale="log", xlabel="parallel environments", ylabel="env-steps / s",
-           title=f"uavsim throughput — {m.get('gpu', m['cpu'])}"[:90])
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="parallel environments",
+        ylabel="env-steps / s",
+        title=f"uavsim throughput — {m.get('gpu', m['cpu'])}"[:90],
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -324,8 +395,14 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
             parser.error(f"--backends {on_cuda} need a CUDA device, and torch sees none")
     args.warmup = 1 if args.quick else 3
     payload = measure(args)
-    return write_results("env_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir,
-                         subset=args.backends is not None)
+    return write_results(
+        "env_throughput",
+        payload,
+        table(payload),
+        lambda p: plot(payload, p),
+        args.out_dir,
+        subset=args.backends is not None,
+    )
 
 
 if __name__ == "__main__":

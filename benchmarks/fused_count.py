@@ -17,9 +17,8 @@ counts.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
-
-import torch
+from collections.abc import Callable
+from typing import Any
 
 
 def fused_count(fn: Callable, *args, env_steps_per_call: int = 1) -> dict[str, Any]:
@@ -27,7 +26,8 @@ def fused_count(fn: Callable, *args, env_steps_per_call: int = 1) -> dict[str, A
     inductor's count of its kernels (no-op nodes left out) and bytes, per call and per env-step."""
     import torch._dynamo
     from torch._functorch import config as functorch_config
-    from torch._inductor import config as inductor_config, metrics
+    from torch._inductor import config as inductor_config
+    from torch._inductor import metrics
     from torch._inductor.compile_fx import inductor_metrics_log
     from torch._inductor.scheduler import NopKernelSchedulerNode
 
@@ -37,8 +37,10 @@ def fused_count(fn: Callable, *args, env_steps_per_call: int = 1) -> dict[str, A
     torch._dynamo.reset()
     try:
         # emulate_precision_casts as `train.compile_rollout` compiles (agents.algo.rollout.compile_rollout_step)
-        with inductor_config.patch(fx_graph_cache=False, emulate_precision_casts=True), \
-                functorch_config.patch(enable_autograd_cache=False):
+        with (
+            inductor_config.patch(fx_graph_cache=False, emulate_precision_casts=True),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
             metrics.reset()
             torch.compile(fn, fullgraph=True, dynamic=False)(*args)
             kernels = sum(not isinstance(node, NopKernelSchedulerNode) for node, _ in metrics.nodes_num_elem)
@@ -47,5 +49,9 @@ def fused_count(fn: Callable, *args, env_steps_per_call: int = 1) -> dict[str, A
         inductor_metrics_log.setLevel(level)
         inductor_metrics_log.propagate = propagate
         torch._dynamo.reset()
-    return {"kernels_per_call": kernels, "bytes_per_call": nbytes, "env_steps_per_call": env_steps_per_call,
-            "bytes_per_env_step": nbytes / env_steps_per_call}
+    return {
+        "kernels_per_call": kernels,
+        "bytes_per_call": nbytes,
+        "env_steps_per_call": env_steps_per_call,
+        "bytes_per_env_step": nbytes / env_steps_per_call,
+    }

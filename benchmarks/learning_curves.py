@@ -13,11 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-TAGS = ("eval_sampled/mean_steps_to_target", "eval/mean_steps_to_target", "eval_sampled/mean_coverage",
-        "eval_greedy/mean_steps_to_target", "eval_coordinated/mean_steps_to_target")
+TAGS = (
+    "eval_sampled/mean_steps_to_target",
+    "eval/mean_steps_to_target",
+    "eval_sampled/mean_coverage",
+    "eval_greedy/mean_steps_to_target",
+    "eval_coordinated/mean_steps_to_target",
+)
 
 
 def read_curves(run_dir: Path) -> dict[str, list[list[float]]]:
@@ -43,13 +48,15 @@ def plot(curves: dict[str, dict[str, list[list[float]]]], path: Path, title: str
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for label, tags in curves.items():
         x, y = zip(*tags["eval_sampled/mean_steps_to_target"])
-        line, = ax.plot([v / 1e6 for v in x], y, marker="o", label=f"{label} (sampled)")
+        (line,) = ax.plot([v / 1e6 for v in x], y, marker="o", label=f"{label} (sampled)")
         if "eval/mean_steps_to_target" in tags:
             x, y = zip(*tags["eval/mean_steps_to_target"])
             ax.plot([v / 1e6 for v in x], y, linestyle=":", color=line.get_color(), label=f"{label} (most likely)")
     first = next(iter(curves.values()))
-    for tag, name, style in (("eval_greedy/mean_steps_to_target", "greedy", "--"),
-                             ("eval_coordinated/mean_steps_to_target", "coordinated", "-.")):
+    for tag, name, style in (
+        ("eval_greedy/mean_steps_to_target", "greedy", "--"),
+        ("eval_coordinated/mean_steps_to_target", "coordinated", "-."),
+    ):
         if tag in first:
             ax.axhline(first[tag][-1][1], color="black", linestyle=style, label=name)
     ax.set_xlabel("environment steps (millions)")
@@ -62,8 +69,11 @@ def plot(curves: dict[str, dict[str, list[list[float]]]], path: Path, title: str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.learning_curves", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.learning_curves",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("runs", nargs="+", type=Path, help="run directories (their TensorBoard event files)")
     p.add_argument("--labels", nargs="+", default=None, help="one per run (default: the folder names)")
     p.add_argument("--title", default="in-training evaluation")

@@ -42,14 +42,55 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "lift_fresh",
-                       "_unsafe_view",
-                       "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
-                       "is_same_size", "_has_compatible_shallow_copy_type", "record_stream", "set_"})
-HOST_SYNC = frozenset({"_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", "unique", "_unique",
-                       "_unique2", "unique_dim", "unique_consecutive", "item"})
-WRITE_ONLY = frozenset({"copy_", "fill_", "zero_", "uniform_", "normal_", "random_", "bernoulli_",
-                        "exponential_", "index_fill_", "masked_fill_", "scatter_"})
+NO_KERNEL = frozenset(
+    {
+        "empty",
+        "empty_strided",
+        "empty_like",
+        "new_empty",
+        "new_empty_strided",
+        "lift_fresh",
+        "_unsafe_view",
+        "_local_scalar_dense",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "is_same_size",
+        "_has_compatible_shallow_copy_type",
+        "record_stream",
+        "set_",
+    }
+)
+HOST_SYNC = frozenset(
+    {
+        "_local_scalar_dense",
+        "nonzero",
+        "is_nonzero",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_dim",
+        "unique_consecutive",
+        "item",
+    }
+)
+WRITE_ONLY = frozenset(
+    {
+        "copy_",
+        "fill_",
+        "zero_",
+        "uniform_",
+        "normal_",
+        "random_",
+        "bernoulli_",
+        "exponential_",
+        "index_fill_",
+        "masked_fill_",
+        "scatter_",
+    }
+)
 INDEXED_BY_MASK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 
 

@@ -58,8 +58,10 @@ ENV_MODES = [  # "prepared" with same_step autoreset and float32 observations is
     ("env.step[prepared]", {"reset_mode": "prepared"}),
     ("env.step[prepared, next_step]", {"reset_mode": "prepared", "autoreset_mode": "next_step"}),
     ("env.step[prepared, bf16 obs]", {"reset_mode": "prepared", "obs_dtype": torch.bfloat16}),
-    ("env.step[prepared, next_step, bf16 obs]", {"reset_mode": "prepared", "autoreset_mode": "next_step",
-                                                 "obs_dtype": torch.bfloat16}),
+    (
+        "env.step[prepared, next_step, bf16 obs]",
+        {"reset_mode": "prepared", "autoreset_mode": "next_step", "obs_dtype": torch.bfloat16},
+    ),
 ]
 
 
@@ -80,14 +82,25 @@ def count_calls(call: Callable[[int], Any], calls: int, env_steps_per_call: int,
         for op, (n, b) in one.by_op.items():
             total.by_op[op][0] += n
             total.by_op[op][1] += b
-    top_ops = [{"op": r["op"], "calls_per_call": r["calls"] / calls,
-                "bytes_per_env_step": r["bytes"] / (calls * env_steps_per_call)} for r in total.top_ops(top)]
+    top_ops = [
+        {
+            "op": r["op"],
+            "calls_per_call": r["calls"] / calls,
+            "bytes_per_env_step": r["bytes"] / (calls * env_steps_per_call),
+        }
+        for r in total.top_ops(top)
+    ]
     return {
-        "env_steps_per_call": env_steps_per_call, "counted_calls": calls,
-        "kernels_per_call": total.kernels / calls, "kernels_min": min(kernels), "kernels_max": max(kernels),
-        "bytes_per_call": total.bytes / calls, "bytes_per_env_step": total.bytes / (calls * env_steps_per_call),
+        "env_steps_per_call": env_steps_per_call,
+        "counted_calls": calls,
+        "kernels_per_call": total.kernels / calls,
+        "kernels_min": min(kernels),
+        "kernels_max": max(kernels),
+        "bytes_per_call": total.bytes / calls,
+        "bytes_per_env_step": total.bytes / (calls * env_steps_per_call),
         "bytes_per_env_step_max": max(nbytes) / env_steps_per_call,
-        "host_syncs_per_call": total.host_syncs / calls, "top_ops": top_ops,
+        "host_syncs_per_call": total.host_syncs / calls,
+        "top_ops": top_ops,
     }
 
 
@@ -109,9 +122,16 @@ def projection(kernels: float, bytes_per_env_step: float, launch_us: float) -> l
         for envs in PROJECTED_ENVS:
             bw_bound = bandwidth / bytes_per_env_step
             launch_bound = envs / (kernels * launch_us * 1e-6) if kernels else float("inf")
-            rows.append({"gpu": gpu, "envs": envs, "bandwidth_bound": bw_bound, "launch_bound": launch_bound,
-                         "ceiling": min(bw_bound, launch_bound),
-                         "bound_by": "bandwidth" if bw_bound <= launch_bound else "launches"})
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "envs": envs,
+                    "bandwidth_bound": bw_bound,
+                    "launch_bound": launch_bound,
+                    "ceiling": min(bw_bound, launch_bound),
+                    "bound_by": "bandwidth" if bw_bound <= launch_bound else "launches",
+                }
+            )
     return rows
 
 
@@ -131,8 +151,9 @@ def staggered_env(cfg: EnvConfig, num_envs: int, episode_length: int, **kwargs) 
 
 def random_actions(cfg: EnvConfig, num_envs: int, calls: int, device: torch.device) -> list[torch.Tensor]:
     gen = torch.Generator(device=device).manual_seed(0)
-    return [torch.randint(0, cfg.num_actions, (num_envs, cfg.num_uavs), generator=gen, device=device)
-            for _ in range(calls)]
+    return [
+        torch.randint(0, cfg.num_actions, (num_envs, cfg.num_uavs), generator=gen, device=device) for _ in range(calls)
+    ]
 
 
 def env_paths(args) -> dict[str, dict[str, Any]]:
@@ -153,8 +174,9 @@ def whole_periods(steps: int, env: UAVSwarmEnv) -> int:
     return -(-steps // period) * period
 
 
-def bytes_per_env_step(cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, episode_length: int = 100,
-                       **env_kwargs) -> float:
+def bytes_per_env_step(
+    cfg: EnvConfig, num_envs: int = 1024, steps: int = 18, episode_length: int = 100, **env_kwargs
+) -> float:
     """Bytes one `env.step` moves per environment, counted by the model (steady resets, whole
     rebuild periods, see module docstring): what `benchmarks.env_throughput` divides by."""
     env = staggered_env(cfg, num_envs, episode_length, **env_kwargs)
@@ -170,20 +192,20 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
     from agents.algo.learner import build_learner
     from agents.config import load_config
 
-    cfg = load_config(config, [f"env.num_envs={num_envs}", f"train.num_steps={num_steps}",
-                               f"train.amp={amp}", "run.device=cpu", "run.torch_threads=0"])
+    cfg = load_config(
+        config,
+        [
+            f"env.num_envs={num_envs}",
+            f"train.num_steps={num_steps}",
+            f"train.amp={amp}",
+            "run.device=cpu",
+            "run.torch_threads=0",
+        ],
+    )
     learner = build_learner(cfg, torch.device("cpu"))
     learner.env = staggered_env(cfg.env_config(), num_envs, episode_length, obs_dtype=learner.env.obs_dtype)
     learner.obs = learner.env.observe()
     return learner
-
-
-def rollout_step(learner, agent: torch.Tensor, t: torch.Tensor) -> None:
-    """One step of `agents.algo.learner.collect`: `agents.algo.rollout.rollout_step` on `learner`'s storage row `t`."""
-    from agents.algo.rollout import rollout_step as step
-
-    learner.obs, learner.hidden = step(learner.env, learner.actor, learner.storage, learner.stats,
-                                       learner.action_noise, learner.autocast, agent, learner.obs, learner.hidden, t)
 
 
 def minibatch_update(learner, batch, steps: torch.Tensor) -> None:
@@ -198,7 +220,7 @@ def minibatch_update(learner, batch, steps: torch.Tensor) -> None:
 
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:
-    from agents.algo.learner import collect, prepare_batch
+    from agents.algo.learner import collect, prepare_batch, rollout_once
     from agents.algo.rollout import agent_ids
 
     out: dict[str, dict[str, Any]] = {}
@@ -214,19 +236,22 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
         out[name] = count_calls(policy, args.steps, args.num_envs)
         small = learner_for(args.explain_envs, 2, amp, args.episode_length)
         small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
-        out[name]["graph_breaks"] = graph_breaks(torch.no_grad()(small.actor.act), small.obs, small_agent,
-                                                 small.action_noise, small.autocast)
+        out[name]["graph_breaks"] = graph_breaks(
+            torch.no_grad()(small.actor.act), small.obs, small_agent, small.action_noise, small.autocast
+        )
 
-    learner = learner_for(args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16",
-                          args.episode_length)
+    learner = learner_for(
+        args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16", args.episode_length
+    )
     steps = learner.storage.actions.shape[0]
     agent = agent_ids(learner.env.num_envs, learner.env.num_uavs, learner.env.device)
     row = torch.zeros((), dtype=torch.int64)
-    out["rollout step[bf16]"] = count_calls(lambda i: rollout_step(learner, agent, row), steps, args.num_envs)
+    out["rollout step[bf16]"] = count_calls(lambda i: rollout_once(learner, agent, row), steps, args.num_envs)
     small = learner_for(args.explain_envs, 2, "bf16", args.episode_length)
     small_agent = agent_ids(args.explain_envs, small.env.num_uavs, small.env.device)
-    out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(rollout_step, small, small_agent,
-                                                             torch.zeros((), dtype=torch.int64))
+    out["rollout step[bf16]"]["graph_breaks"] = graph_breaks(
+        rollout_once, small, small_agent, torch.zeros((), dtype=torch.int64)
+    )
 
     # The update at the trainer config's batch geometry (its num_envs and num_steps).
     learner = learner_for(args.update_envs, args.update_steps, "bf16", args.episode_length)
@@ -235,10 +260,11 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
     steps = batch.state.shape[0]
     mb = steps // learner.cfg.train.num_minibatches
     perm = torch.randperm(steps, generator=torch.Generator().manual_seed(0))
-    minibatches = [perm[i * mb:(i + 1) * mb] for i in range(args.update_calls + 1)]
+    minibatches = [perm[i * mb : (i + 1) * mb] for i in range(args.update_calls + 1)]
     minibatch_update(learner, batch, minibatches[-1])  # not counted: the first step also creates Adam's state
-    out["PPO minibatch[bf16]"] = count_calls(lambda i: minibatch_update(learner, batch, minibatches[i]),
-                                             args.update_calls, mb)
+    out["PPO minibatch[bf16]"] = count_calls(
+        lambda i: minibatch_update(learner, batch, minibatches[i]), args.update_calls, mb
+    )
     out["PPO minibatch[bf16]"]["graph_breaks"] = graph_breaks(minibatch_update, learner, batch, minibatches[0])
     return out
 
@@ -261,8 +287,9 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
     out = {}
     for name, form in (("policy step[bf16]", Form.fused), ("policy step[bf16], eager form compiled", Form.epilogue)):
         step = torch.no_grad()(with_form(learner.actor, form).act)
-        out[name] = fused_count(step, learner.obs, agent, learner.action_noise, learner.autocast,
-                                env_steps_per_call=args.num_envs)
+        out[name] = fused_count(
+            step, learner.obs, agent, learner.action_noise, learner.autocast, env_steps_per_call=args.num_envs
+        )
         out[name]["eager_path"] = "policy step[bf16]"
     return out
 
@@ -276,13 +303,25 @@ def measure(args) -> dict[str, Any]:
     for name, p in paths.items():
         if not name.startswith("PPO"):
             p["projection"] = projection(p["kernels_per_call"], p["bytes_per_env_step"], args.launch_us)
-    return {"benchmark": "step_cost", "machine": machine_info(), "config": EnvConfig().to_dict(), "quick": args.quick,
-            "baseline": baseline_paths(args.num_envs),
-            "settings": {"num_envs": args.num_envs, "steps": args.steps, "episode_length": args.episode_length,
-                         "launch_us": args.launch_us, "gpus_bandwidth_bytes_per_s": GPUS,
-                         "update_envs": args.update_envs, "update_steps": args.update_steps},
-            "graph_breaks": {name: p["graph_breaks"]["breaks"] for name, p in paths.items()},
-            "paths": paths, "fused": fused}
+    return {
+        "benchmark": "step_cost",
+        "machine": machine_info(),
+        "config": EnvConfig().to_dict(),
+        "quick": args.quick,
+        "baseline": baseline_paths(args.num_envs),
+        "settings": {
+            "num_envs": args.num_envs,
+            "steps": args.steps,
+            "episode_length": args.episode_length,
+            "launch_us": args.launch_us,
+            "gpus_bandwidth_bytes_per_s": GPUS,
+            "update_envs": args.update_envs,
+            "update_steps": args.update_steps,
+        },
+        "graph_breaks": {name: p["graph_breaks"]["breaks"] for name, p in paths.items()},
+        "paths": paths,
+        "fused": fused,
+    }
 
 
 def baseline_paths(num_envs: int) -> dict[str, dict[str, float]]:
@@ -293,23 +332,30 @@ def baseline_paths(num_envs: int) -> dict[str, dict[str, float]]:
     before = json.loads(files[-1].read_text())
     if before["settings"]["num_envs"] != num_envs:
         return {}
-    return {name: {"kernels_per_call": p["kernels_per_call"], "bytes_per_env_step": p["bytes_per_env_step"]}
-            for name, p in before["paths"].items()}
+    return {
+        name: {"kernels_per_call": p["kernels_per_call"], "bytes_per_env_step": p["bytes_per_env_step"]}
+        for name, p in before["paths"].items()
+    }
 
 
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small batch and few calls (CI smoke)")
     parser.add_argument("--num-envs", type=int, default=None, help="environments per counted call (default 1024)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="counted calls per path (default 18; env paths: whole rebuild periods)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="counted calls per path (default 18; env paths: whole rebuild periods)"
+    )
     parser.add_argument("--episode-length", type=int, default=100, help="steps per episode of the staggered start")
     parser.add_argument("--launch-us", type=float, default=4.0, help="eager kernel launch cost of the model, us")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (counts do not depend on it)")
     parser.add_argument("--env-only", action="store_true", help="only the env.step paths (no agents import)")
-    parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
-                        help="also count the policy step compiled by inductor (default: on, off with "
-                             "--quick or --env-only; needs a C++ compiler, about 10 s)")
+    parser.add_argument(
+        "--fused",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also count the policy step compiled by inductor (default: on, off with "
+        "--quick or --env-only; needs a C++ compiler, about 10 s)",
+    )
     parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     quick = args.quick

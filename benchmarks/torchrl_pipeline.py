@@ -76,8 +76,8 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
     from torchrl.modules import MLP, MultiAgentMLP, ProbabilisticActor
     from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
-    from agents.config import load_config
     from agents.algo.networks import Critic, make_actor
+    from agents.config import load_config
     from uavsim.adapters.torchrl_env import UAVTorchRLEnv
 
     cfg = load_config(TRAINER_CONFIG, [f"model.hidden_size={args.hidden}", *SAME_TASK])
@@ -90,33 +90,63 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
         actor_net = _AgentsActor(make_actor(env_cfg, cfg.model, gen)).to(device)
         critic = TensorDictModule(
             _AgentsCritic(Critic(env_cfg.state_dim, obs_dim, n, cfg.model, gen)).to(device),
-            in_keys=["state", ("agents", "observation")], out_keys=[("agents", "state_value")])
+            in_keys=["state", ("agents", "observation")],
+            out_keys=[("agents", "state_value")],
+        )
     elif networks == "mlp":
         mlp = dict(depth=cfg.model.num_layers, num_cells=args.hidden, activation_class=activation, device=device)
         actor_net = _CatWithAgentId(MLP(in_features=obs_dim + n, out_features=num_actions, **mlp))
         critic = TensorDictModule(
             _CatWithAgentId(MLP(in_features=env_cfg.state_dim + obs_dim + n, out_features=1, **mlp)),
-            in_keys=["state", ("agents", "observation")], out_keys=[("agents", "state_value")])
+            in_keys=["state", ("agents", "observation")],
+            out_keys=[("agents", "state_value")],
+        )
     else:
-        mlp = dict(n_agents=n, share_params=True, depth=cfg.model.num_layers, num_cells=args.hidden,
-                   activation_class=activation, device=device)
+        mlp = dict(
+            n_agents=n,
+            share_params=True,
+            depth=cfg.model.num_layers,
+            num_cells=args.hidden,
+            activation_class=activation,
+            device=device,
+        )
         actor_net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=num_actions, centralized=False, **mlp)
-        critic = TensorDictModule(MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, centralized=True, **mlp),
-                                  in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
+        critic = TensorDictModule(
+            MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, centralized=True, **mlp),
+            in_keys=[("agents", "observation")],
+            out_keys=[("agents", "state_value")],
+        )
     actor = ProbabilisticActor(
         TensorDictModule(actor_net, in_keys=[("agents", "observation")], out_keys=[("agents", "logits")]),
-        spec=env.full_action_spec[env.action_key], in_keys=[("agents", "logits")], out_keys=[env.action_key],
-        distribution_class=torch.distributions.Categorical, return_log_prob=True)
+        spec=env.full_action_spec[env.action_key],
+        in_keys=[("agents", "logits")],
+        out_keys=[env.action_key],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
     tc = cfg.train
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=tc.clip_coef, entropy_coeff=tc.ent_coef, critic_coeff=tc.vf_coef,
-                       normalize_advantage=tc.norm_adv, loss_critic_type="l2")
-    loss.set_keys(reward=env.reward_key, action=env.action_key, value=("agents", "state_value"),
-                  done=("agents", "done"), terminated=("agents", "terminated"))
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=tc.clip_coef,
+        entropy_coeff=tc.ent_coef,
+        critic_coeff=tc.vf_coef,
+        normalize_advantage=tc.norm_adv,
+        loss_critic_type="l2",
+    )
+    loss.set_keys(
+        reward=env.reward_key,
+        action=env.action_key,
+        value=("agents", "state_value"),
+        done=("agents", "done"),
+        terminated=("agents", "terminated"),
+    )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=tc.gamma, lmbda=tc.gae_lambda)
     optimizer = torch.optim.Adam(loss.parameters(), lr=tc.actor_lr, eps=tc.adam_eps)
     frames = args.num_steps * args.num_envs
-    collector = Collector(env, actor, frames_per_batch=frames, total_frames=-1, device=device,
-                          auto_register_policy_transforms=False)
+    collector = Collector(
+        env, actor, frames_per_batch=frames, total_frames=-1, device=device, auto_register_policy_transforms=False
+    )
     batches = iter(collector)
     autocast = amp_context(amp, device)
     scaler = torch.amp.GradScaler(torch.device(device).type) if amp == "fp16" else None
@@ -126,8 +156,9 @@ def torchrl_iteration_runner(args, amp: str, device: str, networks: str = "ours"
         with autocast():
             data = next(batches)
             with torch.no_grad():
-                loss.value_estimator(data, params=loss.critic_network_params,
-                                     target_params=loss.target_critic_network_params)
+                loss.value_estimator(
+                    data, params=loss.critic_network_params, target_params=loss.target_critic_network_params
+                )
         flat = data.reshape(-1)
         for _ in range(args.epochs):
             perm = torch.randperm(frames, device=device)

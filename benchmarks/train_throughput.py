@@ -14,8 +14,8 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
              captured too (CUDA graphs on a GPU); not in the default list (minutes to compile on a CPU).
     torchrl  (``benchmarks.torchrl_pipeline``) ``torchrl.collectors.Collector`` over the TorchRL
              adapter, our actor and critic modules (the very same arithmetic as ``ours``) in a
-             ``ProbabilisticActor`` and a ``TensorDictModule``, ``GAE`` and ``ClipPPOLoss`` from ``torchrl.objectives``, Adam
-             with gradient clipping: the pipelines differ, the networks do not.
+             ``ProbabilisticActor`` and a ``TensorDictModule``, ``GAE`` and ``ClipPPOLoss`` from
+             ``torchrl.objectives``, Adam with gradient clipping: the pipelines differ, the networks do not.
     torchrl-mlp  the same pipeline with the same architecture built from TorchRL's stock ``MLP``:
              the actor on ``[obs, one-hot id]`` and the critic on ``[state, obs, one-hot id]``,
              concatenated per UAV (what a TorchRL user assembles; it lacks our networks' split
@@ -26,8 +26,9 @@ through ``uavsim.adapters.torchrl_env.UAVTorchRLEnv``) with the same batch (``nu
 
 The figure is agent-steps per second of whole iterations (collection + update), warm-up excluded,
 median of the timed iterations; AMP modes run under ``torch.autocast`` (bf16 everywhere, fp16
-on CUDA only; ``--amps`` and ``--devices`` pick some). ``--profile`` adds where each pipeline's time goes (``benchmarks.common.profile_ops``:
-matmuls, compiled kernels, other ops, outside ops; and for ours, rollout against update).
+on CUDA only; ``--amps`` and ``--devices`` pick some). ``--profile`` adds where each pipeline's time
+goes (``benchmarks.common.profile_ops``: matmuls, compiled kernels, other ops, outside ops; and for
+ours, rollout against update).
 """
 
 from __future__ import annotations
@@ -40,8 +41,18 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, fmt_rate, hardware_label, machine_info, out_dir_arg,
-                               profile_ops, setup_host, sync, write_results)
+from benchmarks.common import (
+    RESULTS_DIR,
+    TRAINER_CONFIG,
+    fmt_rate,
+    hardware_label,
+    machine_info,
+    out_dir_arg,
+    profile_ops,
+    setup_host,
+    sync,
+    write_results,
+)
 from benchmarks.torchrl_pipeline import SAME_TASK, torchrl_runner
 
 
@@ -57,16 +68,27 @@ def ours_runner(compiled: bool, captured: bool = False):
 
 
 def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False, captured: bool = False):
+    from agents.algo.learner import build_learner, read_metrics, train_iteration
     from agents.config import load_config
     from agents.run.logger import PhaseTimer
-    from agents.algo.learner import build_learner, read_metrics, train_iteration
 
-    cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={args.num_envs}", f"train.num_steps={args.num_steps}",
-                                       f"train.update_epochs={args.epochs}", f"train.num_minibatches={args.minibatches}",
-                                       f"train.amp={amp}", f"model.hidden_size={args.hidden}", f"run.device={device}",
-                                       "train.total_env_steps=100000000", f"train.compile={str(compiled).lower()}",
-                                       f"train.compile_rollout={str(captured).lower()}",
-                                       "run.torch_threads=0", *SAME_TASK])  # setup_host set the threads
+    cfg = load_config(
+        TRAINER_CONFIG,
+        [
+            f"env.num_envs={args.num_envs}",
+            f"train.num_steps={args.num_steps}",
+            f"train.update_epochs={args.epochs}",
+            f"train.num_minibatches={args.minibatches}",
+            f"train.amp={amp}",
+            f"model.hidden_size={args.hidden}",
+            f"run.device={device}",
+            "train.total_env_steps=100000000",
+            f"train.compile={str(compiled).lower()}",
+            f"train.compile_rollout={str(captured).lower()}",
+            "run.torch_threads=0",
+            *SAME_TASK,
+        ],
+    )  # setup_host set the threads
     learner = build_learner(cfg, torch.device(device))
 
     def iteration(timer: PhaseTimer | None = None):
@@ -84,8 +106,13 @@ def ours_iteration_runner(args, amp: str, device: str, compiled: bool = False, c
     return iteration
 
 
-PIPELINES = {"ours": ours_runner(False), "ours-compiled": ours_runner(True), "torchrl": torchrl_runner("ours"), "torchrl-mlp": torchrl_runner("mlp"),
-             "torchrl-multiagentmlp": torchrl_runner("multiagentmlp")}
+PIPELINES = {
+    "ours": ours_runner(False),
+    "ours-compiled": ours_runner(True),
+    "torchrl": torchrl_runner("ours"),
+    "torchrl-mlp": torchrl_runner("mlp"),
+    "torchrl-multiagentmlp": torchrl_runner("multiagentmlp"),
+}
 OPTIONAL_PIPELINES = {"ours-captured": ours_runner(True, captured=True)}  # run only when named
 ALL_PIPELINES = {**PIPELINES, **OPTIONAL_PIPELINES}
 AMPS = ("off", "bf16", "fp16")  # fp16: CUDA only
@@ -119,19 +146,49 @@ def measure(args) -> dict[str, Any]:
                 getattr(iteration, "close", lambda: None)()
             agent_steps = args.num_steps * args.num_envs * 10
             rate = agent_steps / statistics.median(times)
-            rows.append({"pipeline": name, "device": device, "amp": amp, "agent_steps_per_s": rate,
-                         "env_steps_per_s": rate / 10, "iteration_seconds": times,
-                         **({"profile": profile} if profile else {})})
+            rows.append(
+                {
+                    "pipeline": name,
+                    "device": device,
+                    "amp": amp,
+                    "agent_steps_per_s": rate,
+                    "env_steps_per_s": rate / 10,
+                    "iteration_seconds": times,
+                    **({"profile": profile} if profile else {}),
+                }
+            )
             print(f"{name:8s} {device:5s} amp={amp:4s} {fmt_rate(rate):>8s} agent-steps/s")
     for r in rows:
         for key, pipeline in (("speedup_vs_torchrl", "torchrl"), ("speedup_vs_torchrl_mlp", "torchrl-mlp")):
-            base = next((b for b in rows if b["pipeline"] == pipeline and b["device"] == r["device"]
-                         and b["amp"] == r["amp"]), None)
+            base = next(
+                (b for b in rows if b["pipeline"] == pipeline and b["device"] == r["device"] and b["amp"] == r["amp"]),
+                None,
+            )
             r[key] = r["agent_steps_per_s"] / base["agent_steps_per_s"] if base else None
-    settings = {k: getattr(args, k) for k in ("num_envs", "num_steps", "epochs", "minibatches", "hidden", "threads",
-                                              "iterations", "warmup", "profile", "devices", "amps")}
-    return {"benchmark": "train_throughput", "machine": machine_info("cuda" if torch.cuda.is_available() else None),
-            "quick": args.quick, "settings": settings, "num_uavs": 10, "results": rows}
+    settings = {
+        k: getattr(args, k)
+        for k in (
+            "num_envs",
+            "num_steps",
+            "epochs",
+            "minibatches",
+            "hidden",
+            "threads",
+            "iterations",
+            "warmup",
+            "profile",
+            "devices",
+            "amps",
+        )
+    }
+    return {
+        "benchmark": "train_throughput",
+        "machine": machine_info("cuda" if torch.cuda.is_available() else None),
+        "quick": args.quick,
+        "settings": settings,
+        "num_uavs": 10,
+        "results": rows,
+    }
 
 
 def where_time_goes(iteration, repeats: int) -> dict[str, Any]:
@@ -147,36 +204,51 @@ def where_time_goes(iteration, repeats: int) -> dict[str, Any]:
 def profile_table(rows: list[dict[str, Any]]) -> list[str]:
     """The `--profile` section: milliseconds per iteration by kind of work."""
     cell = lambda p, k: f"{p[k]:.0f}" if k in p else "-"  # noqa: E731
-    lines = ["", "Where the time goes (torch.profiler, self CPU time, ms per iteration; rollout and update from "
-             "the trainer's phase marks, unprofiled):", "",
-             "| pipeline | device | AMP | iteration | rollout | update | matmuls | compiled kernels | other ops "
-             "| outside ops | top ops (ms) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "",
+        "Where the time goes (torch.profiler, self CPU time, ms per iteration; rollout and update from "
+        "the trainer's phase marks, unprofiled):",
+        "",
+        "| pipeline | device | AMP | iteration | rollout | update | matmuls | compiled kernels | other ops "
+        "| outside ops | top ops (ms) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in rows:
         if "profile" not in r:
             continue
         p = r["profile"]
         top = ", ".join(f"{o['op']} {o['self_ms']:.0f}" for o in p["top_ops"][:3])
-        lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {1e3 * statistics.median(r['iteration_seconds']):.0f} "
-                     f"| {cell(p, 'rollout_ms')} | {cell(p, 'update_ms')} | {cell(p, 'matmul_ms')} "
-                     f"| {cell(p, 'compiled_kernels_ms')} | {cell(p, 'other_ops_ms')} | {cell(p, 'outside_ops_ms')} | {top} |")
+        lines.append(
+            f"| {r['pipeline']} | {r['device']} | {r['amp']} | {1e3 * statistics.median(r['iteration_seconds']):.0f} "
+            f"| {cell(p, 'rollout_ms')} | {cell(p, 'update_ms')} | {cell(p, 'matmul_ms')} "
+            f"| {cell(p, 'compiled_kernels_ms')} | {cell(p, 'other_ops_ms')} | {cell(p, 'outside_ops_ms')} | {top} |"
+        )
     return lines
 
 
 def table(payload: dict[str, Any]) -> str:
     m, s = payload["machine"], payload["settings"]
-    lines = [f"# Training throughput ({'quick' if payload['quick'] else 'full'})", "",
-             f"CPU: {hardware_label(m)}, torch threads {s['threads']}"
-             + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU") + f"; torch {m['torch']} "
-             f"({m.get('torch_build', '?')} build); {m['date']}",
-             f"Batch: {s['num_steps']} steps x {s['num_envs']} envs x 10 UAVs; {s['epochs']} epochs x "
-             f"{s['minibatches']} minibatches; hidden {s['hidden']}; median of {s['iterations']} iterations", "",
-             "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL (our network modules) "
-             "| x TorchRL (stock MLP, same architecture) |", "|---|---|---|---:|---:|---:|---:|"]
+    lines = [
+        f"# Training throughput ({'quick' if payload['quick'] else 'full'})",
+        "",
+        f"CPU: {hardware_label(m)}, torch threads {s['threads']}"
+        + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU")
+        + f"; torch {m['torch']} "
+        f"({m.get('torch_build', '?')} build); {m['date']}",
+        f"Batch: {s['num_steps']} steps x {s['num_envs']} envs x 10 UAVs; {s['epochs']} epochs x "
+        f"{s['minibatches']} minibatches; hidden {s['hidden']}; median of {s['iterations']} iterations",
+        "",
+        "| pipeline | device | AMP | agent-steps/s | env-steps/s | x TorchRL (our network modules) "
+        "| x TorchRL (stock MLP, same architecture) |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     ratio = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
     for r in payload["results"]:
-        lines.append(f"| {r['pipeline']} | {r['device']} | {r['amp']} | {fmt_rate(r['agent_steps_per_s'])} "
-                     f"| {fmt_rate(r['env_steps_per_s'])} | {ratio(r['speedup_vs_torchrl'])} "
-                     f"| {ratio(r.get('speedup_vs_torchrl_mlp'))} |")
+        lines.append(
+            f"| {r['pipeline']} | {r['device']} | {r['amp']} | {fmt_rate(r['agent_steps_per_s'])} "
+            f"| {fmt_rate(r['env_steps_per_s'])} | {ratio(r['speedup_vs_torchrl'])} "
+            f"| {ratio(r.get('speedup_vs_torchrl_mlp'))} |"
+        )
     if any("profile" in r for r in payload["results"]):
         lines += profile_table(payload["results"])
     return "\n".join(lines) + "\n"
@@ -197,8 +269,11 @@ def plot(payload: dict[str, Any], path: Path) -> None:
         ys = [r["agent_steps_per_s"] for r in rows if r["pipeline"] == name]
         ax.bar([i + (k - (len(names) - 1) / 2) * width for i in range(len(ys))], ys, width, label=name)
     ax.set_xticks(range(len(labels)), labels)
-    ax.set(ylabel="agent-steps / s (collection + update)", yscale="log",
-           title=f"MAPPO iteration throughput — {payload['machine'].get('gpu', payload['machine']['cpu'])}"[:90])
+    ax.set(
+        ylabel="agent-steps / s (collection + update)",
+        yscale="log",
+        title=f"MAPPO iteration throughput — {payload['machine'].get('gpu', payload['machine']['cpu'])}"[:90],
+    )
     ax.legend()
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
@@ -218,12 +293,23 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=list(ALL_PIPELINES))
-    parser.add_argument("--devices", nargs="+", default=["cpu", "cuda"], choices=["cpu", "cuda"],
-                        help="where to run (cuda: when torch sees a GPU)")
-    parser.add_argument("--amps", nargs="+", default=list(AMPS), choices=list(AMPS),
-                        help="precisions to run (fp16: CUDA only)")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="also profile N iterations of each pipeline: where the time goes (0: off)")
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        default=["cpu", "cuda"],
+        choices=["cpu", "cuda"],
+        help="where to run (cuda: when torch sees a GPU)",
+    )
+    parser.add_argument(
+        "--amps", nargs="+", default=list(AMPS), choices=list(AMPS), help="precisions to run (fp16: CUDA only)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile N iterations of each pipeline: where the time goes (0: off)",
+    )
     parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     if args.profile < 0:
@@ -237,16 +323,22 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     if args.warmup < 0:
         parser.error(f"--warmup must be >= 0, got {args.warmup}")
     if not run_list(args.devices, args.amps):
-        parser.error(f"nothing to run for --devices {' '.join(args.devices)} and --amps {' '.join(args.amps)}: "
-                     f"fp16 runs on CUDA only, and torch sees {'a' if torch.cuda.is_available() else 'no'} CUDA device")
+        parser.error(
+            f"nothing to run for --devices {' '.join(args.devices)} and --amps {' '.join(args.amps)}: "
+            f"fp16 runs on CUDA only, and torch sees {'a' if torch.cuda.is_available() else 'no'} CUDA device"
+        )
     if (args.num_steps * args.num_envs) % args.minibatches:
-        parser.error(f"--minibatches must divide num_steps x num_envs = {args.num_steps * args.num_envs} "
-                     "(minibatches take whole environment steps, in every pipeline alike)")
+        parser.error(
+            f"--minibatches must divide num_steps x num_envs = {args.num_steps * args.num_envs} "
+            "(minibatches take whole environment steps, in every pipeline alike)"
+        )
     payload = measure(args)
-    subset = (set(args.pipelines) != set(PIPELINES) or set(args.devices) != {"cpu", "cuda"}
-              or set(args.amps) != set(AMPS))
-    return write_results("train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir,
-                         subset=subset)
+    subset = (
+        set(args.pipelines) != set(PIPELINES) or set(args.devices) != {"cpu", "cuda"} or set(args.amps) != set(AMPS)
+    )
+    return write_results(
+        "train_throughput", payload, table(payload), lambda p: plot(payload, p), args.out_dir, subset=subset
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,15 @@ from typing import Any
 import torch
 
 from agents.run.machine_defaults import CPU_NUM_ENVS
-from benchmarks.common import (RESULTS_DIR, TRAINER_CONFIG, hardware_label, machine_info, out_dir_arg, setup_host,
-                               write_results)
+from benchmarks.common import (
+    RESULTS_DIR,
+    TRAINER_CONFIG,
+    hardware_label,
+    machine_info,
+    out_dir_arg,
+    setup_host,
+    write_results,
+)
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
@@ -38,8 +45,13 @@ def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
 
     cfg = load_config(TRAINER_CONFIG, [f"env.num_envs={CPU_NUM_ENVS}"])
     env, hidden = cfg.env_config(), cfg.model.hidden_size
-    return {"first layer, local obs": (env.local_obs_dim, hidden), "first layer, agent id": (env.num_uavs, hidden),
-            "hidden layer": (hidden, hidden), "policy head": (hidden, env.num_actions), "value head": (hidden, 1)}
+    return {
+        "first layer, local obs": (env.local_obs_dim, hidden),
+        "first layer, agent id": (env.num_uavs, hidden),
+        "hidden layer": (hidden, hidden),
+        "policy head": (hidden, env.num_actions),
+        "value head": (hidden, 1),
+    }
 
 
 def default_minibatch() -> int:
@@ -65,8 +77,11 @@ def products(m: int, n_in: int, n_out: int, dtype: torch.dtype, gen: torch.Gener
     w = torch.randn(n_out, n_in, generator=gen).to(dtype)
     dy = torch.randn(m, n_out, generator=gen).to(dtype)
     flops = 2.0 * m * n_in * n_out
-    return {"forward": (lambda: torch.mm(x, w.t()), flops), "dgrad": (lambda: torch.mm(dy, w), flops),
-            "wgrad": (lambda: torch.mm(dy.t(), x), flops)}
+    return {
+        "forward": (lambda: torch.mm(x, w.t()), flops),
+        "dgrad": (lambda: torch.mm(dy, w), flops),
+        "wgrad": (lambda: torch.mm(dy.t(), x), flops),
+    }
 
 
 def measure(args) -> dict[str, Any]:
@@ -78,33 +93,53 @@ def measure(args) -> dict[str, Any]:
             for kind, (fn, flops) in products(args.minibatch, n_in, n_out, dtype, gen).items():
                 if kind == "dgrad" and layer.startswith("first layer"):
                     continue  # observations need no gradient
-                row = {"dtype": dtype_name, "layer": layer, "product": kind, "rows": args.minibatch,
-                       "in": n_in, "out": n_out}
+                row = {
+                    "dtype": dtype_name,
+                    "layer": layer,
+                    "product": kind,
+                    "rows": args.minibatch,
+                    "in": n_in,
+                    "out": n_out,
+                }
                 for threads in sorted({1, args.threads}):
                     torch.set_num_threads(threads)
                     us = time_us(fn, args.repeats)
                     row[f"us_{threads}t"], row[f"gflops_{threads}t"] = us, flops / us / 1e3
                 torch.set_num_threads(args.threads)
                 rows.append(row)
-                print(f"{dtype_name} {layer:24s} {kind:7s} " + "  ".join(
-                    f"{t}t {row[f'us_{t}t']:8.1f} us" for t in sorted({1, args.threads})))
-    return {"benchmark": "update_matmuls", "machine": machine_info(), "quick": args.quick,
-            "settings": {"minibatch": args.minibatch, "threads": args.threads, "repeats": args.repeats},
-            "results": rows}
+                print(
+                    f"{dtype_name} {layer:24s} {kind:7s} "
+                    + "  ".join(f"{t}t {row[f'us_{t}t']:8.1f} us" for t in sorted({1, args.threads}))
+                )
+    return {
+        "benchmark": "update_matmuls",
+        "machine": machine_info(),
+        "quick": args.quick,
+        "settings": {"minibatch": args.minibatch, "threads": args.threads, "repeats": args.repeats},
+        "results": rows,
+    }
 
 
 def table(payload: dict[str, Any]) -> str:
     m, s = payload["machine"], payload["settings"]
     threads = sorted({1, s["threads"]})
-    lines = [f"# The update's matrix products ({'quick' if payload['quick'] else 'full'})", "",
-             f"CPU: {hardware_label(m)}; torch {m['torch']}; {m['date']}; minibatch "
-             f"{s['minibatch']} agent-steps; median of {s['repeats']} repeats", "",
-             "| dtype | layer | product | shape | " + " | ".join(f"µs, {t} thread(s) | GFLOP/s, {t}" for t in threads)
-             + " |", "|---|---|---|---|" + "---:|---:|" * len(threads)]
+    lines = [
+        f"# The update's matrix products ({'quick' if payload['quick'] else 'full'})",
+        "",
+        f"CPU: {hardware_label(m)}; torch {m['torch']}; {m['date']}; minibatch "
+        f"{s['minibatch']} agent-steps; median of {s['repeats']} repeats",
+        "",
+        "| dtype | layer | product | shape | "
+        + " | ".join(f"µs, {t} thread(s) | GFLOP/s, {t}" for t in threads)
+        + " |",
+        "|---|---|---|---|" + "---:|---:|" * len(threads),
+    ]
     for r in payload["results"]:
-        shape = {"forward": f"[{r['rows']},{r['in']}] @ [{r['in']},{r['out']}]",
-                 "dgrad": f"[{r['rows']},{r['out']}] @ [{r['out']},{r['in']}]",
-                 "wgrad": f"[{r['out']},{r['rows']}] @ [{r['rows']},{r['in']}]"}[r["product"]]
+        shape = {
+            "forward": f"[{r['rows']},{r['in']}] @ [{r['in']},{r['out']}]",
+            "dgrad": f"[{r['rows']},{r['out']}] @ [{r['out']},{r['in']}]",
+            "wgrad": f"[{r['out']},{r['rows']}] @ [{r['rows']},{r['in']}]",
+        }[r["product"]]
         cells = " | ".join(f"{r[f'us_{t}t']:.0f} | {r[f'gflops_{t}t']:.0f}" for t in threads)
         lines.append(f"| {r['dtype']} | {r['layer']} | {r['product']} | {shape} | {cells} |")
     return "\n".join(lines) + "\n"

@@ -39,8 +39,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.portability_names import (CATCH_ALL, OS_POSIX_ONLY, POSIX_MODULES, PSEUDO_FILES, RAISES,
-                                     SIGNAL_ON_WINDOWS, WHY, WRITE_FLAGS)
+from tests.portability_names import (
+    CATCH_ALL,
+    OS_POSIX_ONLY,
+    POSIX_MODULES,
+    PSEUDO_FILES,
+    RAISES,
+    SIGNAL_ON_WINDOWS,
+    WHY,
+    WRITE_FLAGS,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("uavsim", "agents", "benchmarks", "tests")
@@ -161,8 +169,12 @@ class _Scanner(ast.NodeVisitor):
 
     def _compare(self, node: ast.Compare) -> object:
         left = self.on_windows(node.left)
-        ops = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.In: lambda a, b: a in b,
-               ast.NotIn: lambda a, b: a not in b}
+        ops = {
+            ast.Eq: lambda a, b: a == b,
+            ast.NotEq: lambda a, b: a != b,
+            ast.In: lambda a, b: a in b,
+            ast.NotIn: lambda a, b: a not in b,
+        }
         for op, right_node in zip(node.ops, node.comparators):
             right = self.on_windows(right_node)
             if left is UNKNOWN or right is UNKNOWN or type(op) not in ops:
@@ -334,7 +346,8 @@ class _Scanner(ast.NodeVisitor):
                 self._report(node, f"from {node.module} import ...", "module")
             for a in node.names:
                 if (node.module == "os" and a.name in OS_POSIX_ONLY) or (
-                        node.module == "signal" and a.name not in SIGNAL_ON_WINDOWS and a.name != "*"):
+                    node.module == "signal" and a.name not in SIGNAL_ON_WINDOWS and a.name != "*"
+                ):
                     self._report(node, f"from {node.module} import {a.name}", "from-name")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
@@ -353,14 +366,21 @@ class _Scanner(ast.NodeVisitor):
             flags = {(_dotted(n) or "").rsplit(".", 1)[-1] for n in ast.walk(node.args[1])}
             if not flags & WRITE_FLAGS:
                 self._report(node, "os.open(..., read-only)", "folder")
-        elif (name in ("io.open", "pathlib.Path", "pathlib.PurePosixPath")
-              or isinstance(node.func, ast.Name) and node.func.id in ("open", "Path")) and first is not None:
-            if (isinstance(first, ast.Constant) and isinstance(first.value, str)
-                    and first.value.startswith(PSEUDO_FILES)):
+        elif (
+            name in ("io.open", "pathlib.Path", "pathlib.PurePosixPath")
+            or isinstance(node.func, ast.Name)
+            and node.func.id in ("open", "Path")
+        ) and first is not None:
+            if (
+                isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+                and first.value.startswith(PSEUDO_FILES)
+            ):
                 self._report(node, f"{_dotted(node.func)}({first.value!r})", "pseudo-file")
         elif name in ("ctypes.CDLL", "ctypes.PyDLL", "ctypes.cdll.LoadLibrary") and first is not None:
-            if any(isinstance(c, ast.Constant) and isinstance(c.value, str) and ".so" in c.value
-                   for c in ast.walk(first)):
+            if any(
+                isinstance(c, ast.Constant) and isinstance(c.value, str) and ".so" in c.value for c in ast.walk(first)
+            ):
                 self._report(node, f"{name}(...so...)", "library")
         elif (name or "").endswith(("get_context", "set_start_method")) and isinstance(first, ast.Constant):
             if first.value in ("fork", "forkserver"):
@@ -377,8 +397,11 @@ def _leaves(stmt: ast.stmt) -> bool:
     """Whether ``stmt`` leaves the block: return, raise, continue, break, pytest.skip(), sys.exit()."""
     if isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break)):
         return True
-    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and (_dotted(stmt.value.func) or "") in ("pytest.skip", "sys.exit", "os._exit"))
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and (_dotted(stmt.value.func) or "") in ("pytest.skip", "sys.exit", "os._exit")
+    )
 
 
 def scan_source(source: str, path: str = "<string>") -> list[Finding]:

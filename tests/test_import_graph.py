@@ -283,6 +283,10 @@ def test_agents_layers_algo_below_run_and_placement_on_its_own(sources):
 
 def test_an_algorithm_module_importing_the_run_is_a_violation():
     found = agents_layer_violations(
-        planted(agents__algo__x="def f():\n    from agents.run import logger\n", agents__run__logger="", agents__run__init="")
+        planted(
+            agents__algo__x="def f():\n    from agents.run import logger\n",
+            agents__run__logger="",
+            agents__run__init="",
+        )
     )
     assert found and "agents.algo.x imports agents.run" in found[0], found

@@ -32,63 +32,71 @@ def test_a_planted_os_kill_is_found_with_its_line():
     assert "CTRL_C_EVENT" in finding.why
 
 
-@pytest.mark.parametrize(("source", "api"), [
-    ("import resource", "import resource"),
-    ("import fcntl as f", "import fcntl"),
-    ("from pwd import getpwuid", "from pwd import ..."),
-    ("import signal\nsignal.alarm(5)", "signal.alarm"),
-    ("import signal\nx = signal.SIGKILL", "signal.SIGKILL"),
-    ("import signal as s\ns.signal(s.SIGHUP, print)", "signal.SIGHUP"),
-    ("import signal\nx = signal.Signals.SIGALRM", "signal.Signals.SIGALRM"),
-    ("import signal\nx = getattr(signal, 'SIGUSR1')", "signal.SIGUSR1"),
-    ("from signal import SIGKILL", "from signal import SIGKILL"),
-    ("import os\nos.fork()", "os.fork"),
-    ("import os\nos.killpg(1, 9)", "os.killpg"),
-    ("import os\nuid = os.getuid()", "os.getuid"),
-    ("import os\nn = len(os.sched_getaffinity(0))", "os.sched_getaffinity"),
-    ("from os import kill\nkill(1, 0)", "os.kill"),
-    ("import os\nfd = os.open('runs', os.O_RDONLY)", "os.open(..., read-only)"),
-    ("text = open('/proc/meminfo').read()", "open('/proc/meminfo')"),
-    ("import ctypes\nlibc = ctypes.CDLL('libc.so.6')", "ctypes.CDLL(...so...)"),
-    ("import multiprocessing as mp\nctx = mp.get_context('fork')", "multiprocessing.get_context('fork')"),
-    # the wrong branch, the wrong exception, or a guard that does not help os.kill
-    ("import os, sys\nif sys.platform == 'win32':\n    os.kill(1, 0)", "os.kill"),
-    ("import os\ntry:\n    os.kill(1, 0)\nexcept OSError:\n    pass", "os.kill"),
-    ("try:\n    import resource\nexcept ValueError:\n    pass", "import resource"),
-    ("import os\nif os.name == 'posix' or True:\n    os.fork()", "os.fork"),
-], ids=lambda v: v if "\n" not in v and len(v) < 40 else None)
+@pytest.mark.parametrize(
+    ("source", "api"),
+    [
+        ("import resource", "import resource"),
+        ("import fcntl as f", "import fcntl"),
+        ("from pwd import getpwuid", "from pwd import ..."),
+        ("import signal\nsignal.alarm(5)", "signal.alarm"),
+        ("import signal\nx = signal.SIGKILL", "signal.SIGKILL"),
+        ("import signal as s\ns.signal(s.SIGHUP, print)", "signal.SIGHUP"),
+        ("import signal\nx = signal.Signals.SIGALRM", "signal.Signals.SIGALRM"),
+        ("import signal\nx = getattr(signal, 'SIGUSR1')", "signal.SIGUSR1"),
+        ("from signal import SIGKILL", "from signal import SIGKILL"),
+        ("import os\nos.fork()", "os.fork"),
+        ("import os\nos.killpg(1, 9)", "os.killpg"),
+        ("import os\nuid = os.getuid()", "os.getuid"),
+        ("import os\nn = len(os.sched_getaffinity(0))", "os.sched_getaffinity"),
+        ("from os import kill\nkill(1, 0)", "os.kill"),
+        ("import os\nfd = os.open('runs', os.O_RDONLY)", "os.open(..., read-only)"),
+        ("text = open('/proc/meminfo').read()", "open('/proc/meminfo')"),
+        ("import ctypes\nlibc = ctypes.CDLL('libc.so.6')", "ctypes.CDLL(...so...)"),
+        ("import multiprocessing as mp\nctx = mp.get_context('fork')", "multiprocessing.get_context('fork')"),
+        # the wrong branch, the wrong exception, or a guard that does not help os.kill
+        ("import os, sys\nif sys.platform == 'win32':\n    os.kill(1, 0)", "os.kill"),
+        ("import os\ntry:\n    os.kill(1, 0)\nexcept OSError:\n    pass", "os.kill"),
+        ("try:\n    import resource\nexcept ValueError:\n    pass", "import resource"),
+        ("import os\nif os.name == 'posix' or True:\n    os.fork()", "os.fork"),
+    ],
+    ids=lambda v: v if "\n" not in v and len(v) < 40 else None,
+)
 def test_unguarded_uses_are_found(source, api):
     assert found(source) == [api]
 
 
-@pytest.mark.parametrize("source", [
-    "import os, sys\nif sys.platform != 'win32':\n    os.kill(1, 0)",
-    "import os\nif os.name == 'nt':\n    pass\nelse:\n    os.kill(1, 0)",
-    "import os, platform\nif platform.system() != 'Windows':\n    os.kill(1, 0)",
-    "import os\nPOSIX = os.name == 'posix'\nif POSIX:\n    os.fork()",
-    "try:\n    import resource\nexcept ImportError:\n    resource = None",
-    "import signal\ntry:\n    s = signal.SIGKILL\nexcept AttributeError:\n    s = None",
-    "import signal\nif hasattr(signal, 'SIGKILL'):\n    signal.signal(signal.SIGKILL, print)",
-    "import signal\nkill = signal.SIGKILL if hasattr(signal, 'SIGKILL') else signal.SIGTERM",
-    "import os\nok = hasattr(os, 'O_DIRECTORY') and os.open('d', os.O_RDONLY | os.O_DIRECTORY)",
-    "import os\ndef f(d):\n    if not hasattr(os, 'O_DIRECTORY'):\n        return\n"
-    "    os.open(d, os.O_RDONLY | os.O_DIRECTORY)",
-    "import os, sys\ndef f():\n    if not sys.platform.startswith('linux'):\n        return None\n"
-    "    return os.sysconf('SC_PAGE_SIZE')",
-    "import ctypes, platform\nif platform.libc_ver()[0] == 'glibc':\n    ctypes.CDLL('libc.so.6').malloc_trim(0)",
-    "try:\n    text = open('/proc/meminfo').read()\nexcept OSError:\n    text = ''",
-    "import os\nfd = os.open('f.txt', os.O_WRONLY | os.O_CREAT)",
-    "import os, pytest, sys\n@pytest.mark.skipif(sys.platform == 'win32', reason='POSIX')\ndef test_x():\n"
-    "    os.kill(1, 0)",
-    "import os, pytest\nPOSIX_ONLY = pytest.mark.skipif(os.name == 'nt', reason='POSIX')\n@POSIX_ONLY\ndef test_x():\n"
-    "    os.fork()",
-    "import os, pytest\npytestmark = [pytest.mark.skipif(os.name == 'nt', reason='POSIX')]\nos.fork()",
-    "import os, pytest\n@pytest.mark.skipif(not os.path.exists('/proc/self'), reason='Linux')\ndef test_x():\n"
-    "    os.sysconf('SC_PAGE_SIZE')",
-    "import os, pytest, sys\ndef test_x():\n    if sys.platform == 'win32':\n        pytest.skip('POSIX')\n"
-    "    os.kill(1, 0)",
-    "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.raise_signal(signal.SIGTERM)",
-    "import multiprocessing as mp\nctx = mp.get_context('spawn')",
-], ids=range(21))
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import os, sys\nif sys.platform != 'win32':\n    os.kill(1, 0)",
+        "import os\nif os.name == 'nt':\n    pass\nelse:\n    os.kill(1, 0)",
+        "import os, platform\nif platform.system() != 'Windows':\n    os.kill(1, 0)",
+        "import os\nPOSIX = os.name == 'posix'\nif POSIX:\n    os.fork()",
+        "try:\n    import resource\nexcept ImportError:\n    resource = None",
+        "import signal\ntry:\n    s = signal.SIGKILL\nexcept AttributeError:\n    s = None",
+        "import signal\nif hasattr(signal, 'SIGKILL'):\n    signal.signal(signal.SIGKILL, print)",
+        "import signal\nkill = signal.SIGKILL if hasattr(signal, 'SIGKILL') else signal.SIGTERM",
+        "import os\nok = hasattr(os, 'O_DIRECTORY') and os.open('d', os.O_RDONLY | os.O_DIRECTORY)",
+        "import os\ndef f(d):\n    if not hasattr(os, 'O_DIRECTORY'):\n        return\n"
+        "    os.open(d, os.O_RDONLY | os.O_DIRECTORY)",
+        "import os, sys\ndef f():\n    if not sys.platform.startswith('linux'):\n        return None\n"
+        "    return os.sysconf('SC_PAGE_SIZE')",
+        "import ctypes, platform\nif platform.libc_ver()[0] == 'glibc':\n    ctypes.CDLL('libc.so.6').malloc_trim(0)",
+        "try:\n    text = open('/proc/meminfo').read()\nexcept OSError:\n    text = ''",
+        "import os\nfd = os.open('f.txt', os.O_WRONLY | os.O_CREAT)",
+        "import os, pytest, sys\n@pytest.mark.skipif(sys.platform == 'win32', reason='POSIX')\ndef test_x():\n"
+        "    os.kill(1, 0)",
+        "import os, pytest\nPOSIX_ONLY = pytest.mark.skipif(os.name == 'nt', reason='POSIX')\n@POSIX_ONLY\n"
+        "def test_x():\n    os.fork()",
+        "import os, pytest\npytestmark = [pytest.mark.skipif(os.name == 'nt', reason='POSIX')]\nos.fork()",
+        "import os, pytest\n@pytest.mark.skipif(not os.path.exists('/proc/self'), reason='Linux')\ndef test_x():\n"
+        "    os.sysconf('SC_PAGE_SIZE')",
+        "import os, pytest, sys\ndef test_x():\n    if sys.platform == 'win32':\n        pytest.skip('POSIX')\n"
+        "    os.kill(1, 0)",
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.raise_signal(signal.SIGTERM)",
+        "import multiprocessing as mp\nctx = mp.get_context('spawn')",
+    ],
+    ids=range(21),
+)
 def test_guarded_or_portable_uses_pass(source):
     assert found(source) == []

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 # Rewards and penalties are float32 in both implementations: a larger value would overflow to inf.
 FLOAT32_MAX = 3.4028234663852886e38
@@ -56,8 +57,9 @@ class EnvConfig:
                 except OverflowError:  # an int beyond any float
                     value = math.inf
                 if not math.isfinite(value) or abs(value) > FLOAT32_MAX:
-                    raise ValueError(f"EnvConfig.{f.name} must be finite in float32 (|x| <= {FLOAT32_MAX:.4g}), "
-                                     f"got {value!r}")
+                    raise ValueError(
+                        f"EnvConfig.{f.name} must be finite in float32 (|x| <= {FLOAT32_MAX:.4g}), got {value!r}"
+                    )
                 object.__setattr__(self, f.name, float(value))
         self._check_ranges()
 
@@ -74,26 +76,47 @@ class EnvConfig:
         need(self.num_uavs >= 1, "num_uavs", ">= 1")
         need(self.num_obstacles >= 0, "num_obstacles", ">= 0")
         # more rectangles than cells only costs memory (4 draws each, per environment and reset)
-        need(self.num_obstacles <= self.grid_height * self.grid_width, "num_obstacles",
-             f"<= the number of cells ({self.grid_height * self.grid_width})")
+        need(
+            self.num_obstacles <= self.grid_height * self.grid_width,
+            "num_obstacles",
+            f"<= the number of cells ({self.grid_height * self.grid_width})",
+        )
         need(self.max_steps >= 1, "max_steps", ">= 1")
         need(self.max_steps < 2**31, "max_steps", "< 2**31 (step counts are compared on the device as int64)")
         need(self.obstacle_min_size >= 1, "obstacle_min_size", ">= 1")
-        need(self.obstacle_max_size >= self.obstacle_min_size, "obstacle_max_size",
-             f">= obstacle_min_size ({self.obstacle_min_size})")
-        need(self.obstacle_max_size <= min(self.grid_height, self.grid_width), "obstacle_max_size",
-             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so obstacles fit on the map")
+        need(
+            self.obstacle_max_size >= self.obstacle_min_size,
+            "obstacle_max_size",
+            f">= obstacle_min_size ({self.obstacle_min_size})",
+        )
+        need(
+            self.obstacle_max_size <= min(self.grid_height, self.grid_width),
+            "obstacle_max_size",
+            f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so obstacles fit on the map",
+        )
         need(self.launch_size >= 1, "launch_size", ">= 1")
-        need(self.launch_size <= min(self.grid_height, self.grid_width), "launch_size",
-             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})")
-        need(self.num_uavs <= self.launch_size ** 2, "num_uavs",
-             f"<= the launch area's {self.launch_size ** 2} cells (launch_size={self.launch_size})")
+        need(
+            self.launch_size <= min(self.grid_height, self.grid_width),
+            "launch_size",
+            f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})",
+        )
+        need(
+            self.num_uavs <= self.launch_size**2,
+            "num_uavs",
+            f"<= the launch area's {self.launch_size**2} cells (launch_size={self.launch_size})",
+        )
         need(self.sensor_radius >= 0, "sensor_radius", ">= 0")
-        need(self.sensor_radius < max(self.grid_height, self.grid_width), "sensor_radius",
-             f"< the larger grid side ({max(self.grid_height, self.grid_width)})")
+        need(
+            self.sensor_radius < max(self.grid_height, self.grid_width),
+            "sensor_radius",
+            f"< the larger grid side ({max(self.grid_height, self.grid_width)})",
+        )
         need(self.obs_radius >= 1, "obs_radius", ">= 1")
-        need(self.obs_radius < max(self.grid_height, self.grid_width), "obs_radius",
-             f"< the larger grid side ({max(self.grid_height, self.grid_width)})")
+        need(
+            self.obs_radius < max(self.grid_height, self.grid_width),
+            "obs_radius",
+            f"< the larger grid side ({max(self.grid_height, self.grid_width)})",
+        )
         need(self.moves in (4, 8), "moves", "4 or 8")
         need(self.coverage_reward >= 0, "coverage_reward", ">= 0")
         need(self.time_penalty >= 0, "time_penalty", ">= 0")
@@ -103,16 +126,22 @@ class EnvConfig:
         # A UAV's reward per step lies within +-(the sum of the four); its episode return, a float32
         # sum of max_steps rewards, must stay finite.
         per_step = self.coverage_reward + self.time_penalty + self.collision_penalty + self.near_miss_penalty
-        need(per_step * self.max_steps <= FLOAT32_MAX, "coverage_reward",
-             f"such that (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps "
-             f"<= {FLOAT32_MAX:.4g}, or an episode's return overflows float32 (the sum is {per_step:.4g}, "
-             f"max_steps {self.max_steps})")
+        need(
+            per_step * self.max_steps <= FLOAT32_MAX,
+            "coverage_reward",
+            f"such that (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps "
+            f"<= {FLOAT32_MAX:.4g}, or an episode's return overflows float32 (the sum is {per_step:.4g}, "
+            f"max_steps {self.max_steps})",
+        )
         need(self.state_pool >= 1, "state_pool", ">= 1")
-        need(self.state_pool <= min(self.grid_height, self.grid_width), "state_pool",
-             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})")
+        need(
+            self.state_pool <= min(self.grid_height, self.grid_width),
+            "state_pool",
+            f"<= the smaller grid side ({min(self.grid_height, self.grid_width)})",
+        )
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "EnvConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> EnvConfig:
         """Build from a mapping; an unknown key is a `ValueError` that names it."""
         if not isinstance(values, Mapping):
             raise TypeError(f"EnvConfig.from_dict expects a mapping, got {type(values).__name__}")
@@ -125,7 +154,7 @@ class EnvConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "EnvConfig":
+    def replace(self, **changes: Any) -> EnvConfig:
         return self.from_dict({**self.to_dict(), **changes})
 
     # Derived values: computed, never configured.
@@ -144,8 +173,8 @@ class EnvConfig:
 
     @property
     def local_obs_dim(self) -> int:
-        return 3 * self.window ** 2 + 3
+        return 3 * self.window**2 + 3
 
     @property
     def state_dim(self) -> int:
-        return 2 * self.state_pool ** 2 + 2 * self.num_uavs + 2
+        return 2 * self.state_pool**2 + 2 * self.num_uavs + 2

@@ -12,8 +12,10 @@ def canonical_device(device: Any) -> torch.device:
     ``cpu``. A plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``, so the
     env's device checks would reject its own tensors."""
     if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):  # an int: torch's CUDA index
-        raise TypeError(f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', a torch.device or a CUDA "
-                        f"index; got {type(device).__name__} {device!r}")
+        raise TypeError(
+            f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', a torch.device or a CUDA "
+            f"index; got {type(device).__name__} {device!r}"
+        )
     if isinstance(device, int):
         if device < 0:
             raise ValueError(f"a CUDA device index must be >= 0, got {device}")

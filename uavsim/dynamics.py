@@ -146,14 +146,19 @@ class Layout:
         win = self.cfg.window
         rows = buf.view(self.grid_dtype)
         start = self.grid_offset - self.origin_shift  # >= 0: the record puts that many cells before the grid
-        return rows.as_strided((rows.shape[0], self.grid_cells - (win - 1) * (self.ws + 1) + self.origin_shift, win, win),
-                               (rows.shape[1], 1, self.ws, 1), start)
+        return rows.as_strided(
+            (rows.shape[0], self.grid_cells - (win - 1) * (self.ws + 1) + self.origin_shift, win, win),
+            (rows.shape[1], 1, self.ws, 1),
+            start,
+        )
 
     def map_view(self, grid: torch.Tensor) -> torch.Tensor:
         """``[M, H, W]`` view of a packed grid's map cells."""
         cfg, p = self.cfg, self.cfg.pad
         start = p + p * self.ws
-        return grid[:, start : start + cfg.grid_height * self.ws].view(-1, cfg.grid_height, self.ws)[:, :, : cfg.grid_width]
+        return grid[:, start : start + cfg.grid_height * self.ws].view(-1, cfg.grid_height, self.ws)[
+            :, :, : cfg.grid_width
+        ]
 
     def decode(self, grid: torch.Tensor) -> torch.Tensor:
         """``[M, Hp * Wp]`` uint8 codes of `uavsim.rules` (FREE 0, COVERED 1, BLOCKED 2) of a packed
@@ -169,8 +174,9 @@ class Layout:
         ``cell [M, N]`` counted."""
         cfg, p = self.cfg, self.cfg.pad
         code = cells.view(-1, self.hp, self.wp)[:, p : p + cfg.grid_height, p : p + cfg.grid_width].to(self.grid_dtype)
-        grid = torch.full((cells.shape[0], self.grid_cells), self.blocked_value, dtype=self.grid_dtype,
-                          device=cells.device)
+        grid = torch.full(
+            (cells.shape[0], self.grid_cells), self.blocked_value, dtype=self.grid_dtype, device=cells.device
+        )
         self.map_view(grid).copy_((code + (code >> 1)) << self.count_bits)  # 2 -> 3
         ones = torch.ones(cell.shape, dtype=self.grid_dtype, device=cell.device)
         return grid.scatter_add_(1, cell, ones)
@@ -201,8 +207,13 @@ def into(out: torch.Tensor, op, *args) -> torch.Tensor:
     return op(*args, out=out)
 
 
-def newly_covered(lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, first: torch.Tensor | None = None,
-                  dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def newly_covered(
+    lay: Layout,
+    v: dict[str, torch.Tensor],
+    sidx: torch.Tensor,
+    first: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(before, newly)`` for the grid cells ``sidx [M, K]`` int64, sorted per row: the
     grid values there, and ``[M, K]`` 0/1 (in ``dtype``, default the pools') where a cell is FREE,
     counted once (its first slot). Adds them to the per-block counts; the grid is the caller's.
@@ -219,8 +230,13 @@ def newly_covered(lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, f
     return before, newly
 
 
-def cover(lay: Layout, v: dict[str, torch.Tensor], idx: torch.Tensor, first: torch.Tensor | None = None,
-          out: torch.Tensor | None = None) -> torch.Tensor:
+def cover(
+    lay: Layout,
+    v: dict[str, torch.Tensor],
+    idx: torch.Tensor,
+    first: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Cover the free cells at the grid cells ``idx [M, K]`` int64 in place (grid and
     per-block counts); return ``[M]`` the number newly covered (each cell counted once), into
     ``out`` if given (else int64). ``first``: as `newly_covered`'s."""
@@ -230,8 +246,14 @@ def cover(lay: Layout, v: dict[str, torch.Tensor], idx: torch.Tensor, first: tor
     return newly.sum(1) if out is None else into(out, torch.sum, newly, 1)
 
 
-def observe(lay: Layout, buf: torch.Tensor, coverage: torch.Tensor, dtype: torch.dtype, b_index: torch.Tensor,
-            cell: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def observe(
+    lay: Layout,
+    buf: torch.Tensor,
+    coverage: torch.Tensor,
+    dtype: torch.dtype,
+    b_index: torch.Tensor,
+    cell: torch.Tensor | None = None,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The observation of the states ``buf`` (``coverage [M]`` float32 as the rules compute it),
     in ``dtype``: ``{"local": [M, N, L], "state": [M, S]}``, each value the float32 rules' value
     cast to ``dtype``; and the ``[M, N]`` packed grid value of each UAV's own cell (its window's

@@ -87,10 +87,18 @@ class UAVSwarmEnv:
             float32 value of the rules cast to it (the 0/1/count channels are exact in all three).
     """
 
-    def __init__(self, config: EnvConfig | None = None, num_envs: int = 1, device: Any = "cpu",
-                 seed: int = 0, first_env_index: int = 0, check_action_range: bool = True,
-                 reset_mode: str | None = None, autoreset_mode: str = "same_step",
-                 obs_dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        config: EnvConfig | None = None,
+        num_envs: int = 1,
+        device: Any = "cpu",
+        seed: int = 0,
+        first_env_index: int = 0,
+        check_action_range: bool = True,
+        reset_mode: str | None = None,
+        autoreset_mode: str = "same_step",
+        obs_dtype: torch.dtype = torch.float32,
+    ):
         self.config = cfg = config if config is not None else EnvConfig()
         if not isinstance(cfg, EnvConfig):
             raise TypeError(f"config must be an EnvConfig, got {type(cfg).__name__}")
@@ -121,8 +129,11 @@ class UAVSwarmEnv:
         # Steps between two rebuilds of the prepared starts: no episode is shorter, so an episode
         # whose start was just used cannot end before its next start is built (next_step uses a
         # start one step after the episode ended: one step more).
-        self.prepare_period = {"prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"),
-                               "dense": 1, "sparse": 0}[reset_mode]
+        self.prepare_period = {
+            "prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"),
+            "dense": 1,
+            "sparse": 0,
+        }[reset_mode]
         self._launch_can_end = launch_can_end(cfg)  # if not, next_step need not mask `terminated` at a restart
         self._buf: torch.Tensor | None = None  # [B, record bytes] uint8: the state
         self._v: dict[str, torch.Tensor] = {}
@@ -169,16 +180,22 @@ class UAVSwarmEnv:
         env's own by default) into the prepared record, and its observation for same_step."""
         v = self._v if v is None else v
         prep = self._prep_buf.clone() if torch.compiler.is_compiling() else self._prep_buf  # see `step`
-        start_episodes(self._lay, self._start_tables, prep, self._env_key, next_episode(v["episode"]),
-                       self._first_start)
+        start_episodes(
+            self._lay, self._start_tables, prep, self._env_key, next_episode(v["episode"]), self._first_start
+        )
         if self.autoreset_mode == "same_step":
             self._prep_obs = self._observe(prep, self._b_index)[0]
         if prep is not self._prep_buf:
             self._prep_buf.copy_(prep)
         self._since_prepare = 0
 
-    def _observe(self, buf: torch.Tensor, b_index: torch.Tensor, coverage: torch.Tensor | None = None,
-                 cell: torch.Tensor | None = None):
+    def _observe(
+        self,
+        buf: torch.Tensor,
+        b_index: torch.Tensor,
+        coverage: torch.Tensor | None = None,
+        cell: torch.Tensor | None = None,
+    ):
         if coverage is None:
             v = self._lay.record.views(buf)
             coverage = torch.div(v["covered"], v["free"])
@@ -279,8 +296,13 @@ class UAVSwarmEnv:
         torch.logical_or(terminated, truncated, out=pending)
         return obs, reward, terminated, truncated, info
 
-    def _advance(self, actions: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor],
-                 restarted: torch.Tensor | None = None):
+    def _advance(
+        self,
+        actions: torch.Tensor,
+        buf: torch.Tensor,
+        v: dict[str, torch.Tensor],
+        restarted: torch.Tensor | None = None,
+    ):
         """The rules' step for every environment of the state ``buf`` (views ``v``), in place,
         without resets: ``(obs, reward, terminated, truncated, info)``. ``restarted`` ([B] bool):
         environments whose episode starts this step (next_step mode): their clock does not advance."""
@@ -321,9 +343,13 @@ class UAVSwarmEnv:
         v["ep_counts"] += flags.sum(1)
         ended = lay.record.span_views(lay.record.span(buf, "t", "ep_counts").clone(), "t", "ep_counts")
         info = {
-            "coverage": coverage, "collisions": collided, "near_misses": near,
-            "episode_return": mean_return(v["ep_reward"]), "episode_length": ended["t"],
-            "episode_coverage": coverage, "episode_collisions": ended["ep_counts"][:, 0],
+            "coverage": coverage,
+            "collisions": collided,
+            "near_misses": near,
+            "episode_return": mean_return(v["ep_reward"]),
+            "episode_length": ended["t"],
+            "episode_coverage": coverage,
+            "episode_collisions": ended["ep_counts"][:, 0],
             "episode_near_misses": ended["ep_counts"][:, 1],
         }
         return obs, reward, terminated, truncated, info
@@ -369,8 +395,13 @@ class UAVSwarmEnv:
         """Everything needed to continue exactly (tensors are copies on the env's device)."""
         if self._buf is None:
             raise RuntimeError("call reset() before state_dict()")
-        return {"config": self.config.to_dict(), "seed": self.seed, "num_envs": self.num_envs,
-                "first_env_index": int(self.env_index[0]), "state": {k: v.clone() for k, v in self.state.items()}}
+        return {
+            "config": self.config.to_dict(),
+            "seed": self.seed,
+            "num_envs": self.num_envs,
+            "first_env_index": int(self.env_index[0]),
+            "state": {k: v.clone() for k, v in self.state.items()},
+        }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Continue from `state_dict()`'s output; anything else is a `TypeError` / `ValueError`

@@ -91,8 +91,14 @@ class StartTables:
         return torch.int64
 
 
-def start_episodes(lay: Layout, tab: StartTables, buf: torch.Tensor, env_key: torch.Tensor,
-                   episode: torch.Tensor, first: torch.Tensor | None = None) -> None:
+def start_episodes(
+    lay: Layout,
+    tab: StartTables,
+    buf: torch.Tensor,
+    env_key: torch.Tensor,
+    episode: torch.Tensor,
+    first: torch.Tensor | None = None,
+) -> None:
     """Write the first state of episode ``episode [M]`` (int64) of the environments with keys
     ``env_key [M]`` (`uavsim.rng.env_key`) into the state record ``buf [M, record bytes]``.
     ``first``: `cover`'s scratch for ``M x num_uavs x footprint`` cells (allocated when None)."""

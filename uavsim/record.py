@@ -64,17 +64,17 @@ class Record:
         out = {}
         for name in fields:
             f, start = self.fields[name], self.offsets[name] - base
-            out[name] = self._field(buf[:, start:start + f.nbytes], f)
+            out[name] = self._field(buf[:, start : start + f.nbytes], f)
         return out
 
     def span(self, buf: torch.Tensor, first: str, last: str) -> torch.Tensor:
         """``buf[:, bytes of fields first..last]`` (their order in the record, padding between)."""
-        return buf[:, self.offsets[first]:self.offsets[last] + self.fields[last].nbytes]
+        return buf[:, self.offsets[first] : self.offsets[last] + self.fields[last].nbytes]
 
     def span_views(self, span: torch.Tensor, first: str, last: str) -> dict[str, torch.Tensor]:
         """Typed views of the fields ``first..last`` in a ``span`` of bytes (a copy of one)."""
         names = list(self.fields)
-        return self._views(span, names[names.index(first):names.index(last) + 1], self.offsets[first])
+        return self._views(span, names[names.index(first) : names.index(last) + 1], self.offsets[first])
 
 
 def as_words(x: torch.Tensor) -> torch.Tensor:

@@ -106,9 +106,7 @@ class ReferenceEnv:
             # beside integers, NumPy would quietly read True as action 1
             raise TypeError(f"actions must be integers, got a {type(actions).__name__} holding bools")
         if a.min() < 0 or a.max() >= self.num_actions:
-            raise ValueError(
-                f"actions must be in [0, {self.num_actions}), got values {a.min()}..{a.max()}"
-            )
+            raise ValueError(f"actions must be in [0, {self.num_actions}), got values {a.min()}..{a.max()}")
         return a.astype(np.int64)
 
     def step(self, actions: Any):

@@ -62,9 +62,7 @@ from uavsim.config import EnvConfig
 # Chosen so that bit 1 means blocked and bit 0 means covered: observations decode them by shifts.
 FREE, COVERED, BLOCKED = 0, 1, 2
 
-_MOVES_8 = np.array(
-    [[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1], [-1, -1], [-1, 1], [1, -1], [1, 1]], dtype=np.int64
-)
+_MOVES_8 = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1], [-1, -1], [-1, 1], [1, -1], [1, 1]], dtype=np.int64)
 
 
 def move_table(cfg: EnvConfig) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from uavsim.rng import MAX_KEY, MASK32, draw_hash, env_key, episode_key, hash32, salted_draw
+from uavsim.rng import MASK32, MAX_KEY, draw_hash, env_key, episode_key, hash32, salted_draw
 
 POLICY_SALT = 0x5EED_AC7  # the policy stream's seed is `hash(seed ^ POLICY_SALT)`, not the maps' seed
 _UNIFORM_BITS = 23  # float32 holds (k + 0.5) / 2**23 exactly: the uniforms lie strictly inside (0, 1)
@@ -50,7 +50,7 @@ class ActionNoise:
         keys = episode_key(self.env_keys, self.step)  # [B]: the round that adds the step
         h = draw_hash(keys[:, None], self.draws) & MASK32  # [B, N]
         self.step.copy_(torch.remainder(self.step + 1, MAX_KEY))  # the hash's key range, as episodes wrap
-        return ((h >> (32 - _UNIFORM_BITS)).to(torch.float32) + 0.5) * (2.0 ** -_UNIFORM_BITS)
+        return ((h >> (32 - _UNIFORM_BITS)).to(torch.float32) + 0.5) * (2.0**-_UNIFORM_BITS)
 
     def state_dict(self) -> dict[str, int]:
         return {"seed": self.seed, "step": int(self.step)}  # a host read: checkpoints only

@@ -64,11 +64,11 @@ class MapHeading(nn.Module):
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         p, p2, n = self.pool, self.pool**2, self.num_uavs
         # summed in float32 (the cast is a no-op for a float32 state)
-        filled = state[:, :p2].float() + state[:, p2:2 * p2]
+        filled = state[:, :p2].float() + state[:, p2 : 2 * p2]
         has = (filled < self.filled_below).view(-1, 1, p, p)
         # Positions are fractions of (H - 1, W - 1), rounded in the state's dtype: back to whole
         # cells (the product with the float32 scale is in float32).
-        cell = (state[:, 2 * p2:2 * p2 + 2 * n].view(-1, n, 2) * self.scale).round()  # [F, N, 2]
+        cell = (state[:, 2 * p2 : 2 * p2 + 2 * n].view(-1, n, 2) * self.scale).round()  # [F, N, 2]
         row, col = cell.long().unbind(-1)  # [F, N]
         row_sq, col_sq = self.row_sq.to(self.sq_dtype), self.col_sq.to(self.sq_dtype)
         sq = row_sq[row][:, :, :, None] + col_sq[col][:, :, None, :]  # [F, N, P, P]: (2 d)^2

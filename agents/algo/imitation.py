@@ -29,11 +29,11 @@ import torch
 from tqdm import tqdm
 
 from agents.algo.action_noise import ActionNoise
-from agents.config import Teacher
 from agents.algo.heading import HEADING_DIM
 from agents.algo.learner import Learner
 from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids
+from agents.config import Teacher
 from uavsim.env import UAVSwarmEnv
 from uavsim.scripted import make_scripted
 
@@ -45,8 +45,9 @@ class Demonstrations:
     (one environment's step; every round writes into them: no copy that doubles the peak memory).
     Rows of `local`, `heading`, `actions` index (frame, UAV); rows of `shared_map` index frames."""
 
-    def __init__(self, capacity: int, num_agents: int, local_dim: int, map_dim: int, obs_dtype: torch.dtype,
-                 device: torch.device):
+    def __init__(
+        self, capacity: int, num_agents: int, local_dim: int, map_dim: int, obs_dtype: torch.dtype, device: torch.device
+    ):
         n = self.num_agents = num_agents
         self.local = torch.empty(capacity * n, local_dim, dtype=obs_dtype, device=device)
         self.heading = torch.empty(capacity * n, HEADING_DIM, device=device) if map_dim else None
@@ -54,18 +55,23 @@ class Demonstrations:
         self.actions = torch.empty(capacity * n, dtype=torch.uint8, device=device)
         self.num_frames = 0  # frames written so far
 
-    def add(self, local: torch.Tensor, actions: torch.Tensor, heading: torch.Tensor | None = None,
-            shared_map: torch.Tensor | None = None) -> None:
+    def add(
+        self,
+        local: torch.Tensor,
+        actions: torch.Tensor,
+        heading: torch.Tensor | None = None,
+        shared_map: torch.Tensor | None = None,
+    ) -> None:
         """One step of `B` environments: `local [B, N, L]`, `actions [B, N]`, `heading [B, N, 3]`
         and `shared_map [B, map_dim]` (shared-map actors)."""
         f, b, n = self.num_frames, actions.shape[0], self.num_agents
         if f + b > self.actions.shape[0] // n:
             raise ValueError(f"these demonstrations hold {self.actions.shape[0] // n} frames; {f + b} do not fit")
-        self.local[f * n:(f + b) * n] = local.reshape(b * n, -1)
-        self.actions[f * n:(f + b) * n] = actions.reshape(-1)
+        self.local[f * n : (f + b) * n] = local.reshape(b * n, -1)
+        self.actions[f * n : (f + b) * n] = actions.reshape(-1)
         if self.heading is not None:
-            self.heading[f * n:(f + b) * n] = heading.reshape(b * n, -1)
-            self.shared_map[f:f + b] = shared_map
+            self.heading[f * n : (f + b) * n] = heading.reshape(b * n, -1)
+            self.shared_map[f : f + b] = shared_map
         self.num_frames = f + b
 
 
@@ -85,28 +91,51 @@ def make_teacher(name: Teacher, env: UAVSwarmEnv, seed: int):
 
 
 @torch.no_grad()
-def collect_demonstrations(actor: Actor, env: UAVSwarmEnv, teacher, steps: int, autocast, into: Demonstrations,
-                           progress: bool = False, noise: ActionNoise | None = None) -> None:
+def collect_demonstrations(
+    actor: Actor,
+    env: UAVSwarmEnv,
+    teacher,
+    steps: int,
+    autocast,
+    into: Demonstrations,
+    progress: bool = False,
+    noise: ActionNoise | None = None,
+) -> None:
     """`steps` steps of `teacher(env) -> actions [B, N]` on fresh episodes of `env`, with the
     actor's inputs, written `into` the demonstrations. With `noise`, the actor moves (sampling
     with it) and the teacher only says what it would do in the actor's states (DAgger): the
     states a cloned actor strays into."""
     obs = env.reset()
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    for _ in tqdm(range(steps), desc="imitation: " + ("the actor's states" if noise else "demonstrations"),
-                  unit="step", disable=not progress, file=sys.stderr, leave=False):
+    for _ in tqdm(
+        range(steps),
+        desc="imitation: " + ("the actor's states" if noise else "demonstrations"),
+        unit="step",
+        disable=not progress,
+        file=sys.stderr,
+        leave=False,
+    ):
         act = teacher(env)
         if actor.map_dim:
             with autocast():
                 heading = actor.headings(obs["state"])
-            into.add(obs["local"], act, heading, obs["state"][:, :actor.map_dim])
+            into.add(obs["local"], act, heading, obs["state"][:, : actor.map_dim])
         else:
             into.add(obs["local"], act)
         obs, *_ = env.step(act if noise is None else actor.act(obs, agent, noise, autocast)[0])
 
 
-def clone(actor: Actor, demos: Demonstrations, epochs: int, lr: float, minibatch_steps: int,
-          generator: torch.Generator, autocast, sync_gradients=None, progress: bool = False) -> dict[str, float]:
+def clone(
+    actor: Actor,
+    demos: Demonstrations,
+    epochs: int,
+    lr: float,
+    minibatch_steps: int,
+    generator: torch.Generator,
+    autocast,
+    sync_gradients=None,
+    progress: bool = False,
+) -> dict[str, float]:
     """Fit `actor` to `demos` by cross-entropy: `epochs` passes in minibatches of
     `minibatch_steps` frames (all their UAVs), Adam at `lr`. Returns the last epoch's mean loss
     and accuracy (the planner's move is the actor's most likely one). `sync_gradients`: the
@@ -118,19 +147,25 @@ def clone(actor: Actor, demos: Demonstrations, epochs: int, lr: float, minibatch
     agent = agent_ids(mb, n, device)
     uav = torch.arange(n, device=device)
     out = {"loss": math.nan, "accuracy": math.nan}
-    bar = tqdm(range(epochs), desc="imitation: cloning", unit="epoch", disable=not progress, file=sys.stderr,
-               leave=False)
+    bar = tqdm(
+        range(epochs), desc="imitation: cloning", unit="epoch", disable=not progress, file=sys.stderr, leave=False
+    )
     for _ in bar:
         order = torch.randperm(frames, generator=generator, device=device)
         sums = torch.zeros(2, device=device)
         count = frames // mb
         for start in range(0, count * mb, mb):  # whole minibatches: equal sizes on every rank
-            picked = order[start:start + mb]
+            picked = order[start : start + mb]
             rows = (picked[:, None] * n + uav).view(-1)
             with autocast():
                 shared = demos.shared_map[picked] if demos.shared_map is not None else None
-                logits = actor(demos.local[rows], agent, shared, state_repeat=n,
-                               heading=demos.heading[rows] if demos.heading is not None else None).float()
+                logits = actor(
+                    demos.local[rows],
+                    agent,
+                    shared,
+                    state_repeat=n,
+                    heading=demos.heading[rows] if demos.heading is not None else None,
+                ).float()
             target = demos.actions[rows].long()
             loss = torch.nn.functional.cross_entropy(logits, target)
             optimizer.zero_grad(set_to_none=True)
@@ -156,22 +191,44 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
         raise ValueError("imitation.teacher needs a feed-forward actor (model.recurrent=false)")
     began = time.perf_counter()
     envs, steps = demo_env_shape(ic.env_steps, learner.env.config.max_steps, learner.env.num_envs)
-    env = UAVSwarmEnv(learner.env.config, num_envs=envs, device=learner.env.device, seed=cfg.seed,
-                      first_env_index=DEMO_FIRST_ENV + replicas.rank * envs, obs_dtype=learner.env.obs_dtype)
+    env = UAVSwarmEnv(
+        learner.env.config,
+        num_envs=envs,
+        device=learner.env.device,
+        seed=cfg.seed,
+        first_env_index=DEMO_FIRST_ENV + replicas.rank * envs,
+        obs_dtype=learner.env.obs_dtype,
+    )
     teacher = make_teacher(ic.teacher, env, cfg.seed)
     dagger_steps = math.ceil(ic.dagger_env_steps / envs)
-    demos = Demonstrations((steps + ic.dagger_rounds * dagger_steps) * envs, env.num_uavs, env.local_obs_dim,
-                           learner.actor.map_dim, env.obs_dtype, env.device)
+    demos = Demonstrations(
+        (steps + ic.dagger_rounds * dagger_steps) * envs,
+        env.num_uavs,
+        env.local_obs_dim,
+        learner.actor.map_dim,
+        env.obs_dtype,
+        env.device,
+    )
     collect_demonstrations(learner.actor, env, teacher, steps, learner.autocast, demos, progress)
     generator = torch.Generator(learner.env.device).manual_seed(cfg.seed + 3)  # the same on every rank
     sync = replicas.average_gradients if replicas.active else None
-    stats = clone(learner.actor, demos, ic.epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync,
-                  progress)
+    stats = clone(
+        learner.actor, demos, ic.epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync, progress
+    )
     noise = ActionNoise(cfg.seed + 4, env.env_index, env.num_uavs)
     for _ in range(ic.dagger_rounds):  # each on the next episodes of the demonstration environments
         collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
-        stats = clone(learner.actor, demos, ic.dagger_epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast,
-                      sync, progress)
+        stats = clone(
+            learner.actor,
+            demos,
+            ic.dagger_epochs,
+            ic.lr,
+            ic.minibatch_steps,
+            generator,
+            learner.autocast,
+            sync,
+            progress,
+        )
     if learner.clone is not None:  # PPO's anchor (train.clone_kl_coef)
         learner.clone.load_state_dict(learner.actor.state_dict())
     return {**stats, "seconds": time.perf_counter() - began}

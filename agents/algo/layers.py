@@ -13,8 +13,9 @@ from torch.nn import functional as F
 from agents.config import Activation, ModelConfig
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0,
-               generator: torch.Generator | None = None) -> nn.Linear:
+def layer_init(
+    layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0, generator: torch.Generator | None = None
+) -> nn.Linear:
     """Orthogonal weights with gain `std`, constant bias (CleanRL's `layer_init`)."""
     nn.init.orthogonal_(layer.weight, std, generator=generator)
     nn.init.constant_(layer.bias, bias)
@@ -64,8 +65,9 @@ class SplitInputLinear(nn.Module):
         self.register_buffer("agent_ids", torch.arange(num_agents), persistent=False)
         self.form = Form.chain
 
-    def forward(self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int],
-                relu: bool = False) -> torch.Tensor:
+    def forward(
+        self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int], relu: bool = False
+    ) -> torch.Tensor:
         w, bias = self.linear.weight, self.linear.bias
         # Cast explicitly (autocast would, for `linear` and `addmm`, but has no rule for `_addmm_activation`).
         dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
@@ -74,7 +76,7 @@ class SplitInputLinear(nn.Module):
         in_place = form != Form.chain
         per_row, shared, narrow, narrow_w, col = [], [], [], [], 0
         for x, d, r in zip(parts, self.dims, repeats):
-            w_part, col = w[:, col:col + d], col + d
+            w_part, col = w[:, col : col + d], col + d
             if r > 1:
                 shared.append((x, w_part, r))
             elif not per_row:
@@ -150,8 +152,15 @@ class MLP(nn.Module):
     """`SplitInputLinear` -> activation -> (`num_layers` - 1) x (Linear -> activation) -> head
     (no head when `out_dim` is None: the encoder of a recurrent actor)."""
 
-    def __init__(self, dims: list[int], num_agents: int, cfg: ModelConfig, out_dim: int | None, out_std: float,
-                 generator: torch.Generator | None):
+    def __init__(
+        self,
+        dims: list[int],
+        num_agents: int,
+        cfg: ModelConfig,
+        out_dim: int | None,
+        out_std: float,
+        generator: torch.Generator | None,
+    ):
         super().__init__()
         act = ACTIVATIONS[cfg.activation]
         self.relu = cfg.activation == Activation.relu
@@ -212,8 +221,9 @@ class GRU(nn.Module):
             self.cell.bias_ih.zero_()
             self.cell.bias_hh.zero_()
 
-    def forward(self, x: torch.Tensor, hidden: torch.Tensor,
-                starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         cell = self.cell
         gi = F.linear(x, cell.weight_ih, cell.bias_ih)  # [C, R, 3H], every step's input product at once
         outputs = []

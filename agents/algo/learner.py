@@ -8,22 +8,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from agents.algo.action_noise import ActionNoise
-from agents.config import Amp, Config, TrainConfig
-from agents.algo.replicas import Replicas
 from agents.algo.gae import compute_gae
 from agents.algo.layers import Form
 from agents.algo.networks import Actor, Critic, make_actor
 from agents.algo.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
-from agents.algo.rollout import (EpisodeStats, RolloutStep, Storage, agent_ids, compile_rollout_step, rollout_step,
-                                 values_of_steps)
 from agents.algo.precision import amp_dtype, make_autocast
+from agents.algo.replicas import Replicas
+from agents.algo.rollout import (
+    EpisodeStats,
+    RolloutStep,
+    Storage,
+    agent_ids,
+    compile_rollout_step,
+    rollout_step,
+    values_of_steps,
+)
 from agents.algo.value_norm import ValueNorm
+from agents.config import Amp, Config, TrainConfig
 from uavsim.env import UAVSwarmEnv
 
 
@@ -68,15 +75,23 @@ class Learner:
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
     """The learner of a config whose `auto` values are resolved (`agents.run.machine_defaults.resolve`)."""
     if not cfg.resolved:
-        raise ValueError("build_learner needs a resolved config (train.amp, run.torch_threads, env.num_envs not "
-                         "'auto'): pass it through agents.run.machine_defaults.resolve(cfg, device) first")
+        raise ValueError(
+            "build_learner needs a resolved config (train.amp, run.torch_threads, env.num_envs not "
+            "'auto'): pass it through agents.run.machine_defaults.resolve(cfg, device) first"
+        )
     replicas = replicas or Replicas(device=device)
     # Rank r plays environments [r * B, (r + 1) * B) of the seed: disjoint episode streams.
     # Observations in the AMP dtype: exactly the float32 ones cast (uavsim tests it), which the
     # networks' autocast and the storage would cast them to anyway, at a third less traffic per step.
-    env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
-                      first_env_index=replicas.rank * cfg.env.num_envs, check_action_range=False,
-                      obs_dtype=amp_dtype(cfg.train.amp))
+    env = UAVSwarmEnv(
+        cfg.env_config(),
+        num_envs=cfg.env.num_envs,
+        device=device,
+        seed=cfg.seed,
+        first_env_index=replicas.rank * cfg.env.num_envs,
+        check_action_range=False,
+        obs_dtype=amp_dtype(cfg.train.amp),
+    )
     init_gen = torch.Generator().manual_seed(cfg.seed)
     # Form.epilogue: the rollout's and evaluation's no-grad calls fuse bias and ReLU into each GEMM
     actor = make_actor(env.config, cfg.model, init_gen, Form.epilogue).to(device)
@@ -86,7 +101,11 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         rollout_fn, policy = compile_rollout_step(device, actor=actor, dtype=amp_dtype(cfg.train.amp))
     value_norm = ValueNorm(cfg.train.value_norm_beta, enabled=cfg.train.value_norm, device=device)
     return Learner(
-        cfg=cfg, env=env, actor=actor, critic=critic, value_norm=value_norm,
+        cfg=cfg,
+        env=env,
+        actor=actor,
+        critic=critic,
+        value_norm=value_norm,
         optimizer=make_optimizer(actor, critic, cfg.train),
         scaler=torch.amp.GradScaler(device.type, enabled=cfg.train.amp == Amp.fp16),
         action_noise=ActionNoise(cfg.seed, env.env_index, env.num_uavs),
@@ -97,10 +116,12 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
-        rollout_fn=rollout_fn, policy=policy,
+        rollout_fn=rollout_fn,
+        policy=policy,
         replicas=replicas,
         clone=make_actor(env.config, cfg.model, init_gen).to(device).requires_grad_(False)
-        if cfg.train.clone_kl_coef > 0 else None,  # its weights: the warm start's clone, or the checkpoint's
+        if cfg.train.clone_kl_coef > 0
+        else None,  # its weights: the warm start's clone, or the checkpoint's
     )
 
 
@@ -108,8 +129,13 @@ def allocate_storage(cfg: Config, env) -> Storage:
     """The rollout storage of `cfg` for `env` (a `UAVSwarmEnv`, or its sizes on the meta device:
     `machine_defaults.estimate_memory` sizes a run with this very call)."""
     recurrent = cfg.model.recurrent
-    return Storage.allocate(cfg.train.num_steps, env, amp_dtype(cfg.train.amp),
-                            cfg.model.gru_units if recurrent else 0, cfg.train.chunk_length if recurrent else 1)
+    return Storage.allocate(
+        cfg.train.num_steps,
+        env,
+        amp_dtype(cfg.train.amp),
+        cfg.model.gru_units if recurrent else 0,
+        cfg.train.chunk_length if recurrent else 1,
+    )
 
 
 def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str, float]:
@@ -122,6 +148,24 @@ def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str
 
 
 # -- one iteration ---------------------------------------------------------------------------------
+@torch.no_grad()
+def rollout_once(learner: Learner, agent: torch.Tensor, t: torch.Tensor) -> None:
+    """One step of `collect`: `learner.rollout_fn` into storage row `t` (0-dim int64 on the device,
+    advanced in place) for agents `agent [B * N]`, advancing the learner's observation and hidden state."""
+    learner.obs, learner.hidden = learner.rollout_fn(
+        learner.env,
+        learner.policy,
+        learner.storage,
+        learner.stats,
+        learner.action_noise,
+        learner.autocast,
+        agent,
+        learner.obs,
+        learner.hidden,
+        t,
+    )
+
+
 @torch.no_grad()
 def collect(learner: Learner) -> None:
     """Fill the learner's storage with `T` steps from its observation (and a recurrent actor's
@@ -136,8 +180,7 @@ def collect(learner: Learner) -> None:
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     t = torch.zeros((), dtype=torch.int64, device=env.device)
     for _ in range(s.actions.shape[0]):
-        learner.obs, learner.hidden = learner.rollout_fn(env, learner.policy, s, learner.stats, learner.action_noise,
-                                                         learner.autocast, agent, learner.obs, learner.hidden, t)
+        rollout_once(learner, agent, t)
     values_of_steps(learner.critic, learner.value_norm, s.local, s.state, learner.autocast, s.values)
     values_of_steps(learner.critic, learner.value_norm, s.final_local, s.final_state, learner.autocast, s.next_values)
 
@@ -146,8 +189,9 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
     """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
     the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`."""
     s, tc = learner.storage, learner.cfg.train
-    advantages, returns = compute_gae(s.rewards, s.values, s.next_values, s.terminated, s.truncated,
-                                      tc.gamma, tc.gae_lambda)
+    advantages, returns = compute_gae(
+        s.rewards, s.values, s.next_values, s.terminated, s.truncated, tc.gamma, tc.gae_lambda
+    )
     learner.value_norm.update(returns, reduce=learner.replicas.mean if learner.replicas.active else None)
     b_advantages = advantages.reshape(-1)
     if tc.norm_adv:
@@ -157,12 +201,16 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
         starts = torch.zeros_like(s.terminated)
         starts[1:] = s.terminated[:-1] | s.truncated[:-1]
     batch = Batch(
-        local=s.local.reshape(-1, s.local.shape[-1]), state=s.state.reshape(-1, s.state.shape[-1]),
+        local=s.local.reshape(-1, s.local.shape[-1]),
+        state=s.state.reshape(-1, s.state.shape[-1]),
         heading=s.heading.reshape(-1, s.heading.shape[-1]),
-        actions=s.actions.reshape(-1), logprobs=s.logprobs.reshape(-1),
+        actions=s.actions.reshape(-1),
+        logprobs=s.logprobs.reshape(-1),
         values=learner.value_norm.normalize(s.values).reshape(-1),
         returns=learner.value_norm.normalize(returns).reshape(-1),
-        advantages=b_advantages, num_agents=learner.env.num_uavs, num_envs=learner.env.num_envs,
+        advantages=b_advantages,
+        num_agents=learner.env.num_uavs,
+        num_envs=learner.env.num_envs,
         hidden=s.hidden.view(-1, *s.hidden.shape[2:]) if recurrent else None,
         starts=starts.view(-1) if recurrent else None,
     )
@@ -188,14 +236,24 @@ def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase
     mark("learn")
 
     batch, returns = prepare_batch(learner)
-    metrics = update(learner.actor, learner.critic, learner.optimizer, learner.scaler, batch, tc,
-                     learner.minibatch_gen, learner.autocast,
-                     learner.replicas.average_gradients if learner.replicas.active else None, learner.loss_fn)
+    metrics = update(
+        learner.actor,
+        learner.critic,
+        learner.optimizer,
+        learner.scaler,
+        batch,
+        tc,
+        learner.minibatch_gen,
+        learner.autocast,
+        learner.replicas.average_gradients if learner.replicas.active else None,
+        learner.loss_fn,
+    )
     mark("end")
 
     var_y = returns.var()
     metrics["explained_variance"] = torch.where(
-        var_y > 0, 1 - (returns - learner.storage.values).var() / var_y, torch.full_like(var_y, float("nan")))
+        var_y > 0, 1 - (returns - learner.storage.values).var() / var_y, torch.full_like(var_y, float("nan"))
+    )
     metrics["value_norm_mean"], value_norm_var = learner.value_norm.mean_var()
     metrics["value_norm_std"] = value_norm_var.sqrt()
     metrics["return_mean"] = returns.mean()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -50,16 +50,24 @@ class Actor(nn.Module):
     update with a chunk of `train.chunk_length` steps: the same function, so the same numbers.
     """
 
-    def __init__(self, local_dim: int, num_agents: int, num_actions: int, cfg: ModelConfig,
-                 generator: torch.Generator | None = None, env_cfg: EnvConfig | None = None,
-                 form: Form = Form.chain):
+    def __init__(
+        self,
+        local_dim: int,
+        num_agents: int,
+        num_actions: int,
+        cfg: ModelConfig,
+        generator: torch.Generator | None = None,
+        env_cfg: EnvConfig | None = None,
+        form: Form = Form.chain,
+    ):
         super().__init__()
         self.map_dim = 2 * env_cfg.state_pool**2 if env_cfg is not None else 0
         self.heading = MapHeading(env_cfg) if env_cfg is not None else None
         dims = [local_dim, HEADING_DIM, self.map_dim] if self.map_dim else [local_dim]
         self.recurrent = cfg.recurrent
-        self.net = MLP(dims, num_agents if cfg.agent_id else 0, cfg, None if self.recurrent else num_actions,
-                        0.01, generator)
+        self.net = MLP(
+            dims, num_agents if cfg.agent_id else 0, cfg, None if self.recurrent else num_actions, 0.01, generator
+        )
         if self.recurrent:
             self.gru = GRU(cfg.hidden_size, cfg.gru_units, generator)
             self.head = layer_init(nn.Linear(cfg.gru_units, num_actions), std=0.01, generator=generator)
@@ -81,14 +89,21 @@ class Actor(nn.Module):
             state = state.to(torch.get_autocast_dtype(state.device.type))  # what the update will see
         return self.heading(state)
 
-    def forward(self, local: torch.Tensor, agent: torch.Tensor, state: torch.Tensor | None = None,
-                state_repeat: int = 1, heading: torch.Tensor | None = None, hidden: torch.Tensor | None = None,
-                starts: torch.Tensor | None = None):
+    def forward(
+        self,
+        local: torch.Tensor,
+        agent: torch.Tensor,
+        state: torch.Tensor | None = None,
+        state_repeat: int = 1,
+        heading: torch.Tensor | None = None,
+        hidden: torch.Tensor | None = None,
+        starts: torch.Tensor | None = None,
+    ):
         """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors)."""
         if not self.map_dim:
             x = self.net([local], agent, [1])
         else:
-            x = self.net([local, heading, state[:, :self.map_dim]], agent, [1, 1, state_repeat])
+            x = self.net([local, heading, state[:, : self.map_dim]], agent, [1, 1, state_repeat])
         if not self.recurrent:
             return x
         if hidden is None:
@@ -97,9 +112,15 @@ class Actor(nn.Module):
         outputs, hidden = self.gru(x.view(-1, rows, x.shape[-1]), hidden, starts)
         return self.head(outputs.view(x.shape[0], -1)), hidden
 
-    def act(self, obs: dict[str, torch.Tensor], agent: torch.Tensor, noise: ActionNoise | None,
-            autocast: Callable[[], contextlib.AbstractContextManager], deterministic: bool = False,
-            hidden: torch.Tensor | None = None):
+    def act(
+        self,
+        obs: dict[str, torch.Tensor],
+        agent: torch.Tensor,
+        noise: ActionNoise | None,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        deterministic: bool = False,
+        hidden: torch.Tensor | None = None,
+    ):
         """One policy step for observations `obs` (`local [B, N, L]`, `state [B, S]`) of agents
         `agent [B * N]` int64: actions `[B, N]` int64, their log-probabilities `[B, N]` float32, the
         shared-map actor's headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next
@@ -109,9 +130,14 @@ class Actor(nn.Module):
         b, n, _ = local.shape
         with autocast():
             heading = self.headings(obs["state"]) if self.map_dim else None
-            out = self(local.reshape(b * n, -1), agent, obs["state"] if self.map_dim else None, state_repeat=n,
-                       heading=heading.view(b * n, -1) if heading is not None else None,
-                       hidden=hidden.view(b * n, -1) if hidden is not None else None)
+            out = self(
+                local.reshape(b * n, -1),
+                agent,
+                obs["state"] if self.map_dim else None,
+                state_repeat=n,
+                heading=heading.view(b * n, -1) if heading is not None else None,
+                hidden=hidden.view(b * n, -1) if hidden is not None else None,
+            )
         logits, hidden = out if self.recurrent else (out, None)
         logits = logits.float()
         actions = torch.argmax(logits, dim=-1) if deterministic else sample(logits, noise.uniform().view(b * n))
@@ -119,11 +145,19 @@ class Actor(nn.Module):
         return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
 
 
-def make_actor(env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None,
-               form: Form = Form.chain) -> Actor:
+def make_actor(
+    env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None, form: Form = Form.chain
+) -> Actor:
     """The actor for a task: local observation, plus the shared map when `actor_shared_map`."""
-    return Actor(env_cfg.local_obs_dim, env_cfg.num_uavs, env_cfg.num_actions, cfg, generator,
-                 env_cfg if cfg.actor_shared_map else None, form)
+    return Actor(
+        env_cfg.local_obs_dim,
+        env_cfg.num_uavs,
+        env_cfg.num_actions,
+        cfg,
+        generator,
+        env_cfg if cfg.actor_shared_map else None,
+        form,
+    )
 
 
 def with_form(net: nn.Module, form: Form) -> nn.Module:
@@ -146,16 +180,24 @@ class Critic(nn.Module):
     normalization is on). `state` is `[M, S]`, or `[M / state_repeat, S]` shared by runs of
     `state_repeat` consecutive rows (one environment's agents). With `ippo` it is ignored."""
 
-    def __init__(self, state_dim: int, local_dim: int, num_agents: int, cfg: ModelConfig,
-                 generator: torch.Generator | None = None, form: Form = Form.chain):
+    def __init__(
+        self,
+        state_dim: int,
+        local_dim: int,
+        num_agents: int,
+        cfg: ModelConfig,
+        generator: torch.Generator | None = None,
+        form: Form = Form.chain,
+    ):
         super().__init__()
         self.centralized = cfg.critic == CriticKind.mappo
         dims = [state_dim, local_dim] if self.centralized else [local_dim]
         self.net = MLP(dims, num_agents if cfg.agent_id else 0, cfg, 1, 1.0, generator)
         self.net.first.form = Form(form)
 
-    def forward(self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor,
-                state_repeat: int = 1) -> torch.Tensor:
+    def forward(
+        self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor, state_repeat: int = 1
+    ) -> torch.Tensor:
         if self.centralized:
             value = self.net([state, local], agent, [state_repeat, 1])
         else:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 from torch import nn
 
-from agents.config import TrainConfig
 from agents.algo.networks import Actor, Critic, categorical
+from agents.config import TrainConfig
 
 
 @dataclass
@@ -30,7 +30,9 @@ class LossStats:
     approx_kl: torch.Tensor
     old_approx_kl: torch.Tensor
     clipfrac: torch.Tensor
-    clone_kl: torch.Tensor | None = None  # KL(clone || actor), where `train.clone_kl_coef` keeps the actor near its clone
+    clone_kl: torch.Tensor | None = (
+        None  # KL(clone || actor), where `train.clone_kl_coef` keeps the actor near its clone
+    )
 
 
 def ppo_loss(
@@ -93,9 +95,15 @@ def make_optimizer(actor: Actor, critic: Critic, cfg: TrainConfig) -> torch.opti
     return torch.optim.Adam(groups, eps=cfg.adam_eps, fused=True)
 
 
-def optimizer_step(optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler, actor: nn.Module,
-                   critic: nn.Module, loss: torch.Tensor, max_grad_norm: float,
-                   sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None):
+def optimizer_step(
+    optimizer: torch.optim.Adam,
+    scaler: torch.amp.GradScaler,
+    actor: nn.Module,
+    critic: nn.Module,
+    loss: torch.Tensor,
+    max_grad_norm: float,
+    sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
+):
     """Unscale (fp16), clip each network's gradient norm, and step unless anything is non-finite.
 
     Returns `(actor_grad_norm, critic_grad_norm, skipped)` as 0-dim device tensors, the norms taken
@@ -159,8 +167,14 @@ def step_rows(steps: torch.Tensor, num_agents: int) -> torch.Tensor:
     return (steps.unsqueeze(1) * num_agents + torch.arange(num_agents, device=steps.device)).reshape(-1)
 
 
-def evaluate_actions(actor: Actor, critic: Critic, batch: Batch, steps: torch.Tensor,
-                     autocast: Callable[[], contextlib.AbstractContextManager], with_logits: bool = False):
+def evaluate_actions(
+    actor: Actor,
+    critic: Critic,
+    batch: Batch,
+    steps: torch.Tensor,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    with_logits: bool = False,
+):
     """Forward the minibatch of environment steps `steps` (indices into `T * B`; every agent of
     each) through both networks: `(rows, new_logprob, entropy, new_value)`, `rows` being the flat
     agent-step indices, in the order of the other outputs (and the actor's `logits` last, `with_logits`).
@@ -198,8 +212,9 @@ def kl_from(logprobs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def clone_logprobs(clone: Actor, batch: Batch, autocast: Callable[[], contextlib.AbstractContextManager],
-                   num_slices: int) -> torch.Tensor:
+def clone_logprobs(
+    clone: Actor, batch: Batch, autocast: Callable[[], contextlib.AbstractContextManager], num_slices: int
+) -> torch.Tensor:
     """`[T*B*N, A]` float32 log-probabilities of the frozen `clone` on every row of `batch`, computed
     once per iteration in `num_slices` slices of environment steps (a minibatch's memory at most)."""
     n, steps = batch.num_agents, batch.state.shape[0]
@@ -210,22 +225,44 @@ def clone_logprobs(clone: Actor, batch: Batch, autocast: Callable[[], contextlib
         rows = step_rows(slice_steps, n)
         state = batch.state[slice_steps] if clone.map_dim else None
         with autocast():
-            logits = clone(batch.local[rows], rows % n, state, state_repeat=n,
-                           heading=batch.heading[rows] if clone.map_dim else None)
+            logits = clone(
+                batch.local[rows],
+                rows % n,
+                state,
+                state_repeat=n,
+                heading=batch.heading[rows] if clone.map_dim else None,
+            )
         out.append(torch.log_softmax(logits.float(), dim=-1))
     return torch.cat(out)
 
 
-def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, steps: torch.Tensor, cfg: TrainConfig,
-                   autocast: Callable[[], contextlib.AbstractContextManager]) -> tuple[torch.Tensor, LossStats]:
+def minibatch_loss(
+    actor: Actor,
+    critic: Critic,
+    batch: Batch,
+    steps: torch.Tensor,
+    cfg: TrainConfig,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+) -> tuple[torch.Tensor, LossStats]:
     """The PPO loss of the minibatch of environment steps `steps`: `evaluate_actions`, then
     `ppo_loss` on the rows it returns. One function so that `train.compile` can compile the whole
     forward (networks, log-probabilities, loss) into one graph and its backward into another."""
     anchored = batch.clone_logprobs is not None
     rows, new_logprob, entropy, new_value, *logits = evaluate_actions(actor, critic, batch, steps, autocast, anchored)
-    loss, stats = ppo_loss(new_logprob, batch.logprobs[rows], batch.advantages[rows], entropy, new_value,
-                           batch.values[rows], batch.returns[rows], cfg.clip_coef, cfg.clip_vloss, cfg.vf_clip_coef,
-                           cfg.ent_coef, cfg.vf_coef)
+    loss, stats = ppo_loss(
+        new_logprob,
+        batch.logprobs[rows],
+        batch.advantages[rows],
+        entropy,
+        new_value,
+        batch.values[rows],
+        batch.returns[rows],
+        cfg.clip_coef,
+        cfg.clip_vloss,
+        cfg.vf_clip_coef,
+        cfg.ent_coef,
+        cfg.vf_coef,
+    )
     if anchored:
         clone_kl = kl_from(batch.clone_logprobs[rows], logits[0]).mean()
         loss = loss + cfg.clone_kl_coef * clone_kl
@@ -233,8 +270,10 @@ def minibatch_loss(actor: Actor, critic: Critic, batch: Batch, steps: torch.Tens
     return loss, stats
 
 
-LossFn = Callable[[Actor, Critic, Batch, torch.Tensor, TrainConfig, Callable[[], contextlib.AbstractContextManager]],
-                  tuple[torch.Tensor, LossStats]]
+LossFn = Callable[
+    [Actor, Critic, Batch, torch.Tensor, TrainConfig, Callable[[], contextlib.AbstractContextManager]],
+    tuple[torch.Tensor, LossStats],
+]
 
 
 def check_compiler(device: torch.device, key: str = "train.compile") -> None:
@@ -246,14 +285,18 @@ def check_compiler(device: torch.device, key: str = "train.compile") -> None:
         try:
             cpp_builder.get_cpp_compiler()
         except Exception as err:  # inductor raises its own error types for a missing compiler
-            raise ValueError(f"{key}=true on the CPU needs a C++ compiler for torch.compile "
-                             f"(inductor found none: {err}); install g++ or set {key}=false") from None
+            raise ValueError(
+                f"{key}=true on the CPU needs a C++ compiler for torch.compile "
+                f"(inductor found none: {err}); install g++ or set {key}=false"
+            ) from None
     elif device.type == "cuda":
         from torch.utils._triton import has_triton
 
         if not has_triton() or not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
-            raise ValueError(f"{key}=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
-                             f"with one); install them or set {key}=false")
+            raise ValueError(
+                f"{key}=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
+                f"with one); install them or set {key}=false"
+            )
 
 
 def compile_loss(device: torch.device) -> LossFn:
@@ -268,18 +311,26 @@ def compile_loss(device: torch.device) -> LossFn:
     return torch.compile(minibatch_loss, dynamic=False)
 
 
-def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: torch.amp.GradScaler,
-           batch: Batch, cfg: TrainConfig, generator: torch.Generator,
-           autocast: Callable[[], contextlib.AbstractContextManager],
-           sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
-           loss_fn: LossFn = minibatch_loss) -> dict[str, torch.Tensor]:
+def update(
+    actor: Actor,
+    critic: Critic,
+    optimizer: torch.optim.Adam,
+    scaler: torch.amp.GradScaler,
+    batch: Batch,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
+    loss_fn: LossFn = minibatch_loss,
+) -> dict[str, torch.Tensor]:
     """`update_epochs` passes over `batch` in `num_minibatches` random minibatches of whole
     environment steps (`T * B / num_minibatches` steps, all their agents), each's loss from
     `loss_fn` (`minibatch_loss`, or its compiled form under `train.compile`). A recurrent actor's
     minibatches are random sets of whole chunks (`T / C * B / num_minibatches` of them).
 
     Returns mean statistics over all minibatches as 0-dim device tensors, and two counts:
-    `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`. The random permutations draw from `generator`.
+    `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`. The random permutations
+    draw from `generator`.
     """
     recurrent = batch.hidden is not None
     # the units a minibatch draws: chunks of one environment's steps, or single environment steps;
@@ -295,14 +346,15 @@ def update(actor: Actor, critic: Critic, optimizer: torch.optim.Adam, scaler: to
     for _epoch in range(cfg.update_epochs):
         perm = torch.randperm(n, generator=generator, device=device)
         for start in range(0, n, mb_size):
-            steps = perm[start:start + mb_size]
+            steps = perm[start : start + mb_size]
             if recurrent:
                 steps = chunk_steps(steps, cfg.chunk_length, batch.num_envs)
             loss, stats = loss_fn(actor, critic, batch, steps, cfg, autocast)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             actor_norm, critic_norm, skipped = optimizer_step(
-                optimizer, scaler, actor, critic, loss, cfg.max_grad_norm, sync_gradients)
+                optimizer, scaler, actor, critic, loss, cfg.max_grad_norm, sync_gradients
+            )
             for name, value in vars(stats).items():
                 if value is None:
                     continue

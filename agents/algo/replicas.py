@@ -3,8 +3,9 @@ single process). Joining the process group is the run's job: `agents.run.distrib
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -3,8 +3,9 @@
 `Storage` is preallocated once on the environment's device, `[T, B, N, ...]` per agent and
 `[T, B, ...]` per environment, in the most compact exact dtype (actions `uint8`, flags `bool`;
 observations in the AMP dtype under AMP, the dtype the networks' autocast would cast them to).
-`rollout_step` fills one row of it (`agents.algo.learner.collect` runs T of them); episode statistics accumulate in `EpisodeStats`, on the device too,
-and the trainer reads them once per iteration. A recurrent actor's hidden state `[B, N, H]` is
+`rollout_step` fills one row of it (`agents.algo.learner.collect` runs T of them); episode
+statistics accumulate in `EpisodeStats`, on the device too, and the trainer reads them once per
+iteration. A recurrent actor's hidden state `[B, N, H]` is
 carried from step to step (and iteration to iteration), zeroed where an episode ended, and stored
 at the start of every chunk of `train.chunk_length` steps, where the update's sequences start.
 """
@@ -12,8 +13,8 @@ at the start of every chunk of `train.chunk_length` steps, where the update's se
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Callable
 
 import torch
 
@@ -42,8 +43,14 @@ class Storage:
     hidden: torch.Tensor  # [T / C, B, N, H] float32  the actor's hidden state at each chunk's start (H = 0: none)
 
     @classmethod
-    def allocate(cls, num_steps: int, env: UAVSwarmEnv, obs_dtype: torch.dtype = torch.float32,
-                 hidden_size: int = 0, chunk_length: int = 1) -> "Storage":
+    def allocate(
+        cls,
+        num_steps: int,
+        env: UAVSwarmEnv,
+        obs_dtype: torch.dtype = torch.float32,
+        hidden_size: int = 0,
+        chunk_length: int = 1,
+    ) -> Storage:
         """`obs_dtype`: float32, or the AMP dtype, which the networks' autocast casts observations
         to anyway (the same rounding), so storing them cast loses nothing the networks would see
         and halves the update's gathers. `hidden_size`: a recurrent actor's (0: feed-forward);
@@ -59,11 +66,16 @@ class Storage:
         f32 = lambda *shape: torch.zeros(*shape, dtype=torch.float32, device=dev)  # noqa: E731
         obs = lambda *shape: torch.zeros(*shape, dtype=obs_dtype, device=dev)  # noqa: E731
         return cls(
-            local=obs(t, b, n, env.local_obs_dim), state=obs(t, b, env.state_dim),
-            final_local=obs(t, b, n, env.local_obs_dim), final_state=obs(t, b, env.state_dim),
+            local=obs(t, b, n, env.local_obs_dim),
+            state=obs(t, b, env.state_dim),
+            final_local=obs(t, b, n, env.local_obs_dim),
+            final_state=obs(t, b, env.state_dim),
             heading=f32(t, b, n, HEADING_DIM),
             actions=torch.zeros(t, b, n, dtype=torch.uint8, device=dev),
-            logprobs=f32(t, b, n), values=f32(t, b, n), next_values=f32(t, b, n), rewards=f32(t, b, n),
+            logprobs=f32(t, b, n),
+            values=f32(t, b, n),
+            next_values=f32(t, b, n),
+            rewards=f32(t, b, n),
             terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             truncated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             hidden=f32(t // chunk_length, b, n, hidden_size),
@@ -84,8 +96,17 @@ class EpisodeStats:
     and `max_steps` where it was not.
     """
 
-    KEYS = ("episodes", "return", "length", "coverage", "collisions", "near_misses", "steps_to_target",
-            "reached", "last_coverage")
+    KEYS = (
+        "episodes",
+        "return",
+        "length",
+        "coverage",
+        "collisions",
+        "near_misses",
+        "steps_to_target",
+        "reached",
+        "last_coverage",
+    )
 
     def __init__(self, device: torch.device, max_steps: int):
         self.max_steps = max_steps
@@ -98,17 +119,19 @@ class EpisodeStats:
         done = terminated | truncated
         d = done.to(torch.float64)
         length = info["episode_length"].to(torch.float64)
-        per_env = torch.stack([
-            d,
-            info["episode_return"].to(torch.float64) * d,
-            length * d,
-            info["episode_coverage"].to(torch.float64) * d,
-            info["episode_collisions"].to(torch.float64) * d,
-            info["episode_near_misses"].to(torch.float64) * d,
-            torch.where(terminated, length, torch.full_like(length, self.max_steps)) * d,
-            terminated.to(torch.float64),
-            torch.zeros_like(d),
-        ])
+        per_env = torch.stack(
+            [
+                d,
+                info["episode_return"].to(torch.float64) * d,
+                length * d,
+                info["episode_coverage"].to(torch.float64) * d,
+                info["episode_collisions"].to(torch.float64) * d,
+                info["episode_near_misses"].to(torch.float64) * d,
+                torch.where(terminated, length, torch.full_like(length, self.max_steps)) * d,
+                terminated.to(torch.float64),
+                torch.zeros_like(d),
+            ]
+        )
         self.sums[:-1] += per_env[:-1].sum(1)
         self.sums[-1] = info["coverage"].to(torch.float64).mean()  # current coverage (progress bar)
 
@@ -134,8 +157,13 @@ def reset_where_done(hidden: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
     return torch.where(done.view(-1, 1, 1), torch.zeros_like(hidden), hidden)
 
 
-def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor], agent: torch.Tensor,
-             autocast: Callable[[], contextlib.AbstractContextManager]) -> torch.Tensor:
+def value_of(
+    critic: Critic,
+    value_norm: ValueNorm,
+    obs: dict[str, torch.Tensor],
+    agent: torch.Tensor,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+) -> torch.Tensor:
     """Denormalized values `[B, N]` float32 of every agent for `obs`."""
     local = obs["local"]
     b, n, _ = local.shape
@@ -149,8 +177,14 @@ def value_of(critic: Critic, value_norm: ValueNorm, obs: dict[str, torch.Tensor]
 VALUE_CHUNK_ROWS = 1 << 16
 
 
-def values_of_steps(critic: Critic, value_norm: ValueNorm, local: torch.Tensor, state: torch.Tensor,
-                    autocast: Callable[[], contextlib.AbstractContextManager], out: torch.Tensor) -> None:
+def values_of_steps(
+    critic: Critic,
+    value_norm: ValueNorm,
+    local: torch.Tensor,
+    state: torch.Tensor,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    out: torch.Tensor,
+) -> None:
     """Write the denormalized values of observations `local [T, B, N, L]`, `state [T, B, S]` into
     `out [T, B, N]`, a few time steps per critic call."""
     t, b, n, _ = local.shape
@@ -158,9 +192,11 @@ def values_of_steps(critic: Critic, value_norm: ValueNorm, local: torch.Tensor, 
     agent = agent_ids(steps * b, n, local.device)
     for start in range(0, t, steps):
         k = min(steps, t - start)
-        obs = {"local": local[start:start + k].reshape(k * b, n, -1),
-               "state": state[start:start + k].reshape(k * b, -1)}
-        out[start:start + k] = value_of(critic, value_norm, obs, agent[:k * b * n], autocast).view(k, b, n)
+        obs = {
+            "local": local[start : start + k].reshape(k * b, n, -1),
+            "state": state[start : start + k].reshape(k * b, -1),
+        }
+        out[start : start + k] = value_of(critic, value_norm, obs, agent[: k * b * n], autocast).view(k, b, n)
 
 
 def _write(buffer: torch.Tensor, row: torch.Tensor, value: torch.Tensor) -> None:
@@ -170,9 +206,18 @@ def _write(buffer: torch.Tensor, row: torch.Tensor, value: torch.Tensor) -> None
 
 
 @torch.no_grad()
-def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: EpisodeStats, noise: ActionNoise,
-                 autocast: Callable[[], contextlib.AbstractContextManager], agent: torch.Tensor,
-                 obs: dict[str, torch.Tensor], hidden: torch.Tensor | None, t: torch.Tensor):
+def rollout_step(
+    env: UAVSwarmEnv,
+    actor: Actor,
+    storage: Storage,
+    stats: EpisodeStats,
+    noise: ActionNoise,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    agent: torch.Tensor,
+    obs: dict[str, torch.Tensor],
+    hidden: torch.Tensor | None,
+    t: torch.Tensor,
+):
     """One step of the rollout into storage row `t` (0-dim int64 on the device, advanced in place):
     the policy step, `env.step`, the storage writes and the episode statistics. Returns the next
     observation and a recurrent actor's next hidden state (None for a feed-forward one).
@@ -208,8 +253,9 @@ def rollout_step(env: UAVSwarmEnv, actor: Actor, storage: Storage, stats: Episod
 RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"]]
 
 
-def compile_rollout_step(device: torch.device, backend: str = "inductor", *, actor: Actor,
-                         dtype: torch.dtype = torch.float32) -> tuple[RolloutStep, Actor]:
+def compile_rollout_step(
+    device: torch.device, backend: str = "inductor", *, actor: Actor, dtype: torch.dtype = torch.float32
+) -> tuple[RolloutStep, Actor]:
     """`rollout_step` captured whole (`train.compile_rollout`), and the actor it must be given: on
     CUDA as CUDA graphs (inductor's `reduce-overhead` mode: one launch per step, the ceiling
     `benchmarks.step_cost` models), elsewhere as inductor's fused kernels. The env's rebuild of
@@ -237,5 +283,7 @@ def inductor_options(device: torch.device) -> dict[str, bool]:
     chain's (without it, measured on the trainer config: 6e-3, and a sampled action flipped)."""
     from torch._inductor import list_mode_options
 
-    return {**list_mode_options("reduce-overhead" if device.type == "cuda" else "default"),
-            "emulate_precision_casts": True}
+    return {
+        **list_mode_options("reduce-overhead" if device.type == "cuda" else "default"),
+        "emulate_precision_casts": True,
+    }

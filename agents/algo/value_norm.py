@@ -12,15 +12,21 @@ Everything stays a device tensor (no host sync); the statistics are buffers, so 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 
 class ValueNorm(nn.Module):
-    def __init__(self, beta: float = 0.995, epsilon: float = 1e-5, var_min: float = 1e-2,
-                 enabled: bool = True, device: torch.device | str | None = None):
+    def __init__(
+        self,
+        beta: float = 0.995,
+        epsilon: float = 1e-5,
+        var_min: float = 1e-2,
+        enabled: bool = True,
+        device: torch.device | str | None = None,
+    ):
         super().__init__()
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must be in (0, 1), got {beta!r}")

@@ -32,8 +32,19 @@ import torch
 MAGIC = b"UAVCKPT1"
 FORMAT_VERSION = 2  # 2: the action noise is a counter (agents.algo.action_noise), not a generator state
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
-REQUIRED_KEYS = ("format_version", "config", "env_steps", "iteration", "actor", "critic", "value_norm",
-                 "optimizer", "scaler", "env", "rng")
+REQUIRED_KEYS = (
+    "format_version",
+    "config",
+    "env_steps",
+    "iteration",
+    "actor",
+    "critic",
+    "value_norm",
+    "optimizer",
+    "scaler",
+    "env",
+    "rng",
+)
 
 
 class CheckpointError(ValueError):
@@ -53,8 +64,9 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], keep: int,
-                    beside: dict[str, str] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: str | Path, payload: dict[str, Any], keep: int, beside: dict[str, str] | None = None
+) -> Path:
     """Write `payload` as `ckpt_<env_steps>.pt` atomically; delete all but the newest `keep`.
     `beside`: text files to (re)write in `run_dir` with it (`{"config.yaml": ...}`), also atomically.
     A Ctrl-C waits until all of this is done, so the files agree with the newest checkpoint."""
@@ -158,10 +170,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     head = len(MAGIC) + 32
     if len(raw) < head or raw[: len(MAGIC)] != MAGIC:
         raise CheckpointError(f"checkpoint {path} is not a uavsim checkpoint (bad header; truncated?)")
-    digest, data = raw[len(MAGIC):head], raw[head:]
+    digest, data = raw[len(MAGIC) : head], raw[head:]
     if hashlib.sha256(data).digest() != digest:
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated (checksum mismatch, "
-                              f"{len(raw)} bytes)")
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated (checksum mismatch, {len(raw)} bytes)")
     try:
         payload = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 -- any unpickling failure means an unusable file
@@ -172,8 +183,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}")
     if payload["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has format version {payload['format_version']!r}, "
-                              f"this code reads version {FORMAT_VERSION}")
+        raise CheckpointError(
+            f"checkpoint {path} has format version {payload['format_version']!r}, "
+            f"this code reads version {FORMAT_VERSION}"
+        )
     problem = _payload_problem(payload)
     if problem:
         raise CheckpointError(f"checkpoint {path}: {problem}")
@@ -188,7 +201,9 @@ def _payload_problem(payload: dict[str, Any]) -> str | None:
     """What is wrong with a payload's structure or values (the checksum only proves that the file
     is what was written), or None. Shapes are checked where the learner loads them."""
     config = payload["config"]
-    if not isinstance(config, dict) or not all(isinstance(config.get(s), dict) for s in ("env", "model", "train", "run")):
+    if not isinstance(config, dict) or not all(
+        isinstance(config.get(s), dict) for s in ("env", "model", "train", "run")
+    ):
         return "config must be a dict with env, model, train and run sections"
     for key, least in _COUNTERS.items():
         value = payload.get(key, least)
@@ -205,8 +220,11 @@ def _payload_problem(payload: dict[str, Any]) -> str | None:
     if not isinstance(optimizer, dict) or not {"state", "param_groups"} <= optimizer.keys():
         return "optimizer must be an optimizer state_dict (with state and param_groups)"
     ranks = payload.get("ranks")
-    if ranks is not None and (not isinstance(ranks, list) or len(ranks) != payload.get("world_size", 1)
-                              or not all(isinstance(r, dict) and {"env", "rng"} <= r.keys() for r in ranks)):
+    if ranks is not None and (
+        not isinstance(ranks, list)
+        or len(ranks) != payload.get("world_size", 1)
+        or not all(isinstance(r, dict) and {"env", "rng"} <= r.keys() for r in ranks)
+    ):
         return "ranks must list one {env, rng} state per rank (world_size of them)"
     return None
 
@@ -219,9 +237,11 @@ def resolve_checkpoint(path_or_run: str | Path) -> Path:
     if p.is_dir():
         found = list_checkpoints(p)
         if not found:
-            raise CheckpointError(f"run directory {p} has no checkpoints in {checkpoint_dir(p)}: nothing to resume "
-                                  "(a run stopped before its first run.checkpoint_interval has none); start it "
-                                  f"again with its command and run.dir={p}")
+            raise CheckpointError(
+                f"run directory {p} has no checkpoints in {checkpoint_dir(p)}: nothing to resume "
+                "(a run stopped before its first run.checkpoint_interval has none); start it "
+                f"again with its command and run.dir={p}"
+            )
         return found[-1]
     raise CheckpointError(f"{p} is neither a checkpoint file nor a run directory")
 
@@ -234,8 +254,12 @@ def load_latest(path_or_run: str | Path, map_location: str | torch.device = "cpu
         return path, load_checkpoint(path, map_location)
     except CheckpointError as err:
         good = _newest_readable([c for c in list_checkpoints(path.parent.parent) if c.name < path.name])
-        hint = (f"; the newest readable checkpoint before it is {good}: move the unreadable file aside "
-                f"(e.g. mv {path} {path}.bad) and resume again" if good is not None else "")
+        hint = (
+            f"; the newest readable checkpoint before it is {good}: move the unreadable file aside "
+            f"(e.g. mv {path} {path}.bad) and resume again"
+            if good is not None
+            else ""
+        )
         raise CheckpointError(f"{err}{hint}") from None
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agents.run import checkpoint as ckpt
 from agents.config import Amp, TrainConfig
+from agents.run import checkpoint as ckpt
 
 
 def iteration_problem(m: dict[str, float], cfg: TrainConfig) -> str | None:
@@ -52,8 +52,15 @@ def launcher_command(world_size: int) -> str:
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C during training; the message says where the run can continue from."""
 
-    def __init__(self, env_steps: int, run_dir: Path, checkpoint: Path | None, resumed_from: Path | None = None,
-                 launcher: str = "python -m agents.train_mappo", is_main: bool = True):
+    def __init__(
+        self,
+        env_steps: int,
+        run_dir: Path,
+        checkpoint: Path | None,
+        resumed_from: Path | None = None,
+        launcher: str = "python -m agents.train_mappo",
+        is_main: bool = True,
+    ):
         """`checkpoint`: the newest one the run can continue from (None: none); `resumed_from`:
         the checkpoint this process started from, if it resumed. Under torchrun every rank raises
         it and only the main one (`is_main`) says it; `launcher`: how the run was started
@@ -61,13 +68,17 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.is_main = is_main
         head = f"interrupted at {env_steps} env steps"
         if checkpoint is None:
-            msg = (f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
-                   f"command and run.dir={run_dir}")
+            msg = (
+                f"{head}, before the run's first checkpoint: nothing to resume; start it again with its "
+                f"command and run.dir={run_dir}"
+            )
         elif checkpoint.parent == ckpt.checkpoint_dir(run_dir):
             msg = f"{head}; last checkpoint {checkpoint}; continue with: {launcher} --resume {run_dir}"
         else:  # a branch stopped before its first checkpoint: it continues from where it branched
-            msg = (f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
-                   f"{launcher} --resume {checkpoint} run.dir={run_dir}")
+            msg = (
+                f"{head}; last checkpoint {checkpoint} (this run has none yet); continue with: "
+                f"{launcher} --resume {checkpoint} run.dir={run_dir}"
+            )
         if checkpoint is not None and checkpoint == resumed_from:
             msg += " and the overrides you resumed with (no checkpoint holds them yet)"
         super().__init__(msg)
@@ -75,8 +86,11 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 def stopped_message(bad_iterations: int, last_good: Path | None) -> str:
     """What `TrainingStopped` says: how many bad iterations, and where the run can continue from."""
-    where = (f"the last good checkpoint is {last_good}" if last_good is not None
-             else "no checkpoint was written yet: start again with other settings (e.g. a lower learning rate)")
+    where = (
+        f"the last good checkpoint is {last_good}"
+        if last_good is not None
+        else "no checkpoint was written yet: start again with other settings (e.g. a lower learning rate)"
+    )
     return f"training stopped: non-finite loss/gradient in {bad_iterations} consecutive iterations; {where}"
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from agents.run import checkpoint as ckpt
 from agents.config import to_dict
+from agents.run import checkpoint as ckpt
 
 if TYPE_CHECKING:
     from agents.algo.learner import Learner
@@ -23,8 +23,15 @@ def _rank_state(learner: Learner) -> dict:
     random streams."""
     env = learner.env.state_dict()
     env["state"] = {k: v.cpu() for k, v in env["state"].items()}
-    out = {"env": env, "rng": {"action": learner.action_noise.state_dict(), "minibatch": learner.minibatch_gen.get_state(),
-                               "torch": torch.get_rng_state(), "device_type": learner.env.device.type}}
+    out = {
+        "env": env,
+        "rng": {
+            "action": learner.action_noise.state_dict(),
+            "minibatch": learner.minibatch_gen.get_state(),
+            "torch": torch.get_rng_state(),
+            "device_type": learner.env.device.type,
+        },
+    }
     if learner.hidden is not None:
         out["hidden"] = learner.hidden.cpu()
     return out
@@ -43,12 +50,20 @@ def learner_state(learner: Learner) -> dict:
     if len(set(checksums)) != 1:
         raise RuntimeError(f"data-parallel replicas diverged: parameter checksums {checksums}")
     return {
-        "format_version": ckpt.FORMAT_VERSION, "config": to_dict(learner.cfg),
-        "env_steps": learner.env_steps, "iteration": learner.iteration, "bad_iterations": learner.bad_iterations,
-        "actor": learner.actor.state_dict(), "critic": learner.critic.state_dict(),
-        "value_norm": learner.value_norm.state_dict(), "optimizer": learner.optimizer.state_dict(),
-        "scaler": learner.scaler.state_dict(), "world_size": learner.replicas.world_size,
-        "replica_checksums": checksums, **ranks[0], "ranks": ranks,
+        "format_version": ckpt.FORMAT_VERSION,
+        "config": to_dict(learner.cfg),
+        "env_steps": learner.env_steps,
+        "iteration": learner.iteration,
+        "bad_iterations": learner.bad_iterations,
+        "actor": learner.actor.state_dict(),
+        "critic": learner.critic.state_dict(),
+        "value_norm": learner.value_norm.state_dict(),
+        "optimizer": learner.optimizer.state_dict(),
+        "scaler": learner.scaler.state_dict(),
+        "world_size": learner.replicas.world_size,
+        "replica_checksums": checksums,
+        **ranks[0],
+        "ranks": ranks,
         **({"clone": learner.clone.state_dict()} if learner.clone is not None else {}),
     }
 
@@ -60,13 +75,15 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
         raise ckpt.CheckpointError(
             f"checkpoint {source} was written by {saved_world} rank(s) but this run has "
             f"{learner.replicas.world_size}: resume with torchrun --nproc_per_node={saved_world} (or nnodes x "
-            f"nproc_per_node = {saved_world}), since every rank's environments are part of the state")
+            f"nproc_per_node = {saved_world}), since every rank's environments are part of the state"
+        )
     own = payload["ranks"][learner.replicas.rank] if "ranks" in payload else payload
     saved_type = own["rng"].get("device_type", learner.env.device.type) if isinstance(own.get("rng"), dict) else None
     if saved_type is not None and saved_type != learner.env.device.type:
         raise ckpt.CheckpointError(
             f"checkpoint {source} was written on {saved_type} and this run is on {learner.env.device.type}: "
-            f"resume with run.device={saved_type} (a {saved_type} random stream cannot continue on another device type)")
+            f"resume with run.device={saved_type} (a {saved_type} random stream cannot continue on another device type)"
+        )
     try:
         learner.actor.load_state_dict(payload["actor"])
         learner.critic.load_state_dict(payload["critic"])
@@ -99,8 +116,10 @@ def _load_hidden(learner: Learner, own: dict) -> None:
     if not isinstance(hidden, torch.Tensor):
         raise ValueError("it holds no hidden states for the recurrent actor")
     if hidden.shape != learner.hidden.shape or hidden.dtype != learner.hidden.dtype:
-        raise ValueError(f"hidden states are {tuple(hidden.shape)} {hidden.dtype}, this learner's "
-                         f"{tuple(learner.hidden.shape)} {learner.hidden.dtype}")
+        raise ValueError(
+            f"hidden states are {tuple(hidden.shape)} {hidden.dtype}, this learner's "
+            f"{tuple(learner.hidden.shape)} {learner.hidden.dtype}"
+        )
     if not torch.isfinite(hidden).all():
         raise ValueError("hidden states hold non-finite values")
     learner.hidden.copy_(hidden)

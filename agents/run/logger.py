@@ -68,8 +68,11 @@ def wait_for_a_newer_second(run_dir: Path) -> None:
     digit (`...9` after `...10`), and its purge of a killed run's steps is then read before those
     steps and lost (a resume right after a run, in one process, hit it). Only then does this wait,
     under a second; a file stamped more than a second ahead (a clock set back) is not waited for."""
-    stamps = [int(p.name.split(".")[3]) for p in run_dir.glob("events.out.tfevents.*")
-              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    stamps = [
+        int(p.name.split(".")[3])
+        for p in run_dir.glob("events.out.tfevents.*")
+        if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()
+    ]
     if not stamps or not 0 <= max(stamps) - int(time.time()) <= 1:
         return
     while int(time.time()) <= max(stamps):

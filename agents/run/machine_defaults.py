@@ -28,13 +28,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 import torch
 
-from agents.config import AUTO, Amp, Config, Teacher, check_config
 from agents.algo.learner import allocate_storage
+from agents.config import AUTO, Amp, Config, Teacher, check_config
 from uavsim import hardware
 
 CPU_NUM_ENVS = 64
@@ -112,18 +112,25 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     obs = probe_env.reset()
     per_env = sum(v.nbytes for v in probe_env.state.values()) + sum(v.nbytes for v in obs.values())
     per_env = per_env // 2 * 8  # the state, plus observations and a reset's temporaries of a step
-    meta_env = SimpleNamespace(num_envs=num_envs, num_uavs=env_cfg.num_uavs, num_actions=env_cfg.num_actions,
-                               local_obs_dim=env_cfg.local_obs_dim, state_dim=env_cfg.state_dim,
-                               device=torch.device("meta"))
-    storage = allocate_storage(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=amp)),
-                               meta_env).nbytes()
+    meta_env = SimpleNamespace(
+        num_envs=num_envs,
+        num_uavs=env_cfg.num_uavs,
+        num_actions=env_cfg.num_actions,
+        local_obs_dim=env_cfg.local_obs_dim,
+        state_dim=env_cfg.state_dim,
+        device=torch.device("meta"),
+    )
+    storage = allocate_storage(
+        dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=amp)), meta_env
+    ).nbytes()
     rows = cfg.train.num_steps * num_envs * env_cfg.num_uavs // cfg.train.num_minibatches
     layer_bytes = 4 * cfg.model.hidden_size * (cfg.model.num_layers + 1) * 3  # output, activation, grad
     update = rows * (2 * layer_bytes + 4 * env_cfg.local_obs_dim * 2)
-    if cfg.train.clone_kl_coef > 0:  # the clone's log-probabilities of every row, float32 (agents.algo.ppo.clone_logprobs)
+    if (
+        cfg.train.clone_kl_coef > 0
+    ):  # the clone's log-probabilities of every row, float32 (agents.algo.ppo.clone_logprobs)
         update += rows * cfg.train.num_minibatches * env_cfg.num_actions * 4
-    return {"storage": storage, "env": per_env * num_envs, "update": update,
-            "imitation": imitation_bytes(cfg, amp)}
+    return {"storage": storage, "env": per_env * num_envs, "update": update, "imitation": imitation_bytes(cfg, amp)}
 
 
 def imitation_bytes(cfg: Config, amp: Amp) -> int:
@@ -166,7 +173,8 @@ def check_memory(cfg: Config, device: torch.device, available: int | None = None
             f"this run needs about {_gib(sum(need.values()))} on {device} ({parts}) but {_gib(available)} is "
             f"available: lower env.num_envs (now {cfg.env.num_envs}) or train.num_steps (now {cfg.train.num_steps}), "
             f"or raise train.num_minibatches (now {cfg.train.num_minibatches}) for a smaller update"
-            + (f", or lower imitation.env_steps (now {cfg.imitation.env_steps})" if need["imitation"] else ""))
+            + (f", or lower imitation.env_steps (now {cfg.imitation.env_steps})" if need["imitation"] else "")
+        )
 
 
 def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int | None = None) -> tuple[int, str]:

@@ -24,8 +24,10 @@ def pick_device(name: str, what: str = "run.device") -> torch.device:
     if DEVICE_PATTERN.fullmatch(name) is None:
         raise ValueError(f"{what} must be auto, cpu, cuda or cuda:N, got {name!r}")
     if not torch.cuda.is_available() or int(name[5:]) >= torch.cuda.device_count():
-        raise ValueError(f"{what}={name!r} but CUDA is not available"
-                         + (f" ({torch.cuda.device_count()} GPU(s) visible)" if torch.cuda.is_available() else ""))
+        raise ValueError(
+            f"{what}={name!r} but CUDA is not available"
+            + (f" ({torch.cuda.device_count()} GPU(s) visible)" if torch.cuda.is_available() else "")
+        )
     return torch.device(name)
 
 

@@ -13,11 +13,11 @@ into a new `run.dir` instead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from agents.run import checkpoint as ckpt
 from agents.config import Config, load_config, to_dict
+from agents.run import checkpoint as ckpt
 from agents.run.logger import flatten
 from agents.run.paths import dir_problem
 
@@ -38,8 +38,10 @@ def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
     saved, now = flatten(payload["config"]), flatten(to_dict(cfg))
     changed = [k for k in now if _frozen(k) and saved.get(k) != now[k]]
     if changed:
-        raise ValueError(f"cannot change {changed} when resuming (they define the networks, the env state "
-                         "and the length of an iteration); start a new run instead")
+        raise ValueError(
+            f"cannot change {changed} when resuming (they define the networks, the env state "
+            "and the length of an iteration); start a new run instead"
+        )
     return cfg
 
 
@@ -62,8 +64,10 @@ def check_run_dir(run_dir: Path) -> None:
     if problem:
         raise ValueError(f"run.dir: {problem}")
     if ckpt.list_checkpoints(run_dir):
-        raise ValueError(f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
-                         "to continue it, or choose another run.dir")
+        raise ValueError(
+            f"run directory {run_dir} already has checkpoints: pass --resume {run_dir} "
+            "to continue it, or choose another run.dir"
+        )
 
 
 def resume_run_dir(checkpoint: Path, saved_dir: str | None, cfg: Config) -> Path:
@@ -75,13 +79,16 @@ def resume_run_dir(checkpoint: Path, saved_dir: str | None, cfg: Config) -> Path
         check_run_dir(wanted)  # a branch starts in a directory of its own
         return wanted
     if own is None:
-        raise ValueError(f"checkpoint {checkpoint} is not in a run's checkpoints/ folder: "
-                         "pass run.dir=DIR for the resumed run")
+        raise ValueError(
+            f"checkpoint {checkpoint} is not in a run's checkpoints/ folder: pass run.dir=DIR for the resumed run"
+        )
     problem = dir_problem(own)
     if problem:
         raise ValueError(f"the run directory {problem}; pass run.dir=NEW_DIR to continue elsewhere")
     newer = [c for c in ckpt.list_checkpoints(own) if c.name > checkpoint.name]
     if newer:
-        raise ValueError(f"checkpoint {checkpoint} is older than {newer[-1]} of the same run: continuing it there "
-                         "would mix two runs; pass run.dir=NEW_DIR to branch into a new run, or resume the newest")
+        raise ValueError(
+            f"checkpoint {checkpoint} is older than {newer[-1]} of the same run: continuing it there "
+            "would mix two runs; pass run.dir=NEW_DIR to branch into a new run, or resume the newest"
+        )
     return own

@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from tests.adapters.helpers import SMALL
 from uavsim import UAVSwarmEnv
 from uavsim.adapters.gymnasium_vector import CoverageVectorEnv
 from uavsim.play import parse_overrides
 from uavsim.policies import RandomPolicy
 from uavsim.reference import ReferenceEnv
 from uavsim.video import gif_bytes, record_episode, record_tiled, write_video
-
-from tests.adapters.helpers import SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAME = np.zeros((8, 8, 3), dtype=np.uint8)
@@ -42,8 +41,15 @@ def test_vector_render_env_rejects_cell_px_0(vec):
     assert vec.render_env(1).shape == (48, 48, 3)  # the default cell_px=4
 
 
-@pytest.mark.parametrize("actions", [[[True, 0, 0, 0]] * 2, [[np.bool_(True), 0, 0, 0], [0, 0, 0, 0]],
-                                     np.ones((2, 4), dtype=bool), [np.zeros(4, dtype=bool), np.zeros(4, dtype=bool)]])
+@pytest.mark.parametrize(
+    "actions",
+    [
+        [[True, 0, 0, 0]] * 2,
+        [[np.bool_(True), 0, 0, 0], [0, 0, 0, 0]],
+        np.ones((2, 4), dtype=bool),
+        [np.zeros(4, dtype=bool), np.zeros(4, dtype=bool)],
+    ],
+)
 def test_vector_step_refuses_bools(vec, actions):
     with pytest.raises(TypeError, match="integers"):
         vec.step(actions)
@@ -98,11 +104,17 @@ def env():
     return UAVSwarmEnv(SMALL, num_envs=2, seed=0)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(max_steps=True), TypeError, "max_steps must be an int"), (dict(max_steps=-1), ValueError, "max_steps"),
-    (dict(max_steps=2.0), TypeError, "max_steps"), (dict(trail=-1), ValueError, "trail must be >= 0, got -1"),
-    (dict(trail=1.5), TypeError, "trail"), (dict(cell_px=0), ValueError, "cell_px"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(max_steps=True), TypeError, "max_steps must be an int"),
+        (dict(max_steps=-1), ValueError, "max_steps"),
+        (dict(max_steps=2.0), TypeError, "max_steps"),
+        (dict(trail=-1), ValueError, "trail must be >= 0, got -1"),
+        (dict(trail=1.5), TypeError, "trail"),
+        (dict(cell_px=0), ValueError, "cell_px"),
+    ],
+)
 def test_record_episode_rejects_bad_arguments(env, kwargs, error, match):
     with pytest.raises(error, match=match):
         record_episode(env, RandomPolicy(env), 0, **kwargs)
@@ -120,8 +132,7 @@ def test_record_tiled_rejects_bad_num_steps(env, num_steps, error):
 
 
 def test_record_tiled_takes_arrays_and_tensors_of_indices(env):
-    frames = record_tiled(env, RandomPolicy(env), num_steps=np.int64(1), env_indices=torch.tensor([1, 0]),
-                          cell_px=2)
+    frames = record_tiled(env, RandomPolicy(env), num_steps=np.int64(1), env_indices=torch.tensor([1, 0]), cell_px=2)
     assert len(frames) == 2 and frames[0].shape == (24, 50, 3)
     with pytest.raises(TypeError, match="1-D integers"):
         record_tiled(env, RandomPolicy(env), num_steps=1, env_indices=np.array([0.0, 1.0]))
@@ -183,19 +194,35 @@ def test_video_path_that_is_a_folder(tmp_path):
 
 def test_a_failing_gif_leaves_no_writer_to_complain_at_exit(tmp_path):
     (tmp_path / "dir.gif").mkdir()
-    code = (f"import numpy as np\nfrom uavsim.video import write_video\nf = np.zeros((8, 8, 3), np.uint8)\n"
-            f"for path, fps in (({str(tmp_path / 'dir.gif')!r}, 8.0), ({str(tmp_path / 'x.gif')!r}, 1e-3)):\n"
-            f"    try:\n        write_video([f, f], path, fps=fps)\n    except ValueError:\n        pass\n")
+    code = (
+        f"import numpy as np\nfrom uavsim.video import write_video\nf = np.zeros((8, 8, 3), np.uint8)\n"
+        f"for path, fps in (({str(tmp_path / 'dir.gif')!r}, 8.0), ({str(tmp_path / 'x.gif')!r}, 1e-3)):\n"
+        f"    try:\n        write_video([f, f], path, fps=fps)\n    except ValueError:\n        pass\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
 
 # -- python -m uavsim.play ---------------------------------------------------------------------------------------
 def test_config_overrides_read_exponents_as_floats():
-    got = parse_overrides(["coverage_reward=1e-3", "time_penalty=2E-2", "near_miss_penalty=.5e1", "max_steps=40",
-                           "collision_penalty=1.5", "moves='8'"])
-    assert got == {"coverage_reward": 0.001, "time_penalty": 0.02, "near_miss_penalty": 5.0, "max_steps": 40,
-                   "collision_penalty": 1.5, "moves": "8"}
+    got = parse_overrides(
+        [
+            "coverage_reward=1e-3",
+            "time_penalty=2E-2",
+            "near_miss_penalty=.5e1",
+            "max_steps=40",
+            "collision_penalty=1.5",
+            "moves='8'",
+        ]
+    )
+    assert got == {
+        "coverage_reward": 0.001,
+        "time_penalty": 0.02,
+        "near_miss_penalty": 5.0,
+        "max_steps": 40,
+        "collision_penalty": 1.5,
+        "moves": "8",
+    }
     assert type(got["max_steps"]) is int
 
 
@@ -214,11 +241,14 @@ def test_play_takes_an_exponent_float_override(tmp_path):
     assert out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--fps", "0.001"], "fps must be > 0.00152587890625 for a GIF"),
-    (["--trail", "-3"], "--trail must be >= 0"),
-    (["--steps", "-1"], "--steps must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--fps", "0.001"], "fps must be > 0.00152587890625 for a GIF"),
+        (["--trail", "-3"], "--trail must be >= 0"),
+        (["--steps", "-1"], "--steps must be >= 0"),
+    ],
+)
 def test_play_rejects_bad_arguments_in_one_line(tmp_path, args, message):
     result = play(tmp_path, "--out", str(tmp_path / "x.gif"), *args, "--config", *TINY)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
@@ -229,10 +259,13 @@ def test_play_out_is_an_existing_folder(tmp_path):
     (tmp_path / "dir.gif").mkdir()
     result = play(tmp_path, "--out", str(tmp_path / "dir.gif"), "--config", *TINY)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        f"error: video path {str(tmp_path / 'dir.gif')!r} is a folder, not a file"], result.stderr
+        f"error: video path {str(tmp_path / 'dir.gif')!r} is a folder, not a file"
+    ], result.stderr
 
 
-@pytest.mark.parametrize(("seed", "error"), [(-1, ValueError), (2**31, ValueError), (1.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    ("seed", "error"), [(-1, ValueError), (2**31, ValueError), (1.5, TypeError), (True, TypeError)]
+)
 def test_single_env_reset_checks_the_seed_itself(seed, error):
     from uavsim.adapters.gymnasium_single import CoverageReferenceEnv
 

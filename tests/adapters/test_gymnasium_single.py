@@ -11,11 +11,10 @@ import torch
 from gymnasium.utils.env_checker import check_env
 
 import uavsim  # noqa: F401 -- registers the ids
+from tests.adapters.helpers import EASY, SMALL, assert_obs_row
 from uavsim import UAVSwarmEnv
 from uavsim.adapters.gymnasium_single import CoverageReferenceEnv
 from uavsim.reference import ReferenceEnv
-
-from tests.adapters.helpers import EASY, SMALL, assert_obs_row
 
 
 def test_gymnasium_env_checker_passes():
@@ -59,7 +58,8 @@ def test_async_vector_env_matches_the_batched_env():
     num_envs, seed = 2, 4
     workers = gym.vector.AsyncVectorEnv(
         [partial(CoverageReferenceEnv, config=EASY, seed=seed, env_index=i) for i in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     batched = UAVSwarmEnv(EASY, num_envs=num_envs, seed=seed)
     try:
         obs, _ = workers.reset()
@@ -83,14 +83,16 @@ def test_async_vector_env_matches_the_batched_env():
 
 
 def test_importing_and_stepping_never_imports_torch():
-    code = ("import sys\n"
-            "from uavsim.adapters.gymnasium_single import CoverageReferenceEnv\n"
-            "env = CoverageReferenceEnv({'grid_height': 8, 'grid_width': 8, 'num_uavs': 2, 'num_obstacles': 2,"
-            " 'launch_size': 2}, render_mode='rgb_array')\n"
-            "env.reset(seed=1)\n"
-            "env.step(env.action_space.sample())\n"
-            "assert env.render().shape == (64, 64, 3)\n"
-            "assert not [m for m in sys.modules if m == 'torch' or m.startswith('torch.')], 'torch was imported'\n")
+    code = (
+        "import sys\n"
+        "from uavsim.adapters.gymnasium_single import CoverageReferenceEnv\n"
+        "env = CoverageReferenceEnv({'grid_height': 8, 'grid_width': 8, 'num_uavs': 2, 'num_obstacles': 2,"
+        " 'launch_size': 2}, render_mode='rgb_array')\n"
+        "env.reset(seed=1)\n"
+        "env.step(env.action_space.sample())\n"
+        "assert env.render().shape == (64, 64, 3)\n"
+        "assert not [m for m in sys.modules if m == 'torch' or m.startswith('torch.')], 'torch was imported'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

@@ -7,10 +7,9 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 import uavsim  # noqa: F401 -- registers the ids
+from tests.adapters.helpers import EASY, SMALL, as_np, assert_obs_row
 from uavsim.adapters.gymnasium_vector import CoverageVectorEnv
 from uavsim.reference import ReferenceEnv
-
-from tests.adapters.helpers import EASY, SMALL, as_np, assert_obs_row
 
 
 def test_make_vec_gives_the_batched_env():
@@ -100,8 +99,15 @@ def test_render_one_and_tiled():
     assert CoverageVectorEnv(1, SMALL).render() is None  # render_mode=None
 
 
-@pytest.mark.parametrize("kwargs, name", [(dict(cell_px=1), "cell_px"), (dict(cell_px=2.5), "cell_px"),
-                                          (dict(render_envs=0), "render_envs"), (dict(render_envs=True), "render_envs")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(cell_px=1), "cell_px"),
+        (dict(cell_px=2.5), "cell_px"),
+        (dict(render_envs=0), "render_envs"),
+        (dict(render_envs=True), "render_envs"),
+    ],
+)
 def test_bad_render_arguments_fail_when_built_not_at_render(kwargs, name):
     with pytest.raises(ValueError, match=name):
         CoverageVectorEnv(2, SMALL, render_mode="rgb_array", **kwargs)

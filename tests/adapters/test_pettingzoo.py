@@ -8,11 +8,10 @@ import pytest
 pytest.importorskip("pettingzoo")  # the "peers" extra
 from pettingzoo.test import parallel_api_test, parallel_seed_test  # noqa: E402
 
+from tests.adapters.helpers import EASY, SMALL  # noqa: E402
 from uavsim.adapters._frames import render_reference  # noqa: E402
 from uavsim.adapters.pettingzoo_env import CoverageParallelEnv  # noqa: E402
 from uavsim.reference import ReferenceEnv  # noqa: E402
-
-from tests.adapters.helpers import EASY, SMALL  # noqa: E402
 
 
 @pytest.mark.parametrize("cfg", [SMALL, EASY], ids=["truncates", "terminates"])
@@ -39,7 +38,7 @@ def test_matches_reference_until_all_agents_leave():
     r_obs = ref.reset()
     rng = np.random.default_rng(0)
     ended = 0
-    for t in range(60):
+    for _ in range(60):
         for i, agent in enumerate(env.possible_agents):
             assert np.array_equal(obs[agent], r_obs["local"][i])
         assert np.array_equal(env.state(), r_obs["state"])

@@ -12,10 +12,9 @@ from torchrl.envs.utils import check_env_specs
 from torchrl.modules import MultiAgentMLP, ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
+from tests.adapters.helpers import EASY, SMALL
 from uavsim.adapters.torchrl_env import UAVTorchRLEnv
 from uavsim.reference import ReferenceEnv
-
-from tests.adapters.helpers import EASY, SMALL
 
 
 def random_policy(cfg, seed=0):
@@ -148,14 +147,32 @@ def test_seeds_past_31_bits_wrap_as_torchrl_chains_them():
 
 def make_agents(env, hidden=32):
     cfg = env.config
-    net = MultiAgentMLP(n_agent_inputs=cfg.local_obs_dim, n_agent_outputs=cfg.num_actions, n_agents=cfg.num_uavs,
-                        centralized=False, share_params=True, depth=1, num_cells=hidden)
+    net = MultiAgentMLP(
+        n_agent_inputs=cfg.local_obs_dim,
+        n_agent_outputs=cfg.num_actions,
+        n_agents=cfg.num_uavs,
+        centralized=False,
+        share_params=True,
+        depth=1,
+        num_cells=hidden,
+    )
     actor = ProbabilisticActor(
         TensorDictModule(net, in_keys=[("agents", "observation")], out_keys=[("agents", "logits")]),
-        spec=env.full_action_spec[env.action_key], in_keys=[("agents", "logits")], out_keys=[env.action_key],
-        distribution_class=torch.distributions.Categorical, return_log_prob=True)
-    critic_net = MultiAgentMLP(n_agent_inputs=cfg.local_obs_dim, n_agent_outputs=1, n_agents=cfg.num_uavs,
-                               centralized=True, share_params=True, depth=1, num_cells=hidden)
+        spec=env.full_action_spec[env.action_key],
+        in_keys=[("agents", "logits")],
+        out_keys=[env.action_key],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+    critic_net = MultiAgentMLP(
+        n_agent_inputs=cfg.local_obs_dim,
+        n_agent_outputs=1,
+        n_agents=cfg.num_uavs,
+        centralized=True,
+        share_params=True,
+        depth=1,
+        num_cells=hidden,
+    )
     critic = TensorDictModule(critic_net, in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
     return actor, critic
 
@@ -165,11 +182,17 @@ def test_collector_with_multi_agent_mlp_feeds_gae_and_ppo_without_transforms():
     env = UAVTorchRLEnv(6, SMALL, seed=2, check_action_range=False)
     actor, critic = make_agents(env)
     loss = ClipPPOLoss(actor, critic)
-    loss.set_keys(reward=env.reward_key, action=env.action_key, value=("agents", "state_value"),
-                  done=("agents", "done"), terminated=("agents", "terminated"))
+    loss.set_keys(
+        reward=env.reward_key,
+        action=env.action_key,
+        value=("agents", "state_value"),
+        done=("agents", "done"),
+        terminated=("agents", "terminated"),
+    )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.95)
-    collector = Collector(env, actor, frames_per_batch=6 * 16, total_frames=6 * 32,
-                          auto_register_policy_transforms=False)
+    collector = Collector(
+        env, actor, frames_per_batch=6 * 16, total_frames=6 * 32, auto_register_policy_transforms=False
+    )
     batches = 0
     try:
         for data in collector:
@@ -179,8 +202,9 @@ def test_collector_with_multi_agent_mlp_feeds_gae_and_ppo_without_transforms():
             assert data["next", "agents", "reward"].shape == (6, 16, SMALL.num_uavs, 1)
             assert data["next", "done"].any()  # max_steps=12 < 16: every env ended once per batch
             with torch.no_grad():
-                loss.value_estimator(data, params=loss.critic_network_params,
-                                     target_params=loss.target_critic_network_params)
+                loss.value_estimator(
+                    data, params=loss.critic_network_params, target_params=loss.target_critic_network_params
+                )
             assert data["advantage"].shape == (6, 16, SMALL.num_uavs, 1)
             losses = loss(data)
             total = losses["loss_objective"] + losses["loss_critic"] + losses["loss_entropy"]

@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.adapters.helpers import EASY, SMALL
 from uavsim import UAVSwarmEnv
 from uavsim.adapters._frames import render_reference
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
 from uavsim.reference import ReferenceEnv
-from uavsim.video import (frames_to_video_tensor, gif_bytes, log_video, record_episode, record_tiled,
-                          write_video)
-
-from tests.adapters.helpers import EASY, SMALL
+from uavsim.video import frames_to_video_tensor, gif_bytes, log_video, record_episode, record_tiled, write_video
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,7 +76,10 @@ def test_write_video_rejects_bad_input(tmp_path):
     with pytest.raises(ValueError, match="uint8"):
         write_video([frame.astype(np.float32)], tmp_path / "x.gif")
     for fps in (0, -1, float("nan"), float("inf")):
-        for write in (lambda: write_video([frame], tmp_path / "x.gif", fps=fps), lambda: gif_bytes([frame], fps=fps)):
+        for write in (
+            lambda fps=fps: write_video([frame], tmp_path / "x.gif", fps=fps),
+            lambda fps=fps: gif_bytes([frame], fps=fps),
+        ):
             with pytest.raises(ValueError, match="fps must be a finite number > 0"):
                 write()
 
@@ -110,9 +111,26 @@ def test_record_tiled():
 
 def test_play_command_writes_a_gif(tmp_path):
     out = tmp_path / "episode.gif"
-    cmd = [sys.executable, "-m", "uavsim.play", "--policy", "greedy", "--seed", "0", "--out", str(out),
-           "--config", "grid_height=10", "grid_width=10", "num_uavs=3", "num_obstacles=4", "launch_size=2",
-           "max_steps=15", "--cell-px", "4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uavsim.play",
+        "--policy",
+        "greedy",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--config",
+        "grid_height=10",
+        "grid_width=10",
+        "num_uavs=3",
+        "num_obstacles=4",
+        "launch_size=2",
+        "max_steps=15",
+        "--cell-px",
+        "4",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip()
@@ -127,10 +145,15 @@ def test_play_command_rejects_unknown_config_key(tmp_path):
     assert result.returncode == 2 and "num_drones" in result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--out", "{tmp}/missing/x.gif"], "does not exist"), (["--fps", "0"], "--fps"),
-    (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"), (["--config", "num_uavs=[1"], "error"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", "{tmp}/missing/x.gif"], "does not exist"),
+        (["--fps", "0"], "--fps"),
+        (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
+        (["--config", "num_uavs=[1"], "error"),
+    ],
+)
 def test_play_command_rejects_bad_arguments_before_playing(tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     cmd = [sys.executable, "-m", "uavsim.play", "--out", str(tmp_path / "x.gif"), *args]
@@ -142,7 +165,6 @@ def test_record_episode_takes_a_numpy_env_index():
     env = UAVSwarmEnv(SMALL, num_envs=2, seed=0)
     rec = record_episode(env, RandomPolicy(env, seed=0), np.int64(1), max_steps=2)
     assert rec.steps == 2
-
 
 
 def test_a_recording_reports_the_episode_as_the_env_does():
@@ -159,7 +181,10 @@ def test_a_recording_reports_the_episode_as_the_env_does():
                 break
         assert rec.episode_return == float(info["episode_return"][1])
         assert (rec.steps, rec.collisions, rec.near_misses) == (
-            int(info["episode_length"][1]), int(info["episode_collisions"][1]), int(info["episode_near_misses"][1]))
+            int(info["episode_length"][1]),
+            int(info["episode_collisions"][1]),
+            int(info["episode_near_misses"][1]),
+        )
 
 
 def test_numpy_fps_and_index_iterables_work_as_python_ones(recording, tmp_path):

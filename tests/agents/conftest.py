@@ -10,11 +10,27 @@ import torch
 from agents.config import Config, load_config
 
 TINY = [
-    "env.num_envs=4", "env.grid_height=8", "env.grid_width=8", "env.num_uavs=2", "env.num_obstacles=3",
-    "env.max_steps=12", "env.launch_size=2", "env.state_pool=4", "env.obs_radius=2", "env.sensor_radius=1",
-    "model.hidden_size=16", "train.num_steps=8", "train.num_minibatches=2", "train.update_epochs=2",
-    "train.total_env_steps=256", "run.device=cpu", "run.progress=false", "run.eval_interval=0",
-    "run.checkpoint_interval=0", "run.torch_threads=1", "train.amp=off",
+    "env.num_envs=4",
+    "env.grid_height=8",
+    "env.grid_width=8",
+    "env.num_uavs=2",
+    "env.num_obstacles=3",
+    "env.max_steps=12",
+    "env.launch_size=2",
+    "env.state_pool=4",
+    "env.obs_radius=2",
+    "env.sensor_radius=1",
+    "model.hidden_size=16",
+    "train.num_steps=8",
+    "train.num_minibatches=2",
+    "train.update_epochs=2",
+    "train.total_env_steps=256",
+    "run.device=cpu",
+    "run.progress=false",
+    "run.eval_interval=0",
+    "run.checkpoint_interval=0",
+    "run.torch_threads=1",
+    "train.amp=off",
 ]
 
 
@@ -29,8 +45,9 @@ def make_config():
 
 
 # torch.compile on the CPU builds C++ kernels (train.compile)
-needs_compiler = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
-                                    reason="torch.compile on the CPU needs a C++ compiler")
+needs_compiler = pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
+)
 
 
 @pytest.fixture

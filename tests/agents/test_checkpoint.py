@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from agents.run import checkpoint as ckpt
 from agents.algo.learner import build_learner, train_iteration
+from agents.run import checkpoint as ckpt
 from agents.run.learner_state import learner_state, load_learner_state
 
 
@@ -26,9 +26,15 @@ def sigint_raises():
 
 def payload(env_steps: int, **extra) -> dict:
     d = {k: {} for k in ckpt.REQUIRED_KEYS}
-    d.update(format_version=ckpt.FORMAT_VERSION, env_steps=env_steps, iteration=1,
-             config={"env": {}, "model": {}, "train": {}, "run": {}}, optimizer={"state": {}, "param_groups": []},
-             actor={"w": torch.arange(6.0).view(2, 3)}, **extra)
+    d.update(
+        format_version=ckpt.FORMAT_VERSION,
+        env_steps=env_steps,
+        iteration=1,
+        config={"env": {}, "model": {}, "train": {}, "run": {}},
+        optimizer={"state": {}, "param_groups": []},
+        actor={"w": torch.arange(6.0).view(2, 3)},
+        **extra,
+    )
     return d
 
 
@@ -83,8 +89,11 @@ def test_hint_skips_unreadable_older_checkpoints_and_says_how_to_continue(tmp_pa
     _, middle, newest = ckpt.list_checkpoints(tmp_path)
     middle.write_bytes(b"")
     newest.write_bytes(newest.read_bytes()[:50])
-    with pytest.raises(ckpt.CheckpointError, match=r"newest readable checkpoint before it is \S*ckpt_000000000100\.pt"
-                       r".*mv \S*ckpt_000000000300\.pt"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"newest readable checkpoint before it is \S*ckpt_000000000100\.pt"
+        r".*mv \S*ckpt_000000000300\.pt",
+    ):
         ckpt.load_latest(tmp_path)
     newest.rename(newest.with_name(newest.name + ".bad"))  # as the hint says; a .bad file is not a checkpoint
     middle.rename(middle.with_name(middle.name + ".bad"))
@@ -158,8 +167,10 @@ def test_a_checkpoint_saved_from_another_thread_is_written(tmp_path):
     assert done and ckpt.load_latest(tmp_path)[1]["env_steps"] == 100
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a process ended by a signal (returncode -SIGINT) is POSIX; "
-                    "Windows's C runtime ends it with an exit code")
+@pytest.mark.skipif(
+    sys.platform == "win32",
+    reason="a process ended by a signal (returncode -SIGINT) is POSIX; Windows's C runtime ends it with an exit code",
+)
 def test_ctrl_c_with_the_default_action_still_ends_the_process_after_the_write(tmp_path):
     import subprocess
 
@@ -194,23 +205,26 @@ def test_a_failed_write_leaves_no_temporary_and_no_checkpoint(tmp_path, monkeypa
     assert [p.name for p in ckpt.checkpoint_dir(tmp_path).iterdir()] == ["ckpt_000000000100.pt"]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"config": [1]}, "config must be a dict with env, model, train and run sections"),
-    ({"config": {"env": {}, "model": {}, "train": {}}}, "config must be a dict with env, model, train and run"),
-    ({"env_steps": "abc"}, "env_steps must be an int >= 0, got 'abc'"),
-    ({"env_steps": -5}, "env_steps must be an int >= 0, got -5"),
-    ({"iteration": True}, "iteration must be an int >= 0, got True"),
-    ({"world_size": 0}, "world_size must be an int >= 1"),
-    ({"actor": {"w": torch.tensor([1.0, float("nan")])}}, r"actor holds non-finite values in \['w'\]"),
-    ({"value_norm": {"var": torch.tensor(float("inf"))}}, r"value_norm holds non-finite values in \['var'\]"),
-    ({"critic": {"w": [1.0]}}, "critic must be a dict of tensors"),
-    ({"optimizer": {}}, "optimizer must be an optimizer state_dict"),
-    ({"optimizer": {"state": {}}}, "optimizer must be an optimizer state_dict"),
-    ({"ranks": [{"env": {}}]}, "ranks must list one"),
-    ({"ranks": []}, "ranks must list one"),
-    ({"ranks": {}}, "ranks must list one"),
-    ({"ranks": [{"env": {}, "rng": {}}], "world_size": 2}, "ranks must list one"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"config": [1]}, "config must be a dict with env, model, train and run sections"),
+        ({"config": {"env": {}, "model": {}, "train": {}}}, "config must be a dict with env, model, train and run"),
+        ({"env_steps": "abc"}, "env_steps must be an int >= 0, got 'abc'"),
+        ({"env_steps": -5}, "env_steps must be an int >= 0, got -5"),
+        ({"iteration": True}, "iteration must be an int >= 0, got True"),
+        ({"world_size": 0}, "world_size must be an int >= 1"),
+        ({"actor": {"w": torch.tensor([1.0, float("nan")])}}, r"actor holds non-finite values in \['w'\]"),
+        ({"value_norm": {"var": torch.tensor(float("inf"))}}, r"value_norm holds non-finite values in \['var'\]"),
+        ({"critic": {"w": [1.0]}}, "critic must be a dict of tensors"),
+        ({"optimizer": {}}, "optimizer must be an optimizer state_dict"),
+        ({"optimizer": {"state": {}}}, "optimizer must be an optimizer state_dict"),
+        ({"ranks": [{"env": {}}]}, "ranks must list one"),
+        ({"ranks": []}, "ranks must list one"),
+        ({"ranks": {}}, "ranks must list one"),
+        ({"ranks": [{"env": {}, "rng": {}}], "world_size": 2}, "ranks must list one"),
+    ],
+)
 def test_a_payload_with_the_wrong_structure_or_values_is_a_clear_error(tmp_path, change, message):
     import hashlib
     import io
@@ -257,7 +271,9 @@ def test_a_checkpoint_from_another_device_type_names_the_device_to_resume_on(mak
     assert payload["rng"]["device_type"] == "cpu"
     for rank in [payload, *payload["ranks"]]:
         rank["rng"] = {**rank["rng"], "device_type": "cuda"}
-    with pytest.raises(ckpt.CheckpointError, match="written on cuda and this run is on cpu: resume with run.device=cuda"):
+    with pytest.raises(
+        ckpt.CheckpointError, match="written on cuda and this run is on cpu: resume with run.device=cuda"
+    ):
         load_learner_state(build_learner(make_config(), torch.device("cpu")), payload, "gpu.pt")
 
 

@@ -7,9 +7,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from agents.algo.learner import build_learner, collect, prepare_batch, read_metrics, train_iteration
 from agents.algo.ppo import chunk_steps, compile_loss, minibatch_loss
-from agents.algo.learner import collect
-from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
 
 
@@ -35,7 +34,7 @@ RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]
 def half_the_steps(learner, batch):
     """A minibatch of half the environment steps (of the chunks, for a recurrent actor)."""
     n = batch.num_sequences if learner.actor.recurrent else batch.state.shape[0]
-    steps = torch.randperm(n, generator=torch.Generator().manual_seed(3))[:n // 2]
+    steps = torch.randperm(n, generator=torch.Generator().manual_seed(3))[: n // 2]
     return chunk_steps(steps, learner.cfg.train.chunk_length, batch.num_envs) if learner.actor.recurrent else steps
 
 

@@ -31,9 +31,20 @@ def test_every_preset_loads(preset, monkeypatch):
 
 
 def test_overrides_are_typed_and_applied():
-    cfg = load_config(None, ["env.num_envs=1024", "train.total_env_steps=2000000", "train.amp=bf16",
-                             "run.dir=runs/x", "run.checkpoint_interval=100000", "seed=3", "train.actor_lr=1e-3",
-                             "model.critic=ippo", "env.coverage_reward=5"])
+    cfg = load_config(
+        None,
+        [
+            "env.num_envs=1024",
+            "train.total_env_steps=2000000",
+            "train.amp=bf16",
+            "run.dir=runs/x",
+            "run.checkpoint_interval=100000",
+            "seed=3",
+            "train.actor_lr=1e-3",
+            "model.critic=ippo",
+            "env.coverage_reward=5",
+        ],
+    )
     assert cfg.env.num_envs == 1024 and cfg.train.total_env_steps == 2_000_000
     assert cfg.train.amp == Amp.bf16 and cfg.model.critic == CriticKind.ippo
     assert cfg.run.dir == "runs/x" and cfg.run.checkpoint_interval == 100_000 and cfg.seed == 3
@@ -49,10 +60,15 @@ def test_env_section_mirrors_env_config():
     assert mine == env_fields
 
 
-@pytest.mark.parametrize("override, key", [
-    ("train.lrr=0.1", "train.lrr"), ("nope=1", "nope"), ("env.num_uav=3", "env.num_uav"),
-    ("run.checkpoint.interval=3", "run.checkpoint"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("train.lrr=0.1", "train.lrr"),
+        ("nope=1", "nope"),
+        ("env.num_uav=3", "env.num_uav"),
+        ("run.checkpoint.interval=3", "run.checkpoint"),
+    ],
+)
 def test_unknown_key_is_an_error_naming_it(override, key):
     with pytest.raises(ValueError, match=f"unknown config key '{key}"):
         load_config(None, [override])
@@ -65,16 +81,28 @@ def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
         load_config(f)
 
 
-@pytest.mark.parametrize("override, err, key", [
-    ("env.num_envs=abc", ValueError, "env.num_envs"), ("train.update_epochs=1.5", TypeError, "train.update_epochs"),
-    ("train.anneal_lr=maybe", TypeError, "train.anneal_lr"), ("train.amp=fp32", ValueError, "train.amp"),
-    ("train.clip_coef=-0.1", ValueError, "train.clip_coef"), ("train.gamma=1.5", ValueError, "train.gamma"),
-    ("env.num_envs=0", ValueError, "env.num_envs"), ("run.device=tpu", ValueError, "run.device"),
-    ("train.num_minibatches=7", ValueError, "train.num_minibatches"), ("env.moves=5", ValueError, "moves"),
-    ("train.actor_lr=inf", ValueError, "train.actor_lr"), ("train.adam_eps=inf", ValueError, "train.adam_eps"),
-    ("train.vf_coef=inf", ValueError, "train.vf_coef"), ("run.device=cuda:x", ValueError, "run.device"),
-    ("run.device=cuda:", TypeError, "run.device"), ("train=3", TypeError, "'train'"), ("env=5", TypeError, "'env'"),
-])
+@pytest.mark.parametrize(
+    "override, err, key",
+    [
+        ("env.num_envs=abc", ValueError, "env.num_envs"),
+        ("train.update_epochs=1.5", TypeError, "train.update_epochs"),
+        ("train.anneal_lr=maybe", TypeError, "train.anneal_lr"),
+        ("train.amp=fp32", ValueError, "train.amp"),
+        ("train.clip_coef=-0.1", ValueError, "train.clip_coef"),
+        ("train.gamma=1.5", ValueError, "train.gamma"),
+        ("env.num_envs=0", ValueError, "env.num_envs"),
+        ("run.device=tpu", ValueError, "run.device"),
+        ("train.num_minibatches=7", ValueError, "train.num_minibatches"),
+        ("env.moves=5", ValueError, "moves"),
+        ("train.actor_lr=inf", ValueError, "train.actor_lr"),
+        ("train.adam_eps=inf", ValueError, "train.adam_eps"),
+        ("train.vf_coef=inf", ValueError, "train.vf_coef"),
+        ("run.device=cuda:x", ValueError, "run.device"),
+        ("run.device=cuda:", TypeError, "run.device"),
+        ("train=3", TypeError, "'train'"),
+        ("env=5", TypeError, "'env'"),
+    ],
+)
 def test_bad_values_name_the_key(override, err, key):
     with pytest.raises(err, match=key):
         load_config(None, ["env.num_envs=64", override])  # an explicit num_envs: the batch geometry is checked
@@ -133,8 +161,17 @@ def test_resolved_yaml_round_trips(tmp_path):
 
 
 def test_derived_sizes():
-    cfg = load_config(None, ["env.num_envs=8", "env.num_uavs=3", "env.launch_size=2", "train.num_steps=16",
-                             "train.num_minibatches=4", "train.total_env_steps=1000"])
+    cfg = load_config(
+        None,
+        [
+            "env.num_envs=8",
+            "env.num_uavs=3",
+            "env.launch_size=2",
+            "train.num_steps=16",
+            "train.num_minibatches=4",
+            "train.total_env_steps=1000",
+        ],
+    )
     assert cfg.batch_size == 16 * 8 * 3 and cfg.minibatch_size == 96
     assert cfg.env_steps_per_iteration == 128 and cfg.num_iterations() == 7 and cfg.num_iterations(world_size=2) == 3
 

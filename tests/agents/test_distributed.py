@@ -8,17 +8,31 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.run import checkpoint as ckpt
 from agents.algo.replicas import Replicas
+from agents.run import checkpoint as ckpt
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = ["--config", "configs/smoke.yaml", "run.device=cpu", "run.torch_threads=1", "run.progress=false",
-         "run.eval_interval=0"]
+SMOKE = [
+    "--config",
+    "configs/smoke.yaml",
+    "run.device=cpu",
+    "run.torch_threads=1",
+    "run.progress=false",
+    "run.eval_interval=0",
+]
 
 
 def torchrun(nproc: int, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "agents.train_mappo", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "agents.train_mappo",
+        *args,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -53,8 +67,21 @@ def test_two_ranks_train_identical_replicas_and_resume(tmp_path):
     payload = ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])
     assert payload["env_steps"] == 6144 and payload["replica_checksums"][0] == payload["replica_checksums"][1]
 
-    wrong = subprocess.run([sys.executable, "-m", "agents.train_mappo", "--resume", str(run), "run.progress=false",
-                            "train.total_env_steps=8192"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    wrong = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agents.train_mappo",
+            "--resume",
+            str(run),
+            "run.progress=false",
+            "train.total_env_steps=8192",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert wrong.returncode == 1
     assert "written by 2 rank(s) but this run has 1" in wrong.stderr
 
@@ -62,8 +89,14 @@ def test_two_ranks_train_identical_replicas_and_resume(tmp_path):
 @pytest.mark.slow
 def test_two_recurrent_ranks_keep_their_own_hidden_states_and_resume(tmp_path):
     run = tmp_path / "run"
-    first = torchrun(2, *SMOKE, "model.recurrent=true", f"run.dir={run}", "train.total_env_steps=2048",
-                     "run.checkpoint_interval=1024")
+    first = torchrun(
+        2,
+        *SMOKE,
+        "model.recurrent=true",
+        f"run.dir={run}",
+        "train.total_env_steps=2048",
+        "run.checkpoint_interval=1024",
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     payload = ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])
     assert payload["env_steps"] == 2048 and payload["replica_checksums"][0] == payload["replica_checksums"][1]
@@ -80,9 +113,19 @@ def test_two_recurrent_ranks_keep_their_own_hidden_states_and_resume(tmp_path):
 @pytest.mark.slow
 def test_two_ranks_clone_the_planner_into_identical_replicas(tmp_path):
     run = tmp_path / "run"
-    done = torchrun(2, *SMOKE, "imitation.teacher=greedy", "imitation.env_steps=256", "imitation.epochs=2",
-                    "imitation.dagger_rounds=1", "imitation.dagger_env_steps=128", "imitation.dagger_epochs=1",
-                    "train.actor_warmup=0.5", f"run.dir={run}", "train.total_env_steps=1024")
+    done = torchrun(
+        2,
+        *SMOKE,
+        "imitation.teacher=greedy",
+        "imitation.env_steps=256",
+        "imitation.epochs=2",
+        "imitation.dagger_rounds=1",
+        "imitation.dagger_env_steps=128",
+        "imitation.dagger_epochs=1",
+        "train.actor_warmup=0.5",
+        f"run.dir={run}",
+        "train.total_env_steps=1024",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr.count("imitation of greedy: accuracy") == 1  # rank 0 alone reports
     payload = ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])

@@ -16,14 +16,22 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY_RUN = ["--config", "configs/smoke.yaml", "train.total_env_steps=1024", "env.num_envs=8", "train.num_steps=16",
-            "run.checkpoint_interval=512", "run.eval_interval=512", "run.eval_envs=2", "run.torch_threads=1"]
+TINY_RUN = [
+    "--config",
+    "configs/smoke.yaml",
+    "train.total_env_steps=1024",
+    "env.num_envs=8",
+    "train.num_steps=16",
+    "run.checkpoint_interval=512",
+    "run.eval_interval=512",
+    "run.eval_envs=2",
+    "run.torch_threads=1",
+]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_train_then_evaluate_through_the_command_line(tmp_path):
@@ -35,17 +43,37 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert saved["train"]["amp"] == "bf16" and saved["run"]["dir"] == str(run_dir)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
-        "ckpt_000000000512.pt", "ckpt_000000001024.pt"]
+        "ckpt_000000000512.pt",
+        "ckpt_000000001024.pt",
+    ]
 
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
     acc.Reload()
     scalars = set(acc.Tags()["scalars"])
-    for tag in ("charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-                "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl",
-                "losses/clipfrac", "losses/explained_variance", "charts/coverage", "charts/steps_to_target",
-                "charts/collisions", "charts/near_misses", "perf/env_time", "perf/learn_time",
-                "value_norm/mean", "value_norm/std", "losses/actor_grad_norm", "eval/mean_coverage",
-                "eval_greedy/mean_steps_to_target", "eval_coordinated/mean_steps_to_target"):
+    for tag in (
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "charts/SPS",
+        "charts/learning_rate",
+        "losses/value_loss",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "charts/coverage",
+        "charts/steps_to_target",
+        "charts/collisions",
+        "charts/near_misses",
+        "perf/env_time",
+        "perf/learn_time",
+        "value_norm/mean",
+        "value_norm/std",
+        "losses/actor_grad_norm",
+        "eval/mean_coverage",
+        "eval_greedy/mean_steps_to_target",
+        "eval_coordinated/mean_steps_to_target",
+    ):
         assert tag in scalars, tag
     assert [e.step for e in acc.Scalars("charts/SPS")] == [128 * i for i in range(1, 9)]  # x-axis: env steps
     assert "eval/episode" in acc.Tags()["images"]
@@ -63,8 +91,9 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
         for name in ("policy", "policy_sampled"):
             d = result[f"paired_vs_{base}"][name]
             assert d["faster"] + d["equal"] + d["slower"] == 4
-            assert d["mean_steps_diff"] == pytest.approx(result[name]["mean_steps_to_target"]
-                                                         - result[base]["mean_steps_to_target"])
+            assert d["mean_steps_diff"] == pytest.approx(
+                result[name]["mean_steps_to_target"] - result[base]["mean_steps_to_target"]
+            )
     assert "coordinated" in proc.stdout and "vs coordinated on the same maps" in proc.stdout
     plot = imageio.imread(out.with_name("result_coverage.png"))
     assert plot.ndim == 3 and plot.shape[0] > 200
@@ -92,8 +121,23 @@ def test_a_recurrent_run_trains_and_evaluates_through_the_command_line(tmp_path)
 
 def test_play_shows_the_coordinated_planner(tmp_path):
     out = tmp_path / "team.gif"
-    proc = run("uavsim.play", "--policy", "coordinated", "--seed", "1", "--out", str(out), "--config", "grid_height=12",
-               "grid_width=12", "num_uavs=4", "num_obstacles=6", "launch_size=2", "state_pool=4", "max_steps=40")
+    proc = run(
+        "uavsim.play",
+        "--policy",
+        "coordinated",
+        "--seed",
+        "1",
+        "--out",
+        str(out),
+        "--config",
+        "grid_height=12",
+        "grid_width=12",
+        "num_uavs=4",
+        "num_obstacles=6",
+        "launch_size=2",
+        "state_pool=4",
+        "max_steps=40",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = proc.stdout.strip()
     assert line.startswith("coordinated seed=1: coverage") and " 0 collisions" in line and str(out) in line

@@ -14,8 +14,7 @@ from uavsim.coordinated import CoordinatedFrontierPolicy
 from uavsim.env import UAVSwarmEnv
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
 
-CFG = EnvConfig(grid_height=10, grid_width=10, num_uavs=3, num_obstacles=5, max_steps=30, launch_size=2,
-                state_pool=5)
+CFG = EnvConfig(grid_height=10, grid_width=10, num_uavs=3, num_obstacles=5, max_steps=30, launch_size=2, state_pool=5)
 
 
 def test_results_are_first_episode_statistics():
@@ -54,6 +53,7 @@ def test_the_drawn_episode_is_the_evaluated_map_zero_and_ends_on_its_terminal_ma
     res = run_episodes(env, actor_policy(actor, env, False, 7))
     frames = first_episode_frames(CFG, lambda e: actor_policy(actor, e, False, 7), 7, torch.device("cpu"))
     assert len(frames) == res["length"][0] + 1 and frames[0].shape == (10 * 8, 10 * 8, 3)
+
     def count(frame, colour):  # cells whose corner pixel has `colour`, plain or tinted by a footprint
         corner = frame[::8, ::8].astype(np.int32)
         return int((np.all(corner == colour, -1) | np.all(corner == np.minimum(colour + 25, 255), -1)).sum())
@@ -72,13 +72,13 @@ def test_paired_difference_counts_and_standard_error():
     assert (d["faster"], d["equal"], d["slower"]) == (2, 1, 1)
 
 
-@pytest.mark.parametrize("name, policy_cls", [("greedy", GreedyFrontierPolicy),
-                                              ("coordinated", CoordinatedFrontierPolicy)])
+@pytest.mark.parametrize(
+    "name, policy_cls", [("greedy", GreedyFrontierPolicy), ("coordinated", CoordinatedFrontierPolicy)]
+)
 def test_baseline_reference_is_deterministic_and_computed_once(monkeypatch, name, policy_cls):
     from agents import evaluate
 
-    cfg = EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=3, max_steps=20, launch_size=2,
-                    state_pool=4)
+    cfg = EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=3, max_steps=20, launch_size=2, state_pool=4)
     env = UAVSwarmEnv(cfg, num_envs=3, device="cpu", seed=5)
     policy = policy_cls(env)
     direct = summarize(run_episodes(env, lambda obs: policy(env)))
@@ -117,7 +117,7 @@ def test_coverage_curve_follows_each_first_episode_and_then_holds_its_final_valu
     assert np.all(np.diff(curve, axis=1) >= 0)  # coverage never decreases
     assert np.array_equal(curve[:, -1], res["coverage"].astype(np.float32))  # ends at the episode's coverage
     length = res["length"].astype(int)
-    assert all(np.all(curve[i, length[i]:] == curve[i, length[i]]) for i in range(5))
+    assert all(np.all(curve[i, length[i] :] == curve[i, length[i]]) for i in range(5))
 
 
 def test_plot_coverage_draws_a_png(tmp_path):
@@ -149,16 +149,18 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
     import hashlib
     import io
 
-    from agents.run import checkpoint as ckpt
     from agents import evaluate, train_mappo
+    from agents.run import checkpoint as ckpt
     from tests.agents.conftest import TINY
 
     run = tmp_path / "run"
     assert train_mappo.main([*TINY, "train.total_env_steps=32", f"run.dir={run}"]) == 0
     newest = ckpt.list_checkpoints(run)[-1]
     capsys.readouterr()
-    for out, problem in ((tmp_path, "is a directory, expected a file path"),
-                         (run / "config.yaml" / "eval.json", "config.yaml exists and is not a directory")):
+    for out, problem in (
+        (tmp_path, "is a directory, expected a file path"),
+        (run / "config.yaml" / "eval.json", "config.yaml exists and is not a directory"),
+    ):
         assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert "error: --out: " in err and problem in err
@@ -180,8 +182,8 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
 
 
 def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
-    from agents.evaluate import evaluate_all
     from agents.algo.networks import make_actor
+    from agents.evaluate import evaluate_all
     from tests.agents.conftest import tiny_config
 
     cfg = tiny_config()
@@ -192,13 +194,15 @@ def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
     bar = capsys.readouterr().err
     assert f"{5 * cfg.env.max_steps}/{5 * cfg.env.max_steps}" in bar and "policy=coordinated" in bar
     assert shown == quiet and set(frames) == set(shown_frames) == {"policy", "policy_sampled", "greedy", "coordinated"}
-    assert all(len(frames[k]) == len(shown_frames[k]) and all(np.array_equal(a, b) for a, b in zip(frames[k], shown_frames[k]))
-               for k in frames)
+    assert all(
+        len(frames[k]) == len(shown_frames[k]) and all(np.array_equal(a, b) for a, b in zip(frames[k], shown_frames[k]))
+        for k in frames
+    )
 
 
 def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
-    from agents.evaluate import POLICIES, evaluate_all
     from agents.algo.networks import make_actor
+    from agents.evaluate import POLICIES, evaluate_all
     from tests.agents.conftest import tiny_config
 
     cfg = tiny_config()
@@ -216,8 +220,9 @@ def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
         for name, d in results[f"paired_vs_{base}"].items():
             assert set(d) == {"mean_steps_diff", "stderr", "faster", "equal", "slower"}
             assert d["faster"] + d["equal"] + d["slower"] == 6
-            assert d["mean_steps_diff"] == pytest.approx(results[name]["mean_steps_to_target"]
-                                                         - results[base]["mean_steps_to_target"])
+            assert d["mean_steps_diff"] == pytest.approx(
+                results[name]["mean_steps_to_target"] - results[base]["mean_steps_to_target"]
+            )
     # the coordinated baseline is the one CoordinatedFrontierPolicy plays on these maps
     env = UAVSwarmEnv(cfg.env_config(), num_envs=6, seed=3)
     policy = CoordinatedFrontierPolicy(env)

@@ -19,7 +19,7 @@ def test_heading_points_at_the_nearest_block_with_uncovered_free_cells():
         obs, *_ = env.step(torch.randint(0, cfg.num_actions, (5, 3)))
     heading = MapHeading(cfg)(obs["state"])
     assert heading.shape == (5, 3, 3)
-    cells = env.state["cells"].view(5, cfg.grid_height + 2 * cfg.pad, -1)[:, cfg.pad:-cfg.pad, cfg.pad:-cfg.pad]
+    cells = env.state["cells"].view(5, cfg.grid_height + 2 * cfg.pad, -1)[:, cfg.pad : -cfg.pad, cfg.pad : -cfg.pad]
     pos = env.state["pos"]
     for b in range(5):
         blocks = {}  # block -> (sum of rows, sum of cols, cells, uncovered free cells)
@@ -41,8 +41,8 @@ def test_heading_is_zero_when_every_free_cell_is_covered():
     p2 = 16
     state = torch.zeros(2, cfg.state_dim)
     state[:, :p2] = 0.25  # a quarter of each block blocked, the rest covered
-    state[:, p2:2 * p2] = 0.75
-    state[:, 2 * p2:2 * p2 + 4] = 0.5
+    state[:, p2 : 2 * p2] = 0.75
+    state[:, 2 * p2 : 2 * p2 + 4] = 0.5
     assert torch.equal(MapHeading(cfg)(state), torch.zeros(2, 2, 3))
     assert list(MapHeading(cfg).state_dict()) == []  # nothing to checkpoint
 
@@ -68,8 +68,17 @@ def test_squared_distances_fit_their_integer_tables():
 
 
 # What DDP can broadcast when it wraps a module: gloo and NCCL take no int16 or other odd widths.
-COLLECTIVE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                     torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool}
+COLLECTIVE_DTYPES = {
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.uint8,
+    torch.int8,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+}
 
 
 def test_every_buffer_of_the_networks_can_be_broadcast_by_ddp(make_config):

@@ -38,8 +38,14 @@ def random_rollout(gen: torch.Generator, t_len: int, b: int, n: int):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), t_len=st.integers(1, 9), b=st.integers(1, 4), n=st.integers(1, 3),
-       gamma=st.floats(0.0, 1.0), lam=st.floats(0.0, 1.0))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    t_len=st.integers(1, 9),
+    b=st.integers(1, 4),
+    n=st.integers(1, 3),
+    gamma=st.floats(0.0, 1.0),
+    lam=st.floats(0.0, 1.0),
+)
 def test_gae_matches_naive_loop(seed, t_len, b, n, gamma, lam):
     gen = torch.Generator().manual_seed(seed)
     r, v, nv, term, trunc = random_rollout(gen, t_len, b, n)

@@ -6,31 +6,43 @@ import pytest
 import torch
 
 from agents.algo import imitation
-from agents.config import Teacher, load_config
-from agents.evaluate import actor_policy, run_episodes
-from agents.algo.imitation import DEMO_FIRST_ENV, Demonstrations, clone, collect_demonstrations, demo_env_shape, make_teacher
+from agents.algo.imitation import (
+    DEMO_FIRST_ENV,
+    Demonstrations,
+    clone,
+    collect_demonstrations,
+    demo_env_shape,
+    make_teacher,
+)
 from agents.algo.learner import build_learner, learning_rates, prepare_batch, train_iteration
 from agents.algo.ppo import clone_logprobs, evaluate_actions, kl_from
 from agents.algo.precision import make_autocast
+from agents.config import Amp, Teacher, load_config
+from agents.evaluate import actor_policy, run_episodes
 from agents.train_mappo import train
 from uavsim.env import UAVSwarmEnv
-from agents.config import Amp
 
 
 def agreement(actor, demos: imitation.Demonstrations) -> float:
     """How often the actor's most likely move is the planner's."""
     n = demos.num_agents
     with torch.no_grad():
-        logits = actor(demos.local, torch.arange(n).repeat(demos.num_frames), demos.shared_map, state_repeat=n,
-                       heading=demos.heading)
+        logits = actor(
+            demos.local,
+            torch.arange(n).repeat(demos.num_frames),
+            demos.shared_map,
+            state_repeat=n,
+            heading=demos.heading,
+        )
     return (logits.argmax(1) == demos.actions.long()).float().mean().item()
 
 
 def demonstrations(learner, teacher: Teacher, steps: int, first_env: int = DEMO_FIRST_ENV):
     env = UAVSwarmEnv(learner.env.config, num_envs=8, seed=learner.cfg.seed, first_env_index=first_env)
     demos = Demonstrations(steps * 8, env.num_uavs, env.local_obs_dim, learner.actor.map_dim, env.obs_dtype, env.device)
-    collect_demonstrations(learner.actor, env, make_teacher(teacher, env, 0), steps, make_autocast(Amp.off, env.device),
-                           demos)
+    collect_demonstrations(
+        learner.actor, env, make_teacher(teacher, env, 0), steps, make_autocast(Amp.off, env.device), demos
+    )
     return demos
 
 
@@ -43,8 +55,15 @@ def test_cloning_makes_the_actor_move_like_the_planner(make_config, shared_map):
     assert demos.num_frames == 96 * 8 and demos.actions.shape == (96 * 8 * 2,)
     assert (demos.heading is not None) == shared_map == (demos.shared_map is not None)
     before = agreement(learner.actor, held_out)
-    stats = clone(learner.actor, demos, epochs=30, lr=3e-3, minibatch_steps=64, generator=torch.Generator().manual_seed(0),
-                  autocast=make_autocast(Amp.off, torch.device("cpu")))
+    stats = clone(
+        learner.actor,
+        demos,
+        epochs=30,
+        lr=3e-3,
+        minibatch_steps=64,
+        generator=torch.Generator().manual_seed(0),
+        autocast=make_autocast(Amp.off, torch.device("cpu")),
+    )
     after = agreement(learner.actor, held_out)
     assert stats["accuracy"] > 0.6 and math.isfinite(stats["loss"])
     assert after > before + 0.3, (before, after)  # on maps it never saw
@@ -83,9 +102,15 @@ def test_a_run_clones_once_and_a_resumed_run_does_not(make_config, tmp_path, mon
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
-    cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=2",
-                      "train.actor_warmup=0.5", "train.clone_kl_coef=0.5", "run.checkpoint_interval=128",
-                      f"run.dir={run}")
+    cfg = make_config(
+        "imitation.teacher=greedy",
+        "imitation.env_steps=96",
+        "imitation.epochs=2",
+        "train.actor_warmup=0.5",
+        "train.clone_kl_coef=0.5",
+        "run.checkpoint_interval=128",
+        f"run.dir={run}",
+    )
     calls = []
     real = imitation.warm_start
     monkeypatch.setattr(imitation, "warm_start", lambda learner, progress=False: calls.append(1) or real(learner))
@@ -160,13 +185,20 @@ def test_dagger_rounds_label_the_states_the_actor_reaches(make_config):
 
 
 def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatch):
-    cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=1",
-                      "imitation.dagger_rounds=2", "imitation.dagger_env_steps=48", "imitation.dagger_epochs=1")
+    cfg = make_config(
+        "imitation.teacher=greedy",
+        "imitation.env_steps=96",
+        "imitation.epochs=1",
+        "imitation.dagger_rounds=2",
+        "imitation.dagger_env_steps=48",
+        "imitation.dagger_epochs=1",
+    )
     learner = build_learner(cfg, torch.device("cpu"))
     frames = []
     real = imitation.clone
-    monkeypatch.setattr(imitation, "clone", lambda actor, demos, *a, **k: frames.append(demos.num_frames)
-                        or real(actor, demos, *a, **k))
+    monkeypatch.setattr(
+        imitation, "clone", lambda actor, demos, *a, **k: frames.append(demos.num_frames) or real(actor, demos, *a, **k)
+    )
     stats = imitation.warm_start(learner)
     assert frames == [96, 96 + 48, 96 + 2 * 48]  # 4 demonstration environments: 24 steps, then 12 per round
     assert 0 <= stats["accuracy"] <= 1 and stats["seconds"] > 0
@@ -182,15 +214,22 @@ def test_kl_from_the_clone_on_hand_computed_values():
 def clone_kl(learner) -> float:
     """KL(clone || actor) on the learner's last rollout."""
     batch, _ = prepare_batch(learner)
-    logits = evaluate_actions(learner.actor, learner.critic, batch, torch.arange(batch.state.shape[0]),
-                              learner.autocast, with_logits=True)[-1]
+    logits = evaluate_actions(
+        learner.actor, learner.critic, batch, torch.arange(batch.state.shape[0]), learner.autocast, with_logits=True
+    )[-1]
     return kl_from(clone_logprobs(learner.clone, batch, learner.autocast, 2), logits).mean().item()
 
 
 def test_the_clone_kl_keeps_ppo_near_the_imitated_actor(make_config):
     def fine_tuned(coef: float):
-        cfg = make_config("imitation.teacher=greedy", "imitation.env_steps=96", "imitation.epochs=2",
-                          f"train.clone_kl_coef={coef}", "train.actor_lr=3e-3", "train.ent_coef=0.05")
+        cfg = make_config(
+            "imitation.teacher=greedy",
+            "imitation.env_steps=96",
+            "imitation.epochs=2",
+            f"train.clone_kl_coef={coef}",
+            "train.actor_lr=3e-3",
+            "train.ent_coef=0.05",
+        )
         learner = build_learner(cfg, torch.device("cpu"))
         imitation.warm_start(learner)
         for name, p in learner.actor.state_dict().items():  # the anchor is the clone, frozen
@@ -211,11 +250,17 @@ def test_the_clone_kl_keeps_ppo_near_the_imitated_actor(make_config):
 def test_the_clones_log_probabilities_line_up_with_the_rollouts_rows(make_config):
     """With the clone equal to the actor, its log-probability of the action taken on each row is the
     one the rollout stored there, and every minibatch's KL is 0: a row-order slip would break both."""
-    from agents.algo.ppo import minibatch_loss
     from agents.algo.learner import collect
+    from agents.algo.ppo import minibatch_loss
 
-    cfg = make_config("imitation.teacher=greedy", "train.clone_kl_coef=0.5", "model.actor_shared_map=true",
-                      "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4")
+    cfg = make_config(
+        "imitation.teacher=greedy",
+        "train.clone_kl_coef=0.5",
+        "model.actor_shared_map=true",
+        "env.num_envs=8",
+        "train.num_steps=16",
+        "train.num_minibatches=4",
+    )
     learner = build_learner(cfg, torch.device("cpu"))
     learner.clone.load_state_dict(learner.actor.state_dict())
     collect(learner)
@@ -233,7 +278,14 @@ def test_a_checkpoint_without_the_clone_cannot_resume_a_run_that_needs_it(make_c
     from agents.run.resume import resume_config
 
     run = tmp_path / "run"
-    train(make_config("imitation.teacher=greedy", "imitation.env_steps=48", "imitation.epochs=1",
-                      "run.checkpoint_interval=128", f"run.dir={run}"))
+    train(
+        make_config(
+            "imitation.teacher=greedy",
+            "imitation.env_steps=48",
+            "imitation.epochs=1",
+            "run.checkpoint_interval=128",
+            f"run.dir={run}",
+        )
+    )
     with pytest.raises(ckpt.CheckpointError, match="no imitated actor"):
         train(resume_config(run, ["train.total_env_steps=384", "train.clone_kl_coef=0.1"]), resume=run)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from agents.run import checkpoint as ckpt
 from agents import train_mappo
+from agents.run import checkpoint as ckpt
 from tests.agents.conftest import TINY
 
 
@@ -54,7 +54,8 @@ def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monke
 
 
 def test_ctrl_c_before_the_first_checkpoint_says_to_start_again_and_the_rerun_hides_its_logs(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     run = tmp_path / "run"
     ctrl_c_at_iteration(3, monkeypatch)
     assert train_mappo.main([*TINY, "run.checkpoint_interval=1000", f"run.dir={run}"]) == 130
@@ -68,15 +69,19 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again_and_the_rerun_hi
     assert tb_text_steps(run) == [0]
 
 
-def test_a_killed_resume_leaves_config_yaml_and_the_logged_config_as_the_checkpoint_says(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_a_killed_resume_leaves_config_yaml_and_the_logged_config_as_the_checkpoint_says(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     assert train_mappo.main([*TINY, "train.total_env_steps=64", f"run.dir={run}"]) == 0
     ctrl_c_at_iteration(2, monkeypatch)  # the resumed run writes no checkpoint before Ctrl-C
-    assert train_mappo.main(["--resume", str(run), "train.total_env_steps=160", "train.ent_coef=0.05",
-                             "run.checkpoint_interval=1000"]) == 130
-    assert (f"--resume {run} and the overrides you resumed with (no checkpoint holds them yet)"
-            in capsys.readouterr().err)
+    assert (
+        train_mappo.main(
+            ["--resume", str(run), "train.total_env_steps=160", "train.ent_coef=0.05", "run.checkpoint_interval=1000"]
+        )
+        == 130
+    )
+    assert (
+        f"--resume {run} and the overrides you resumed with (no checkpoint holds them yet)" in capsys.readouterr().err
+    )
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["train"]["ent_coef"] == 0.01 and saved["train"]["total_env_steps"] == 64  # the checkpoint's
     assert saved == ckpt.load_latest(run)[1]["config"]
@@ -89,7 +94,8 @@ def test_a_killed_resume_leaves_config_yaml_and_the_logged_config_as_the_checkpo
 
 
 def test_a_branch_interrupted_before_its_first_checkpoint_continues_from_where_it_branched(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     run, branch = tmp_path / "run", tmp_path / "branch"
     assert train_mappo.main([*TINY, "train.total_env_steps=64", "run.checkpoint_interval=32", f"run.dir={run}"]) == 0
     first = ckpt.list_checkpoints(run)[0]
@@ -115,8 +121,9 @@ def test_ctrl_c_before_the_loop_exits_130_without_a_traceback(tmp_path, monkeypa
 def test_a_run_stopped_before_any_checkpoint_says_so():
     from agents.run.control import stopped_message
 
-    assert stopped_message(3, None).endswith("no checkpoint was written yet: start again with other settings "
-                                             "(e.g. a lower learning rate)")
+    assert stopped_message(3, None).endswith(
+        "no checkpoint was written yet: start again with other settings (e.g. a lower learning rate)"
+    )
     assert "None" not in stopped_message(3, None)
 
 
@@ -127,8 +134,9 @@ def test_under_torchrun_the_message_names_torchrun_and_only_the_main_rank_says_i
     newest = run / "checkpoints" / "ckpt_000000000064.pt"
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     err = TrainingInterrupted(96, run, newest, None, launcher_command(2), is_main=True)
-    assert str(err).endswith(f"continue with: torchrun --standalone --nproc_per_node=2 -m agents.train_mappo "
-                             f"--resume {run}")
+    assert str(err).endswith(
+        f"continue with: torchrun --standalone --nproc_per_node=2 -m agents.train_mappo --resume {run}"
+    )
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert launcher_command(16).startswith("torchrun --nnodes=2 --nproc_per_node=8 ")
     assert launcher_command(1) == "python -m agents.train_mappo"
@@ -139,6 +147,7 @@ def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatc
     from agents.run.control import TrainingInterrupted, TrainingStopped
 
     for is_main in (True, False):
+
         def interrupted(*args, is_main=is_main, **kwargs):
             raise TrainingInterrupted(96, tmp_path, None, None, is_main=is_main)
 

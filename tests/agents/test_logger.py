@@ -15,8 +15,9 @@ def fake_clock(monkeypatch, start: float) -> list[float]:
     """A clock that only `sleep` advances, for the writer's file names and the logger's wait."""
     now = [start]
     monkeypatch.setattr(time, "time", lambda: now[0])
-    monkeypatch.setattr(logger_module, "time", SimpleNamespace(time=lambda: now[0],
-                                                               sleep=lambda s: now.__setitem__(0, now[0] + s)))
+    monkeypatch.setattr(
+        logger_module, "time", SimpleNamespace(time=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    )
     return now
 
 

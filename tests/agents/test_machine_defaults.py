@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from agents.run import machine_defaults as md
 from agents.config import Amp, load_config
+from agents.run import machine_defaults as md
 from tests.agents.conftest import tiny_config
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -26,8 +26,17 @@ def auto_config(*overrides: str):
     return tiny_config("train.amp=auto", "run.torch_threads=auto", "env.num_envs=auto", *overrides)
 
 
-@pytest.mark.parametrize("capability, amp", [((9, 0), Amp.bf16), ((8, 0), Amp.bf16), ((8, 9), Amp.bf16),
-                                             ((7, 5), Amp.fp16), ((7, 0), Amp.fp16), ((6, 1), Amp.off)])
+@pytest.mark.parametrize(
+    "capability, amp",
+    [
+        ((9, 0), Amp.bf16),
+        ((8, 0), Amp.bf16),
+        ((8, 9), Amp.bf16),
+        ((7, 5), Amp.fp16),
+        ((7, 0), Amp.fp16),
+        ((6, 1), Amp.off),
+    ],
+)
 def test_cuda_precision_follows_compute_capability(capability, amp):
     chosen, why = md.choose_cuda_amp(capability)
     assert chosen == amp
@@ -141,8 +150,17 @@ def test_an_oversized_run_is_refused_with_the_keys_to_change():
 def test_the_trainer_refuses_an_oversized_run_before_allocating(tmp_path, capsys):
     from agents.train_mappo import main
 
-    code = main(["--config", "configs/smoke.yaml", "env.num_envs=200000000", "train.num_steps=4096",
-                 "train.num_minibatches=1", "run.device=cpu", f"run.dir={tmp_path / 'run'}"])
+    code = main(
+        [
+            "--config",
+            "configs/smoke.yaml",
+            "env.num_envs=200000000",
+            "train.num_steps=4096",
+            "train.num_minibatches=1",
+            "run.device=cpu",
+            f"run.dir={tmp_path / 'run'}",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "env.num_envs (now 200000000)" in err and "available" in err
@@ -153,8 +171,9 @@ def test_print_config_shows_the_resolved_values(capsys, monkeypatch, keep_thread
     from agents.train_mappo import main
 
     monkeypatch.setattr(md, "bf16_matmul_time_ratio", lambda: 30.0)
-    assert main(["--print-config", "run.device=cpu", "train.amp=auto", "env.num_envs=auto",
-                 "run.torch_threads=auto"]) == 0
+    assert (
+        main(["--print-config", "run.device=cpu", "train.amp=auto", "env.num_envs=auto", "run.torch_threads=auto"]) == 0
+    )
     out = capsys.readouterr().out
     assert "auto" not in out and "amp: 'off'" in out and f"num_envs: {md.CPU_NUM_ENVS}" in out
 
@@ -166,10 +185,16 @@ def test_build_learner_refuses_an_unresolved_config():
         build_learner(auto_config(), CPU)
 
 
-@pytest.mark.parametrize("override, match", [("env.num_envs=abc", "env.num_envs"), ("env.num_envs=0", "env.num_envs"),
-                                             ("run.torch_threads=-1", "run.torch_threads"),
-                                             ("run.torch_threads=many", "run.torch_threads"),
-                                             ("train.amp=fp8", "train.amp")])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("env.num_envs=abc", "env.num_envs"),
+        ("env.num_envs=0", "env.num_envs"),
+        ("run.torch_threads=-1", "run.torch_threads"),
+        ("run.torch_threads=many", "run.torch_threads"),
+        ("train.amp=fp8", "train.amp"),
+    ],
+)
 def test_auto_keys_refuse_other_values(override, match):
     with pytest.raises((ValueError, TypeError), match=match):
         load_config(None, [override])

@@ -30,9 +30,15 @@ pytestmark = pytest.mark.usefixtures("restore_threads")  # tests here set torch'
 @pytest.mark.parametrize("amp", ["off", "fp16"])
 def test_memory_is_flat_over_many_iterations(make_config, tmp_path, monkeypatch, amp):
     iterations = 120
-    cfg = make_config(f"train.amp={amp}", "env.num_envs=16", f"train.total_env_steps={iterations * 16 * 8}",
-                      "run.checkpoint_interval=1024", "run.eval_interval=4096", "run.eval_envs=4",
-                      f"run.dir={tmp_path}")
+    cfg = make_config(
+        f"train.amp={amp}",
+        "env.num_envs=16",
+        f"train.total_env_steps={iterations * 16 * 8}",
+        "run.checkpoint_interval=1024",
+        "run.eval_interval=4096",
+        "run.eval_envs=4",
+        f"run.dir={tmp_path}",
+    )
     readings = []
     real_iteration = train_mappo.train_iteration
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from agents.config import Activation, CriticKind, ModelConfig
 from agents.algo.layers import Form, SplitInputLinear
 from agents.algo.networks import Actor, Critic, categorical, sample, with_form
+from agents.config import Activation, CriticKind, ModelConfig
 
 
 def test_init_is_orthogonal_and_drawn_from_the_generator_only():
@@ -41,8 +41,9 @@ def test_split_input_layer_equals_a_linear_layer_on_the_concatenation():
     # the weight and bias gradients of the split products equal those of the one big product
     grad_out = torch.randn(12, 16, generator=gen)
     (g_naive_w, g_naive_b) = torch.autograd.grad((naive * grad_out).sum(), [layer.linear.weight, layer.linear.bias])
-    (g_w, g_b) = torch.autograd.grad((layer([state, local], agent, [4, 1]) * grad_out).sum(),
-                                     [layer.linear.weight, layer.linear.bias])
+    (g_w, g_b) = torch.autograd.grad(
+        (layer([state, local], agent, [4, 1]) * grad_out).sum(), [layer.linear.weight, layer.linear.bias]
+    )
     torch.testing.assert_close(g_w, g_naive_w, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(g_b, g_naive_b, atol=1e-5, rtol=1e-5)
 
@@ -77,8 +78,9 @@ def test_ippo_critic_ignores_the_global_state_and_mappo_uses_it():
     assert v.shape == (6,) and v.dtype == torch.float32
     assert not torch.equal(v, mappo(torch.randn(6, 11), local, agent))
     shared = torch.randn(2, 11)  # two environments of three agents
-    torch.testing.assert_close(mappo(shared, local, agent, state_repeat=3),
-                               mappo(shared.repeat_interleave(3, dim=0), local, agent))
+    torch.testing.assert_close(
+        mappo(shared, local, agent, state_repeat=3), mappo(shared.repeat_interleave(3, dim=0), local, agent)
+    )
 
 
 def test_gumbel_max_sampling_follows_the_softmax():
@@ -110,9 +112,13 @@ def _in_place_cases():
     env = EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4, launch_size=2)
     local_dim, state_dim, n = env.local_obs_dim, env.state_dim, env.num_uavs
     relu = {"hidden_size": 32, "activation": Activation.relu}
-    for model in (ModelConfig(**relu, num_layers=2), ModelConfig(**relu, num_layers=3),
-                  ModelConfig(**relu, agent_id=False), ModelConfig(hidden_size=32, activation=Activation.tanh),
-                  ModelConfig(**relu, recurrent=True, recurrent_size=16)):
+    for model in (
+        ModelConfig(**relu, num_layers=2),
+        ModelConfig(**relu, num_layers=3),
+        ModelConfig(**relu, agent_id=False),
+        ModelConfig(hidden_size=32, activation=Activation.tanh),
+        ModelConfig(**relu, recurrent=True, recurrent_size=16),
+    ):
         for shared_map in (False, True):
             gen = torch.Generator().manual_seed(5)
             actor = Actor(local_dim, n, env.num_actions, model, gen, env if shared_map else None)
@@ -133,23 +139,28 @@ def test_the_in_place_forward_computes_the_same_numbers_with_relu_in_the_gemm(b)
     from benchmarks.op_count import OpCounter
     from uavsim import EnvConfig, UAVSwarmEnv
 
-    env = UAVSwarmEnv(EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4,
-                                launch_size=2), num_envs=b, seed=1)
+    env = UAVSwarmEnv(
+        EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4, launch_size=2),
+        num_envs=b,
+        seed=1,
+    )
     obs = env.reset()
     n = env.num_uavs
     local, state = obs["local"].reshape(b * n, -1), obs["state"]
     agent = torch.arange(n).repeat(b)
     for name, net in _in_place_cases():
         for amp in (False, True):
-            def call(in_place, net=net):
+
+            def call(in_place, net=net, amp=amp):
                 net = with_form(net, Form.epilogue if in_place else Form.chain)
                 with torch.autocast("cpu", torch.bfloat16, enabled=amp):
                     if isinstance(net, Critic):
                         return net(state, local, agent, state_repeat=n)
                     heading = net.headings(state).view(b * n, -1) if net.map_dim else None
                     hidden = torch.zeros(b * n, net.hidden_size) if net.recurrent else None
-                    out = net(local, agent, state if net.map_dim else None, state_repeat=n, heading=heading,
-                              hidden=hidden)
+                    out = net(
+                        local, agent, state if net.map_dim else None, state_repeat=n, heading=heading, hidden=hidden
+                    )
                     return out[0] if net.recurrent else out
 
             with torch.no_grad():
@@ -199,8 +210,11 @@ def test_the_fused_form_of_whole_actors_stays_within_rounding_of_the_chain():
     # Actors only: the critic runs after the rollout, never in the compiled step.
     from uavsim import EnvConfig, UAVSwarmEnv
 
-    env = UAVSwarmEnv(EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4,
-                                launch_size=2), num_envs=4, seed=1)
+    env = UAVSwarmEnv(
+        EnvConfig(grid_height=12, grid_width=10, num_uavs=3, num_obstacles=6, state_pool=4, launch_size=2),
+        num_envs=4,
+        seed=1,
+    )
     obs = env.reset()
     n = env.num_uavs
     local, state = obs["local"].reshape(4 * n, -1), obs["state"]
@@ -209,19 +223,23 @@ def test_the_fused_form_of_whole_actors_stays_within_rounding_of_the_chain():
         if isinstance(net, Critic):
             continue
         for amp in (False, True):
-            def call(fused, net=net):
+
+            def call(fused, net=net, amp=amp):
                 net = with_form(net, Form.fused if fused else Form.epilogue)
                 with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=amp):
                     heading = net.headings(state).view(4 * n, -1) if net.map_dim else None
                     hidden = torch.zeros(4 * n, net.hidden_size) if net.recurrent else None
-                    out = net(local, agent, state if net.map_dim else None, state_repeat=n, heading=heading,
-                              hidden=hidden)
+                    out = net(
+                        local, agent, state if net.map_dim else None, state_repeat=n, heading=heading, hidden=hidden
+                    )
                     return out[0] if net.recurrent else out
 
             chain, pointwise = call(False).float(), call(True).float()
             scale = chain.abs().max()
             tol = (0.03 if amp else 1e-6) * scale
-            torch.testing.assert_close(pointwise, chain, atol=tol, rtol=0, msg=lambda m, name=name, amp=amp: f"{name} amp={amp}: {m}")
+            torch.testing.assert_close(
+                pointwise, chain, atol=tol, rtol=0, msg=lambda m, name=name, amp=amp: f"{name} amp={amp}: {m}"
+            )
 
 
 def test_with_form_shares_the_weights_and_changes_only_how_they_are_computed():

@@ -16,8 +16,20 @@ from agents.algo.learner import build_learner, read_metrics, train_iteration
 from tests.agents.conftest import needs_compiler
 from uavsim.env import UAVSwarmEnv
 
-HOST_READS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
-              "__repr__", "__str__", "__format__", "__array__")
+HOST_READS = (
+    "item",
+    "tolist",
+    "numpy",
+    "cpu",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "__repr__",
+    "__str__",
+    "__format__",
+    "__array__",
+)
 
 
 # Ops whose output shape depends on the data: on a GPU each one waits for the device to learn it.
@@ -34,6 +46,7 @@ def host_reads_raise(monkeypatch):
     def forbid(name):
         def raiser(*args, **kwargs):
             raise AssertionError(f"host read: Tensor.{name} called inside collection/update")
+
         return raiser
 
     getitem = torch.Tensor.__getitem__
@@ -56,8 +69,14 @@ def host_reads_raise(monkeypatch):
 def dense_env_learner(cfg, device):
     learner = build_learner(cfg, device)
     # The CPU default "sparse" autoreset uses nonzero(); "dense" is the GPU path: test that one.
-    learner.env = UAVSwarmEnv(cfg.env_config(), num_envs=cfg.env.num_envs, device=device, seed=cfg.seed,
-                              check_action_range=False, reset_mode="dense")
+    learner.env = UAVSwarmEnv(
+        cfg.env_config(),
+        num_envs=cfg.env.num_envs,
+        device=device,
+        seed=cfg.seed,
+        check_action_range=False,
+        reset_mode="dense",
+    )
     learner.obs = learner.env.reset()
     return learner
 
@@ -65,17 +84,33 @@ def dense_env_learner(cfg, device):
 def test_the_guard_catches_host_reads(monkeypatch):
     x = torch.ones(3)
     with host_reads_raise(monkeypatch):
-        for read in (lambda: x.sum().item(), lambda: bool(x.any()), lambda: x.tolist(), lambda: print(x),
-                     lambda: float(x[0]), lambda: x.numpy(), lambda: f"{x[0]:.2f}", lambda: x.cpu(),
-                     lambda: x.nonzero(), lambda: torch.nonzero(x), lambda: x[x > 0], lambda: torch.unique(x),
-                     lambda: x.masked_select(x > 0), lambda: x[:, None][x > 0, 0]):
+        for read in (
+            lambda: x.sum().item(),
+            lambda: bool(x.any()),
+            lambda: x.tolist(),
+            lambda: print(x),
+            lambda: float(x[0]),
+            lambda: x.numpy(),
+            lambda: f"{x[0]:.2f}",
+            lambda: x.cpu(),
+            lambda: x.nonzero(),
+            lambda: torch.nonzero(x),
+            lambda: x[x > 0],
+            lambda: torch.unique(x),
+            lambda: x.masked_select(x > 0),
+            lambda: x[:, None][x > 0, 0],
+        ):
             with pytest.raises(AssertionError, match="host read"):
                 read()
     assert x.sum().item() == 3.0  # restored afterwards
 
 
 RECURRENT = ("model.recurrent=true", "train.chunk_length=4")
-NEAR_CLONE = ("imitation.teacher=greedy", "train.clone_kl_coef=0.5", "model.actor_shared_map=true")  # PPO + KL to a clone
+NEAR_CLONE = (
+    "imitation.teacher=greedy",
+    "train.clone_kl_coef=0.5",
+    "model.actor_shared_map=true",
+)  # PPO + KL to a clone
 
 
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
@@ -108,8 +143,9 @@ def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatc
 @pytest.mark.parametrize("amp, compiled", [("off", False), ("bf16", False), ("fp16", False), ("bf16", True)])
 @pytest.mark.parametrize("extra", [(), RECURRENT, NEAR_CLONE], ids=["feed_forward", "recurrent", "near_clone"])
 def test_training_iterations_make_no_cuda_syncs(make_config, amp, compiled, extra):
-    cfg = make_config(f"train.amp={amp}", "env.max_steps=5", "run.device=cuda",
-                      f"train.compile={str(compiled).lower()}", *extra)
+    cfg = make_config(
+        f"train.amp={amp}", "env.max_steps=5", "run.device=cuda", f"train.compile={str(compiled).lower()}", *extra
+    )
     learner = build_learner(cfg, torch.device("cuda"))  # the env picks "dense" on CUDA itself
     train_iteration(learner)  # warm-up: lazy initialisations (and compilation) may sync once
     torch.cuda.synchronize()

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.run import checkpoint as ckpt
-from agents.algo import ppo
-from agents.run import control as run_control
 from agents import train_mappo
+from agents.algo import ppo
 from agents.algo.learner import build_learner
+from agents.run import checkpoint as ckpt
+from agents.run import control as run_control
 from agents.train_mappo import TrainingStopped, train
 
 
@@ -31,8 +31,9 @@ def test_nan_loss_skips_the_step_entirely(make_config, amp, extra):
     loss = sum(p.sum() for p in learner.actor.parameters()) * float("nan")
     learner.optimizer.zero_grad()
     learner.scaler.scale(loss).backward()
-    _, _, skipped = ppo.optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic,
-                                       loss, max_grad_norm=0.5)
+    _, _, skipped = ppo.optimizer_step(
+        learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, max_grad_norm=0.5
+    )
     assert skipped.item() == 1.0
     after_params, after_adam = snapshot(learner)
     assert all(torch.equal(a, b) for a, b in zip(before_params, after_params))
@@ -40,11 +41,12 @@ def test_nan_loss_skips_the_step_entirely(make_config, amp, extra):
     for i in before_adam:
         assert all(torch.equal(before_adam[i][k], after_adam[i][k]) for k in before_adam[i])
     # and a finite step afterwards does move the parameters
-    loss = sum((p ** 2).sum() for p in learner.actor.parameters())
+    loss = sum((p**2).sum() for p in learner.actor.parameters())
     learner.optimizer.zero_grad()
     learner.scaler.scale(loss).backward()
-    _, _, skipped = ppo.optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic,
-                                       loss, max_grad_norm=0.5)
+    _, _, skipped = ppo.optimizer_step(
+        learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, max_grad_norm=0.5
+    )
     assert skipped.item() == 0.0
     assert not torch.equal(next(learner.actor.parameters()), before_params[0])
 
@@ -69,8 +71,13 @@ def nan_loss_after(good_iterations: int, monkeypatch):
 @pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])
 def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_config, tmp_path, monkeypatch, extra):
     real_loss = nan_loss_after(3, monkeypatch)
-    cfg = make_config("train.total_env_steps=640", "run.checkpoint_interval=32", "train.max_bad_iterations=3",
-                      f"run.dir={tmp_path}", *extra)
+    cfg = make_config(
+        "train.total_env_steps=640",
+        "run.checkpoint_interval=32",
+        "train.max_bad_iterations=3",
+        f"run.dir={tmp_path}",
+        *extra,
+    )
     with pytest.raises(TrainingStopped, match=r"3 consecutive iterations.*ckpt_000000000096\.pt"):
         train(cfg)
     good = ckpt.load_latest(tmp_path)[1]
@@ -81,8 +88,7 @@ def test_repeated_nan_stops_training_with_the_last_good_checkpoint_intact(make_c
     assert train_mappo.main(["--resume", str(tmp_path)]) == 1
 
 
-def test_a_last_iteration_with_skipped_updates_still_ends_with_a_final_checkpoint(make_config, tmp_path,
-                                                                                   monkeypatch):
+def test_a_last_iteration_with_skipped_updates_still_ends_with_a_final_checkpoint(make_config, tmp_path, monkeypatch):
     # fp16's loss scaler skips a step now and then; a finished run must have its final checkpoint
     nan_loss_after(2, monkeypatch)  # the third and last iteration goes bad
     learner = train(make_config("train.total_env_steps=96", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
@@ -114,20 +120,24 @@ def test_an_overflow_on_another_rank_backs_off_this_ranks_loss_scale_too():
     assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters()))
 
 
-@pytest.mark.parametrize(("amp", "skipped", "nonfinite", "bad"), [
-    ("off", 0, 0, False),
-    ("off", 1, 0, True),  # a non-finite gradient without a scaler is a real problem
-    ("bf16", 1, 1, True),
-    ("bf16", 1, 0, True),  # no loss scaler: a non-finite gradient is a problem even with a finite loss
-    ("fp16", 3, 0, False),  # overflows with finite losses: the loss scale backing off
-    ("fp16", 4, 0, True),  # every update of the iteration overflowed
-    ("fp16", 1, 1, True),  # a non-finite loss is a problem under any AMP mode
-])
+@pytest.mark.parametrize(
+    ("amp", "skipped", "nonfinite", "bad"),
+    [
+        ("off", 0, 0, False),
+        ("off", 1, 0, True),  # a non-finite gradient without a scaler is a real problem
+        ("bf16", 1, 1, True),
+        ("bf16", 1, 0, True),  # no loss scaler: a non-finite gradient is a problem even with a finite loss
+        ("fp16", 3, 0, False),  # overflows with finite losses: the loss scale backing off
+        ("fp16", 4, 0, True),  # every update of the iteration overflowed
+        ("fp16", 1, 1, True),  # a non-finite loss is a problem under any AMP mode
+    ],
+)
 def test_which_iterations_count_as_bad(make_config, amp, skipped, nonfinite, bad):
     cfg = make_config(f"train.amp={amp}").train
     assert cfg.update_epochs * cfg.num_minibatches == PER_ITERATION
-    problem = run_control.iteration_problem({"skipped_updates": float(skipped), "nonfinite_losses": float(nonfinite)},
-                                            cfg)
+    problem = run_control.iteration_problem(
+        {"skipped_updates": float(skipped), "nonfinite_losses": float(nonfinite)}, cfg
+    )
     assert (problem is not None) == bad
     if bad:
         assert f"{skipped} of {PER_ITERATION} updates skipped" in problem
@@ -136,8 +146,13 @@ def test_which_iterations_count_as_bad(make_config, amp, skipped, nonfinite, bad
 def test_fp16_overflow_skips_neither_stop_training_nor_drop_checkpoints(make_config, tmp_path, monkeypatch):
     # A loss scale too large for the first updates: they overflow (finite loss, inf gradient) and
     # are skipped while the scaler halves the scale. Not a problem: the run goes on and checkpoints.
-    cfg = make_config("train.amp=fp16", "train.total_env_steps=96", "run.checkpoint_interval=32",
-                      "train.max_bad_iterations=1", f"run.dir={tmp_path}")
+    cfg = make_config(
+        "train.amp=fp16",
+        "train.total_env_steps=96",
+        "run.checkpoint_interval=32",
+        "train.max_bad_iterations=1",
+        f"run.dir={tmp_path}",
+    )
     for power in range(30, 10, -1):  # the largest scale whose first iteration still makes progress
         learner = build_learner(cfg, torch.device("cpu"))
         learner.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**power)
@@ -152,8 +167,7 @@ def test_fp16_overflow_skips_neither_stop_training_nor_drop_checkpoints(make_con
     monkeypatch.setattr(torch.amp, "GradScaler", lambda *a, **k: real_scaler(*a, **k, init_scale=2.0**power))
     learner = train(cfg)
     assert learner.bad_iterations == 0
-    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == [
-        f"ckpt_{steps:012d}.pt" for steps in (32, 64, 96)]
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == [f"ckpt_{steps:012d}.pt" for steps in (32, 64, 96)]
 
 
 @pytest.mark.parametrize("extra", [(), RECURRENT], ids=["feed_forward", "recurrent"])

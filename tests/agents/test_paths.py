@@ -19,7 +19,10 @@ def test_usable_paths_have_no_problem_and_nothing_is_left_behind(tmp_path):
 def test_files_in_the_way_are_named(tmp_path):
     (tmp_path / "f").write_text("x")
     assert dir_problem(tmp_path / "f") == f"{tmp_path / 'f'} exists and is not a directory"
-    assert dir_problem(tmp_path / "f" / "sub") == f"{tmp_path / 'f' / 'sub'} cannot be created: {tmp_path / 'f'} is not a directory"
+    assert (
+        dir_problem(tmp_path / "f" / "sub")
+        == f"{tmp_path / 'f' / 'sub'} cannot be created: {tmp_path / 'f'} is not a directory"
+    )
     assert file_problem(tmp_path) == f"{tmp_path} is a directory, expected a file path"
     assert "is not a directory" in file_problem(tmp_path / "f" / "out.json")
 
@@ -37,5 +40,7 @@ def test_a_folder_that_cannot_be_looked_into_is_a_reason_not_an_exception(tmp_pa
 
     monkeypatch.setattr(Path, "exists", no_search_permission)
     monkeypatch.setattr(Path, "is_dir", no_search_permission)
-    assert dir_problem(tmp_path / "locked" / "run") == f"{tmp_path / 'locked' / 'run'} cannot be used: Permission denied"
+    assert (
+        dir_problem(tmp_path / "locked" / "run") == f"{tmp_path / 'locked' / 'run'} cannot be used: Permission denied"
+    )
     assert file_problem(tmp_path / "locked" / "out.json").endswith("cannot be used: Permission denied")

@@ -9,14 +9,25 @@ import torch
 
 from agents.algo.ppo import ppo_loss
 
+LOGPROB = (math.log(1.5), math.log(0.5))
 
-def loss_of(new_value=(1.0, 3.0), clip_vloss=True, new_logprob=(math.log(1.5), math.log(0.5))):
+
+def loss_of(new_value=(1.0, 3.0), clip_vloss=True, new_logprob=LOGPROB):
     new_logprob = torch.tensor(new_logprob, requires_grad=True)
     out = ppo_loss(
-        new_logprob=new_logprob, old_logprob=torch.zeros(2), advantages=torch.tensor([1.0, -2.0]),
-        entropy=torch.tensor([1.0, 0.5]), new_value=torch.tensor(new_value), old_value=torch.tensor([0.5, 3.0]),
-        target=torch.tensor([2.0, 2.0]), clip_coef=0.2, clip_vloss=clip_vloss, vf_clip_coef=0.2,
-        ent_coef=0.01, vf_coef=0.5)
+        new_logprob=new_logprob,
+        old_logprob=torch.zeros(2),
+        advantages=torch.tensor([1.0, -2.0]),
+        entropy=torch.tensor([1.0, 0.5]),
+        new_value=torch.tensor(new_value),
+        old_value=torch.tensor([0.5, 3.0]),
+        target=torch.tensor([2.0, 2.0]),
+        clip_coef=0.2,
+        clip_vloss=clip_vloss,
+        vf_clip_coef=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+    )
     return new_logprob, out
 
 

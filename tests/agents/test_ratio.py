@@ -8,9 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from agents.algo.learner import build_learner, collect, prepare_batch
 from agents.algo.ppo import chunk_steps, evaluate_actions
-from agents.algo.learner import collect
-from agents.algo.learner import build_learner, prepare_batch
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "env.max_steps=5"]  # episodes end inside chunks
 
@@ -27,8 +26,15 @@ def fp16_products_depend_on_the_row_count() -> bool:
 
 
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-@pytest.mark.parametrize("extra", [[], ["model.actor_shared_map=true", "model.critic=ippo", "model.activation=relu"],
-                                   RECURRENT, [*RECURRENT, "model.actor_shared_map=true", "model.activation=relu"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["model.actor_shared_map=true", "model.critic=ippo", "model.activation=relu"],
+        RECURRENT,
+        [*RECURRENT, "model.actor_shared_map=true", "model.activation=relu"],
+    ],
+)
 def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
     cfg = make_config(f"train.amp={amp}", "env.num_envs=8", "train.num_steps=16", "train.num_minibatches=4", *extra)
     torch.manual_seed(0)
@@ -45,8 +51,9 @@ def test_ratio_is_exactly_one_before_the_first_update(make_config, amp, extra):
     for steps in perm.split(n // cfg.train.num_minibatches):  # minibatches as the update draws them
         if recurrent:
             steps = chunk_steps(steps, cfg.train.chunk_length, cfg.env.num_envs)
-        mb_inds, new_logprob, entropy, new_value = evaluate_actions(learner.actor, learner.critic, batch, steps,
-                                                                    learner.autocast)
+        mb_inds, new_logprob, entropy, new_value = evaluate_actions(
+            learner.actor, learner.critic, batch, steps, learner.autocast
+        )
         assert new_logprob.dtype == torch.float32 and new_value.dtype == torch.float32
         ratio = (new_logprob - batch.logprobs[mb_inds]).exp()
         if amp == "fp16" and fp16_products_depend_on_the_row_count():

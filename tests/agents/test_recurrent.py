@@ -7,15 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.run import checkpoint as ckpt
 from agents import evaluate
+from agents.algo.layers import GRU
+from agents.algo.learner import build_learner, collect, train_iteration
+from agents.algo.networks import Actor
 from agents.config import ModelConfig
 from agents.evaluate import actor_policy
+from agents.run import checkpoint as ckpt
 from agents.run.learner_state import learner_state, load_learner_state
-from agents.algo.layers import GRU
-from agents.algo.networks import Actor
-from agents.algo.learner import collect
-from agents.algo.learner import build_learner, train_iteration
 from uavsim.env import UAVSwarmEnv
 
 RECURRENT = ["model.recurrent=true", "train.chunk_length=4", "train.num_steps=16", "env.max_steps=5"]
@@ -69,7 +68,7 @@ def test_a_chunk_at_once_equals_its_steps_one_at_a_time(autocast):
         for t in range(c):
             if t > 0:
                 h = torch.where(starts[t, :, None], torch.zeros_like(h), h)
-            step_logits, h = actor(local[t * r:(t + 1) * r], agent[:r], hidden=h)
+            step_logits, h = actor(local[t * r : (t + 1) * r], agent[:r], hidden=h)
             steps.append(step_logits)
     assert torch.equal(logits, torch.cat(steps)) and torch.equal(last, h)
     assert actor.hidden_size == 16 and actor.initial_hidden(4, 4, torch.device("cpu")).shape == (4, 4, 16)
@@ -100,8 +99,11 @@ def test_a_recurrent_checkpoint_without_hidden_states_is_refused(make_config):
     payload = learner_state(learner)
     assert torch.equal(payload["ranks"][0]["hidden"], learner.hidden)
     fresh = build_learner(make_config(*RECURRENT), torch.device("cpu"))
-    for bad, message in ((None, "holds no hidden states"), (torch.zeros(4, 2, 8), r"hidden states are \(4, 2, 8\)"),
-                         (torch.full((4, 2, 16), float("nan")), "non-finite")):
+    for bad, message in (
+        (None, "holds no hidden states"),
+        (torch.zeros(4, 2, 8), r"hidden states are \(4, 2, 8\)"),
+        (torch.full((4, 2, 16), float("nan")), "non-finite"),
+    ):
         rank = {k: v for k, v in payload["ranks"][0].items() if k != "hidden"}
         if bad is not None:
             rank["hidden"] = bad

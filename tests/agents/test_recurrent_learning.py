@@ -14,10 +14,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.evaluate import actor_policy
-from agents.algo.rollout import EpisodeStats, Storage
-from agents.algo.precision import amp_dtype
 from agents.algo.learner import build_learner, train_iteration
+from agents.algo.precision import amp_dtype
+from agents.algo.rollout import EpisodeStats, Storage
+from agents.evaluate import actor_policy
 from uavsim.config import EnvConfig
 
 CUES = 4  # moves 1..4 (N/S/W/E); 0 (hover) is never right
@@ -27,7 +27,8 @@ class CueRecallEnv:
     """`reset() -> obs`, `step(actions [B, N]) -> (obs, reward, terminated, truncated, info)` like
     `UAVSwarmEnv`, episodes of `config.max_steps` steps, cues drawn from a seeded generator."""
 
-    def __init__(self, config: EnvConfig, num_envs: int, seed: int, device: torch.device = torch.device("cpu")):
+    def __init__(self, config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu"):
+        device = torch.device(device)
         self.config, self.num_envs, self.device = config, num_envs, device
         self.env_index = torch.arange(num_envs, device=device)  # as UAVSwarmEnv's: keys the action noise
         self.num_uavs, self.num_actions = config.num_uavs, config.num_actions
@@ -49,7 +50,7 @@ class CueRecallEnv:
         local[..., :CUES] = one_hot * (t == 0).view(b, 1, 1)  # the cue: first step only
         local[..., -1] = time[:, None]
         state = torch.zeros(b, self.state_dim, device=self.device)
-        state[:, :CUES * n] = one_hot.view(b, -1)  # the critic always sees every cue
+        state[:, : CUES * n] = one_hot.view(b, -1)  # the critic always sees every cue
         state[:, -1] = time
         return {"local": local, "state": state}
 
@@ -58,7 +59,7 @@ class CueRecallEnv:
 
     def step(self, actions: torch.Tensor):
         t, cue = self.state["t"], self.state["cue"]
-        last = (t == self.length - 1)
+        last = t == self.length - 1
         reward = ((actions == cue) & last[:, None]).float()
         self.episode_return += reward
         t = t + 1
@@ -66,22 +67,46 @@ class CueRecallEnv:
         terminated, truncated = last, torch.zeros_like(last)
         length = t.clone()
         episode_return = self.episode_return.mean(1)
-        info = {"final_obs": final_obs, "coverage": episode_return, "episode_return": episode_return,
-                "episode_length": length, "episode_coverage": episode_return,
-                "episode_collisions": torch.zeros_like(length), "episode_near_misses": torch.zeros_like(length)}
-        self.state = {"t": torch.where(last, torch.zeros_like(t), t),
-                      "cue": torch.where(last[:, None], self._draw(self.num_envs), cue)}
+        info = {
+            "final_obs": final_obs,
+            "coverage": episode_return,
+            "episode_return": episode_return,
+            "episode_length": length,
+            "episode_coverage": episode_return,
+            "episode_collisions": torch.zeros_like(length),
+            "episode_near_misses": torch.zeros_like(length),
+        }
+        self.state = {
+            "t": torch.where(last, torch.zeros_like(t), t),
+            "cue": torch.where(last[:, None], self._draw(self.num_envs), cue),
+        }
         self.episode_return = torch.where(last[:, None], torch.zeros_like(self.episode_return), self.episode_return)
         return self.reset(), reward, terminated, truncated, info
 
 
-TASK = ["env.num_uavs=2", "env.launch_size=2", "env.max_steps=6", "env.obs_radius=1", "env.state_pool=2",
-        "env.grid_height=6", "env.grid_width=6", "env.num_obstacles=0", "env.num_envs=64",
-        "model.hidden_size=32", "train.num_steps=16", "train.chunk_length=8", "train.num_minibatches=4",
-        "train.update_epochs=4", "train.actor_lr=3e-3", "train.critic_lr=3e-3", "train.ent_coef=0.003",
-        # annealed to zero over the test's 30 iterations (30 x 16 x 64 env steps), as the trainer does: at a
-        # constant 3e-3 the learned recall swung between 0.87 and 1.0 from one iteration to the next
-        "train.anneal_lr=true", "train.total_env_steps=30720"]
+TASK = [
+    "env.num_uavs=2",
+    "env.launch_size=2",
+    "env.max_steps=6",
+    "env.obs_radius=1",
+    "env.state_pool=2",
+    "env.grid_height=6",
+    "env.grid_width=6",
+    "env.num_obstacles=0",
+    "env.num_envs=64",
+    "model.hidden_size=32",
+    "train.num_steps=16",
+    "train.chunk_length=8",
+    "train.num_minibatches=4",
+    "train.update_epochs=4",
+    "train.actor_lr=3e-3",
+    "train.critic_lr=3e-3",
+    "train.ent_coef=0.003",
+    # annealed to zero over the test's 30 iterations (30 x 16 x 64 env steps), as the trainer does: at a
+    # constant 3e-3 the learned recall swung between 0.87 and 1.0 from one iteration to the next
+    "train.anneal_lr=true",
+    "train.total_env_steps=30720",
+]
 ITERATIONS = 30
 
 
@@ -91,8 +116,13 @@ def cue_learner(make_config, recurrent: bool):
     learner = build_learner(cfg, torch.device("cpu"))
     learner.env = CueRecallEnv(cfg.env_config(), cfg.env.num_envs, seed=1)
     learner.obs = learner.env.reset()
-    learner.storage = Storage.allocate(cfg.train.num_steps, learner.env, amp_dtype(cfg.train.amp),
-                                       learner.actor.hidden_size, cfg.train.chunk_length if recurrent else 1)
+    learner.storage = Storage.allocate(
+        cfg.train.num_steps,
+        learner.env,
+        amp_dtype(cfg.train.amp),
+        learner.actor.hidden_size,
+        cfg.train.chunk_length if recurrent else 1,
+    )
     learner.stats = EpisodeStats(learner.env.device, cfg.env.max_steps)
     return learner
 

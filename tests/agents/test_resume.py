@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.run import checkpoint as ckpt
 from agents import train_mappo
+from agents.run import checkpoint as ckpt
 from agents.train_mappo import parse_args, resolve_config, train
 
 
@@ -40,13 +40,28 @@ def all_state(learner) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("amp, extra", [("off", []), ("fp16", []),
-                                        ("off", ["model.recurrent=true", "train.chunk_length=4"]),
-                                        ("off", ["imitation.teacher=greedy", "imitation.env_steps=48",
-                                                 "imitation.epochs=1", "train.clone_kl_coef=0.5"])])
+@pytest.mark.parametrize(
+    "amp, extra",
+    [
+        ("off", []),
+        ("fp16", []),
+        ("off", ["model.recurrent=true", "train.chunk_length=4"]),
+        (
+            "off",
+            ["imitation.teacher=greedy", "imitation.env_steps=48", "imitation.epochs=1", "train.clone_kl_coef=0.5"],
+        ),
+    ],
+)
 def test_killed_and_resumed_run_matches_uninterrupted_run(make_config, tmp_path, monkeypatch, amp, extra):
-    common = [f"train.amp={amp}", "run.deterministic=true", "train.total_env_steps=320",
-              "run.checkpoint_interval=64", "run.eval_interval=96", "env.max_steps=7", *extra]
+    common = [
+        f"train.amp={amp}",
+        "run.deterministic=true",
+        "train.total_env_steps=320",
+        "run.checkpoint_interval=64",
+        "run.eval_interval=96",
+        "env.max_steps=7",
+        *extra,
+    ]
     full = train(make_config(*common, f"run.dir={tmp_path / 'full'}"))
     assert full.env_steps == 320
 
@@ -109,14 +124,21 @@ def test_resume_cannot_change_the_length_of_an_iteration(make_config, tmp_path):
 
 def test_an_older_checkpoint_continues_only_as_a_branch_in_a_new_run_dir(make_config, tmp_path):
     run = tmp_path / "run"
-    train(make_config("train.total_env_steps=128", "run.checkpoint_interval=32", "run.keep_checkpoints=5",
-                      f"run.dir={run}"))
+    train(
+        make_config(
+            "train.total_env_steps=128", "run.checkpoint_interval=32", "run.keep_checkpoints=5", f"run.dir={run}"
+        )
+    )
     older = ckpt.list_checkpoints(run)[1]  # 64 env steps; the run's newest holds 128
     args = parse_args(["--resume", str(older), "train.total_env_steps=96"])
     with pytest.raises(ValueError, match="older than .*ckpt_000000000128.pt.*run.dir=NEW_DIR"):
         train(resolve_config(args), resume=args.resume)
-    assert [c.name[5:17] for c in ckpt.list_checkpoints(run)] == ["000000000032", "000000000064", "000000000096",
-                                                                  "000000000128"]  # untouched
+    assert [c.name[5:17] for c in ckpt.list_checkpoints(run)] == [
+        "000000000032",
+        "000000000064",
+        "000000000096",
+        "000000000128",
+    ]  # untouched
     branch = tmp_path / "branch"
     args = parse_args(["--resume", str(older), "train.total_env_steps=96", f"run.dir={branch}"])
     learner = train(resolve_config(args), resume=args.resume)
@@ -160,8 +182,11 @@ def test_tensorboard_keeps_what_was_logged_at_the_checkpoint_step(make_config, t
         return [e.step for e in ea.Scalars("losses/value_loss")]
 
     run = tmp_path / "run"
-    train(make_config("train.total_env_steps=128", "run.checkpoint_interval=32", "run.keep_checkpoints=5",
-                      f"run.dir={run}"))
+    train(
+        make_config(
+            "train.total_env_steps=128", "run.checkpoint_interval=32", "run.keep_checkpoints=5", f"run.dir={run}"
+        )
+    )
     assert steps(run) == [32, 64, 96, 128]
     cut = tmp_path / "cut"
     shutil.copytree(run, cut)

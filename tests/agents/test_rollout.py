@@ -6,18 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agents.algo.learner import build_learner, collect
 from agents.algo.ppo import step_rows
-from agents.algo.learner import collect
 from agents.algo.rollout import Storage, agent_ids, value_of
-from agents.algo.learner import build_learner
 from uavsim.env import UAVSwarmEnv
 
 
 @pytest.mark.parametrize("num_steps", [8, 16])  # 16 steps of 5-step episodes: several truncations per env
 @pytest.mark.parametrize("amp, dtype", [("off", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype, num_steps):
-    learner = build_learner(make_config(f"train.amp={amp}", "env.max_steps=5", "env.target_coverage=0.25",
-                                        f"train.num_steps={num_steps}"), torch.device("cpu"))
+    learner = build_learner(
+        make_config(f"train.amp={amp}", "env.max_steps=5", "env.target_coverage=0.25", f"train.num_steps={num_steps}"),
+        torch.device("cpu"),
+    )
     env, s = learner.env, learner.storage
     assert s.local.dtype == dtype and s.final_state.dtype == dtype and s.rewards.dtype == torch.float32
     # a replay of the same steps in a twin env, calling the critic after every step as a naive loop would

@@ -11,8 +11,8 @@ import torch
 import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from agents.algo.learner import build_learner, collect
 from agents.algo.layers import Form
+from agents.algo.learner import build_learner, collect, rollout_once
 from agents.algo.networks import with_form
 from agents.algo.rollout import agent_ids, rollout_step
 
@@ -24,9 +24,11 @@ def storage_fields(storage) -> dict[str, torch.Tensor]:
     return {f.name: getattr(storage, f.name) for f in dataclasses.fields(storage)}
 
 
-@pytest.mark.parametrize("variant", [["model.actor_shared_map=true"], ["model.recurrent=true"],
-                                     ["model.actor_shared_map=true", "train.amp=bf16"]],
-                         ids=["shared-map", "recurrent", "shared-map-bf16"])
+@pytest.mark.parametrize(
+    "variant",
+    [["model.actor_shared_map=true"], ["model.recurrent=true"], ["model.actor_shared_map=true", "train.amp=bf16"]],
+    ids=["shared-map", "recurrent", "shared-map-bf16"],
+)
 def test_the_rollout_step_is_one_graph_and_fills_the_eager_storage(make_config, variant):
     torch._dynamo.reset()
     cfg = make_config(*ROLLOUT, *variant)
@@ -56,18 +58,20 @@ def test_the_rollout_step_reads_nothing_back_to_the_host(make_config, monkeypatc
 
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy", "cpu"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
-    obs, hidden = learner.obs, learner.hidden
     for _ in range(learner.storage.actions.shape[0]):
-        obs, hidden = rollout_step(learner.env, learner.actor, learner.storage, learner.stats, learner.action_noise,
-                                   learner.autocast, agent, obs, hidden, t)
+        rollout_once(learner, agent, t)
     monkeypatch.undo()
     assert int(t) == learner.storage.actions.shape[0]
 
 
 def _rollouts(make_config, compile_rollout: bool, device: str):
     """Two iterations' storage of the default-like learner, eager or with train.compile_rollout."""
-    cfg = make_config(*ROLLOUT, "model.actor_shared_map=true", f"run.device={device}",
-                      f"train.compile_rollout={str(compile_rollout).lower()}")
+    cfg = make_config(
+        *ROLLOUT,
+        "model.actor_shared_map=true",
+        f"run.device={device}",
+        f"train.compile_rollout={str(compile_rollout).lower()}",
+    )
     learner = build_learner(cfg, torch.device(device))
     from agents.algo.learner import train_iteration
 
@@ -86,8 +90,11 @@ def test_train_compile_rollout_runs_the_captured_step(make_config, monkeypatch):
 
     torch._dynamo.reset()
     counter = CompileCounterWithBackend("aot_eager")
-    monkeypatch.setattr(learner_module, "compile_rollout_step",
-                        lambda device, **kwargs: rollout.compile_rollout_step(device, counter, **kwargs))
+    monkeypatch.setattr(
+        learner_module,
+        "compile_rollout_step",
+        lambda device, **kwargs: rollout.compile_rollout_step(device, counter, **kwargs),
+    )
     captured, got = _rollouts(make_config, True, "cpu")
     _, want = _rollouts(make_config, False, "cpu")
     assert counter.frame_count >= 1
@@ -165,11 +172,15 @@ def test_the_learner_compiles_the_rollout_for_its_compute_dtype(make_config, mon
     import agents.algo.learner as learner_module
 
     seen = []
-    monkeypatch.setattr(learner_module, "compile_rollout_step",
-                        lambda device, **kwargs: seen.append((device, kwargs)) or (rollout_step, kwargs["actor"]))
+    monkeypatch.setattr(
+        learner_module,
+        "compile_rollout_step",
+        lambda device, **kwargs: seen.append((device, kwargs)) or (rollout_step, kwargs["actor"]),
+    )
     for amp, dtype in (("off", torch.float32), ("bf16", torch.bfloat16)):
-        learner = build_learner(make_config(*ROLLOUT, "train.compile_rollout=true", f"train.amp={amp}"),
-                                torch.device("cpu"))
+        learner = build_learner(
+            make_config(*ROLLOUT, "train.compile_rollout=true", f"train.amp={amp}"), torch.device("cpu")
+        )
         assert seen[-1] == (torch.device("cpu"), {"actor": learner.actor, "dtype": dtype})
 
 
@@ -181,8 +192,11 @@ def test_the_cuda_graph_rollout_equals_the_eager_one(make_config, monkeypatch):
     from agents.algo import rollout
 
     torch._dynamo.reset()
-    monkeypatch.setattr(learner_module, "compile_rollout_step",
-                        lambda device, **kwargs: rollout.compile_rollout_step(device, "cudagraphs", **kwargs))
+    monkeypatch.setattr(
+        learner_module,
+        "compile_rollout_step",
+        lambda device, **kwargs: rollout.compile_rollout_step(device, "cudagraphs", **kwargs),
+    )
     _, got = _rollouts(make_config, True, "cuda")
     _, want = _rollouts(make_config, False, "cuda")
     for snap_got, snap_want in zip(got, want):

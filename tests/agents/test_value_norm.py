@@ -21,7 +21,7 @@ def test_running_moments_match_closed_form():
     m2 = sum(wk * (x.double() ** 2).mean() for wk, x in zip(w, batches)) / w.sum()
     mean, var = vn.mean_var()
     assert mean.item() == pytest.approx(m1.item(), rel=1e-5)
-    assert var.item() == pytest.approx((m2 - m1 ** 2).item(), rel=1e-4)
+    assert var.item() == pytest.approx((m2 - m1**2).item(), rel=1e-4)
 
 
 def test_normalize_inverts_denormalize_and_whitens():

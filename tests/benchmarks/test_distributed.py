@@ -28,12 +28,30 @@ def test_scaling_is_against_the_one_rank_run_and_quick_keeps_given_values(tmp_pa
 
     def fake_run_ranks(args, k):  # 2 ranks: 1.8x the env-steps/s of 1, 1.6x the agent-steps/s
         seen.append((k, args.num_envs, args.num_steps, args.seconds))
-        return {"world_size": k, "env_steps_per_s": 1000.0 * (1 + 0.8 * (k - 1)),
-                "agent_steps_per_s": 500.0 * (1 + 0.6 * (k - 1)), "host_memory_retained": True}
+        return {
+            "world_size": k,
+            "env_steps_per_s": 1000.0 * (1 + 0.8 * (k - 1)),
+            "agent_steps_per_s": 500.0 * (1 + 0.6 * (k - 1)),
+            "host_memory_retained": True,
+        }
 
     monkeypatch.setattr(distributed, "run_ranks", fake_run_ranks)
-    paths = distributed.main(["--quick", "--ranks", "2", "1", "--num-envs", "4", "--num-steps", "4",
-                              "--seconds", "0.1", "--out-dir", str(tmp_path)])
+    paths = distributed.main(
+        [
+            "--quick",
+            "--ranks",
+            "2",
+            "1",
+            "--num-envs",
+            "4",
+            "--num-steps",
+            "4",
+            "--seconds",
+            "0.1",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
     assert seen == [(1, 4, 4, 0.1), (2, 4, 4, 0.1)]  # sorted; the explicit sizes kept under --quick
     payload = json.loads(paths["json"].read_text())
     two = payload["results"][1]

@@ -21,8 +21,15 @@ def test_quick_run_writes_complete_results(tmp_path):
     errors = [r for r in rows if "error" in r]
     assert not errors, errors
     backends = {r["backend"] for r in rows}
-    assert {"reference-loop", "reference-async", "batched-cpu", "batched-cpu-sparse", "batched-cpu-dense",
-            "batched-cpu-next-step-bf16", "vmas-navigation"} <= backends
+    assert {
+        "reference-loop",
+        "reference-async",
+        "batched-cpu",
+        "batched-cpu-sparse",
+        "batched-cpu-dense",
+        "batched-cpu-next-step-bf16",
+        "vmas-navigation",
+    } <= backends
     for r in rows:
         assert r["env_steps_per_s"] > 0
         assert r["uav_steps_per_s"] == pytest.approx(r["env_steps_per_s"] * payload["config"]["num_uavs"])
@@ -45,8 +52,9 @@ def test_bytes_per_step_are_the_cost_models_count_for_each_variant():
     from uavsim import EnvConfig
 
     counted = env_throughput.model_bytes_per_env_step(EnvConfig(), ["", "-sparse", "-dense", "-next-step-bf16"])
-    assert counted["sparse"] == bytes_per_env_step(EnvConfig(), num_envs=env_throughput.MODEL_ENVS,
-                                                   steps=env_throughput.MODEL_STEPS, reset_mode="sparse")
+    assert counted["sparse"] == bytes_per_env_step(
+        EnvConfig(), num_envs=env_throughput.MODEL_ENVS, steps=env_throughput.MODEL_STEPS, reset_mode="sparse"
+    )
     # dense resets build a fresh episode for every environment each step: several times the traffic;
     # the prepared starts, rebuilt every 18 steps, cost far less; next-step bf16 least of all
     assert counted["dense"] > 2 * counted["default"] > 0
@@ -68,15 +76,17 @@ def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypat
 
 
 def test_quick_and_subset_runs_never_take_the_full_runs_file_names(tmp_path):
-    paths = env_throughput.main(["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02",
-                                 "--backends", "batched-cpu"])
+    paths = env_throughput.main(
+        ["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02", "--backends", "batched-cpu"]
+    )
     assert paths["json"].name.endswith("-quick-subset.json")
     rows = json.loads(paths["json"].read_text())["results"]
     assert {r["backend"] for r in rows} == {"batched-cpu"}
 
 
-@pytest.mark.parametrize("argv", [["--backends", "batched-cpux"], ["--threads", "0"], ["--repeats", "0"],
-                                  ["--seconds", "0"]])
+@pytest.mark.parametrize(
+    "argv", [["--backends", "batched-cpux"], ["--threads", "0"], ["--repeats", "0"], ["--seconds", "0"]]
+)
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         env_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])

@@ -99,7 +99,9 @@ def test_quick_run_writes_the_schema_and_counts_the_same_twice(tmp_path):
     assert "| env.step[sparse] |" in first["md"].read_text()
 
 
-@pytest.mark.parametrize("argv", [["--num-envs", "0"], ["--steps", "0"], ["--launch-us", "0"], ["--env-only", "--fused"]])
+@pytest.mark.parametrize(
+    "argv", [["--num-envs", "0"], ["--steps", "0"], ["--launch-us", "0"], ["--env-only", "--fused"]]
+)
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         step_cost.main(["--quick", "--out-dir", str(tmp_path), *argv])
@@ -119,15 +121,18 @@ def test_the_gpu_safe_step_keeps_to_its_budget_on_the_default_task():
         env = step_cost.staggered_env(EnvConfig(), 1024, 100, **kwargs)
         steps = step_cost.whole_periods(1, env)
         actions = step_cost.random_actions(EnvConfig(), 1024, steps, env.device)
-        counted = step_cost.count_calls(lambda i: env.step(actions[i]), steps, 1024)
+        counted = step_cost.count_calls(lambda i, env=env, actions=actions: env.step(actions[i]), steps, 1024)
         assert counted["host_syncs_per_call"] == 0, name
         assert counted["kernels_per_call"] <= 60, (name, counted["kernels_per_call"])
         if kwargs.get("autoreset_mode") == "next_step" and kwargs.get("obs_dtype") == torch.bfloat16:
             assert counted["bytes_per_env_step"] <= 32 * 1024, counted["bytes_per_env_step"]
 
 
-@pytest.mark.parametrize("config, budget_kib", [(step_cost.TRAINER_CONFIG, 40), (PRESETS / "shared_map.yaml", 48),
-                                                (PRESETS / "default.yaml", 32)], ids=["trainer_config", "shared_map", "default"])
+@pytest.mark.parametrize(
+    "config, budget_kib",
+    [(step_cost.TRAINER_CONFIG, 40), (PRESETS / "shared_map.yaml", 48), (PRESETS / "default.yaml", 32)],
+    ids=["trainer_config", "shared_map", "default"],
+)
 def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
     # The trainer's bf16 policy step (1,024 environments), as counted by the model. The config the
     # committed step_cost results count (benchmarks/trainer_config.yaml: the communicating recipe
@@ -143,7 +148,8 @@ def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
     agent = agent_ids(1024, learner.env.num_uavs, learner.env.device)
     with torch.no_grad():
         counted = step_cost.count_calls(
-            lambda i: learner.actor.act(learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024)
+            lambda i: learner.actor.act(learner.obs, agent, learner.action_noise, learner.autocast), 2, 1024
+        )
     assert counted["host_syncs_per_call"] == 0
     assert counted["bytes_per_env_step"] <= budget_kib * 1024, counted["bytes_per_env_step"]
 

@@ -15,7 +15,10 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert payload["benchmark"] == "train_throughput"
     rows = payload["results"]
     assert {(r["pipeline"], r["amp"]) for r in rows if r["device"] == "cpu"} == {
-        (p, a) for p in ("ours", "ours-compiled", "torchrl", "torchrl-mlp", "torchrl-multiagentmlp") for a in ("off", "bf16")}
+        (p, a)
+        for p in ("ours", "ours-compiled", "torchrl", "torchrl-mlp", "torchrl-multiagentmlp")
+        for a in ("off", "bf16")
+    }
     for r in rows:
         assert r["agent_steps_per_s"] > 0 and len(r["iteration_seconds"]) == 1
         for key, base in (("speedup_vs_torchrl", "torchrl"), ("speedup_vs_torchrl_mlp", "torchrl-mlp")):
@@ -28,8 +31,22 @@ def test_quick_run_writes_complete_results(tmp_path):
 
 
 def test_profile_reports_where_the_time_goes(tmp_path):
-    paths = train_throughput.main(["--quick", "--out-dir", str(tmp_path), "--iterations", "1", "--threads", "1",
-                                   "--pipelines", "ours", "torchrl", "--profile", "1"])
+    paths = train_throughput.main(
+        [
+            "--quick",
+            "--out-dir",
+            str(tmp_path),
+            "--iterations",
+            "1",
+            "--threads",
+            "1",
+            "--pipelines",
+            "ours",
+            "torchrl",
+            "--profile",
+            "1",
+        ]
+    )
     payload = json.loads(paths["json"].read_text())
     assert payload["settings"]["profile"] == 1
     for r in payload["results"]:
@@ -50,29 +67,60 @@ def test_devices_and_precisions_can_be_picked_and_the_captured_pipeline_named(tm
     import agents.algo.learner as learner_module
     from agents.algo import ppo, rollout
 
-    monkeypatch.setattr(learner_module, "compile_rollout_step",
-                        lambda device, **kwargs: rollout.compile_rollout_step(device, "aot_eager", actor=kwargs["actor"]))
+    monkeypatch.setattr(
+        learner_module,
+        "compile_rollout_step",
+        lambda device, **kwargs: rollout.compile_rollout_step(device, "aot_eager", actor=kwargs["actor"]),
+    )
     monkeypatch.setattr(learner_module, "compile_loss", lambda device: ppo.minibatch_loss)
     seen = []
     real = train_throughput.ours_iteration_runner
-    monkeypatch.setattr(train_throughput, "ours_iteration_runner",
-                        lambda *args: seen.append(args[1:]) or real(*args))
-    paths = train_throughput.main(["--quick", "--out-dir", str(tmp_path), "--iterations", "1", "--threads", "1",
-                                   "--devices", "cpu", "--amps", "off", "--pipelines", "ours", "ours-captured"])
+    monkeypatch.setattr(train_throughput, "ours_iteration_runner", lambda *args: seen.append(args[1:]) or real(*args))
+    paths = train_throughput.main(
+        [
+            "--quick",
+            "--out-dir",
+            str(tmp_path),
+            "--iterations",
+            "1",
+            "--threads",
+            "1",
+            "--devices",
+            "cpu",
+            "--amps",
+            "off",
+            "--pipelines",
+            "ours",
+            "ours-captured",
+        ]
+    )
     payload = json.loads(paths["json"].read_text())
     assert [(r["pipeline"], r["device"], r["amp"]) for r in payload["results"]] == [
-        ("ours", "cpu", "off"), ("ours-captured", "cpu", "off")]
+        ("ours", "cpu", "off"),
+        ("ours-captured", "cpu", "off"),
+    ]
     assert seen == [("off", "cpu", False, False), ("off", "cpu", True, True)]  # compiled, captured
     assert payload["settings"]["devices"] == ["cpu"] and payload["settings"]["amps"] == ["off"]
     assert paths["json"].name.endswith("-quick-subset.json")
 
 
-@pytest.mark.parametrize("argv", [["--profile", "-1"], ["--iterations", "0"], ["--epochs", "0"],
-                                  ["--minibatches", "3"], ["--num-envs", "0"], ["--devices", "gpu"],
-                                  ["--amps", "fp16", "--devices", "cpu"], ["--amps", "fp8"],
-                                  *(pytest.param(argv, marks=pytest.mark.skipif(
-                                      torch.cuda.is_available(), reason="a CUDA device is visible"))
-                                    for argv in (["--devices", "cuda"], ["--amps", "fp16"]))])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--profile", "-1"],
+        ["--iterations", "0"],
+        ["--epochs", "0"],
+        ["--minibatches", "3"],
+        ["--num-envs", "0"],
+        ["--devices", "gpu"],
+        ["--amps", "fp16", "--devices", "cpu"],
+        ["--amps", "fp8"],
+        *(
+            pytest.param(argv, marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible"))
+            for argv in (["--devices", "cuda"], ["--amps", "fp16"])
+        ),
+    ],
+)
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         train_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])

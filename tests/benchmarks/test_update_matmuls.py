@@ -16,7 +16,10 @@ def test_quick_run_writes_complete_results(tmp_path):
     # 5 layers x 3 products, less the first layer's two input gradients, in each of 2 dtypes
     assert len(rows) == 2 * (5 * 3 - 2)
     assert {(r["layer"], r["product"]) for r in rows if r["dtype"] == "bf16"} >= {
-        ("first layer, local obs", "wgrad"), ("value head", "dgrad"), ("hidden layer", "forward")}
+        ("first layer, local obs", "wgrad"),
+        ("value head", "dgrad"),
+        ("hidden layer", "forward"),
+    }
     for r in rows:
         for t in (1, 2):
             assert r[f"us_{t}t"] > 0
@@ -31,7 +34,10 @@ def test_default_minibatch_is_the_trainer_configs():
 
     cfg = load_config(TRAINER_CONFIG)  # num_envs: auto, which is CPU_NUM_ENVS on the CPU
     assert cfg.env.num_envs == "auto"
-    assert update_matmuls.default_minibatch() == cfg.train.num_steps * CPU_NUM_ENVS * cfg.env.num_uavs // cfg.train.num_minibatches
+    assert (
+        update_matmuls.default_minibatch()
+        == cfg.train.num_steps * CPU_NUM_ENVS * cfg.env.num_uavs // cfg.train.num_minibatches
+    )
 
 
 def test_bad_arguments_are_rejected(tmp_path):

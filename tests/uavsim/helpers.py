@@ -21,12 +21,21 @@ def assert_obs_equal(batched: dict, refs: list[dict], where: str, dtype: torch.d
                 raise AssertionError(f"{where}: env {i} obs[{key!r}] differs at {bad}")
 
 
-def run_lockstep(cfg: EnvConfig, num_envs: int, seed: int, steps: int, reset_mode: str,
-                 partial_reset_every: int = 0, action_seed: int = 0, autoreset_mode: str = "same_step",
-                 obs_dtype: torch.dtype = torch.float32) -> int:
+def run_lockstep(
+    cfg: EnvConfig,
+    num_envs: int,
+    seed: int,
+    steps: int,
+    reset_mode: str,
+    partial_reset_every: int = 0,
+    action_seed: int = 0,
+    autoreset_mode: str = "same_step",
+    obs_dtype: torch.dtype = torch.float32,
+) -> int:
     """Step both implementations ``steps`` times; return how many episodes ended."""
-    env = UAVSwarmEnv(cfg, num_envs=num_envs, seed=seed, reset_mode=reset_mode, autoreset_mode=autoreset_mode,
-                      obs_dtype=obs_dtype)
+    env = UAVSwarmEnv(
+        cfg, num_envs=num_envs, seed=seed, reset_mode=reset_mode, autoreset_mode=autoreset_mode, obs_dtype=obs_dtype
+    )
     refs = [ReferenceEnv(cfg, seed=seed, env_index=i) for i in range(num_envs)]
     obs = env.reset()
     ref_obs = [r.reset() for r in refs]

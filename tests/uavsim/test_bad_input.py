@@ -106,8 +106,12 @@ def test_numpy_integers_are_ints():
 def test_the_new_bounds_sit_exactly_where_they_say():
     EnvConfig(num_obstacles=32 * 32)  # as many rectangles as cells: allowed
     EnvConfig(max_steps=2**31 - 1)
-    for kwargs, field in ((dict(max_steps=2**40), "max_steps"), (dict(near_miss_penalty=1e37), "coverage_reward"),
-                          (dict(time_penalty=1e37), "coverage_reward"), (dict(collision_penalty=1e37), "coverage_reward")):
+    for kwargs, field in (
+        (dict(max_steps=2**40), "max_steps"),
+        (dict(near_miss_penalty=1e37), "coverage_reward"),
+        (dict(time_penalty=1e37), "coverage_reward"),
+        (dict(collision_penalty=1e37), "coverage_reward"),
+    ):
         with pytest.raises(ValueError, match=f"EnvConfig.{field}"):  # each term of the return bound counts
             EnvConfig(**kwargs)
 

@@ -9,29 +9,45 @@ from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim.env import AUTORESET_MODES
 
 # The prepared starts of this task are rebuilt every 6 steps (7 with next_step): episodes of 20.
-SMALL = EnvConfig(grid_height=16, grid_width=16, num_uavs=4, num_obstacles=8, max_steps=20, launch_size=2,
-                  target_coverage=0.5)
+SMALL = EnvConfig(
+    grid_height=16, grid_width=16, num_uavs=4, num_obstacles=8, max_steps=20, launch_size=2, target_coverage=0.5
+)
 
 
 def outputs(step_out):
     obs, reward, terminated, truncated, info = step_out
-    return [obs["local"], obs["state"], reward, terminated, truncated,
-            *(info[k] for k in sorted(info) if k != "final_obs"), *info.get("final_obs", {}).values()]
+    return [
+        obs["local"],
+        obs["state"],
+        reward,
+        terminated,
+        truncated,
+        *(info[k] for k in sorted(info) if k != "final_obs"),
+        *info.get("final_obs", {}).values(),
+    ]
 
 
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
-@pytest.mark.parametrize("reset_mode, obs_dtype", [("prepared", torch.float32), ("dense", torch.float32),
-                                                   ("prepared", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "reset_mode, obs_dtype", [("prepared", torch.float32), ("dense", torch.float32), ("prepared", torch.bfloat16)]
+)
 def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(reset_mode, obs_dtype, autoreset_mode):
     import torch._dynamo
 
     torch._dynamo.reset()
-    kwargs = dict(num_envs=5, seed=3, reset_mode=reset_mode, autoreset_mode=autoreset_mode, obs_dtype=obs_dtype,
-                  check_action_range=False)  # the range check reads the actions back: trainers turn it off
+    kwargs = dict(
+        num_envs=5,
+        seed=3,
+        reset_mode=reset_mode,
+        autoreset_mode=autoreset_mode,
+        obs_dtype=obs_dtype,
+        check_action_range=False,
+    )  # the range check reads the actions back: trainers turn it off
     eager, compiled = UAVSwarmEnv(SMALL, **kwargs), UAVSwarmEnv(SMALL, **kwargs)
     eager.reset(), compiled.reset()
-    assert compiled.prepare_period == {"prepared": 6, "dense": 1}[reset_mode] + (autoreset_mode == "next_step"
-                                                                                  and reset_mode == "prepared")
+    assert compiled.prepare_period == {"prepared": 6, "dense": 1}[reset_mode] + (
+        autoreset_mode == "next_step" and reset_mode == "prepared"
+    )
     # Graphs: one per side of the rebuild's host-side branch, once the step counter turned dynamic.
     counter = CompileCounterWithBackend("aot_eager")
     step = torch.compile(compiled.step, fullgraph=True, backend=counter)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim.adapters._frames import render_reference
 from uavsim.env import AUTORESET_MODES, RESET_MODES
 from uavsim.policies import GreedyFrontierPolicy, RandomPolicy
-from uavsim.adapters._frames import render_reference
 from uavsim.reference import ReferenceEnv
 from uavsim.render import render_tiled
 
@@ -56,12 +56,15 @@ def test_load_state_dict_rejects_mismatch():
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
 
 
-@pytest.mark.parametrize("key, corrupt", [
-    ("pos", lambda v: v + SMALL.grid_height),  # off the map
-    ("cells", lambda v: v + 3),  # no such cell code
-    ("t", lambda v: v - 1 - SMALL.max_steps),
-    ("covered", lambda v: torch.full_like(v, 200)),  # more than the 144 cells (uint8 holds no more than 255)
-])
+@pytest.mark.parametrize(
+    "key, corrupt",
+    [
+        ("pos", lambda v: v + SMALL.grid_height),  # off the map
+        ("cells", lambda v: v + 3),  # no such cell code
+        ("t", lambda v: v - 1 - SMALL.max_steps),
+        ("covered", lambda v: torch.full_like(v, 200)),  # more than the 144 cells (uint8 holds no more than 255)
+    ],
+)
 def test_load_state_dict_rejects_out_of_range_values(key, corrupt):
     env = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
     env.reset()
@@ -80,19 +83,22 @@ def corrupt_first_env(v, value):
     return v
 
 
-@pytest.mark.parametrize("key, corrupt", [
-    ("free", lambda v: v + 1),
-    ("free", lambda v: v - 1),
-    ("covered", lambda v: v - 1),
-    ("pool_blocked", lambda v: v - 7),  # the global state would go negative
-    ("pool_blocked", lambda v: v + 1),  # a wrong count, not a negative one
-    ("pool_covered", lambda v: corrupt_first_env(v, 0)),
-    ("ep_reward", lambda v: corrupt_first_env(v, float("nan"))),
-    ("ep_collisions", lambda v: corrupt_first_env(v, -1)),
-    ("ep_near_misses", lambda v: corrupt_first_env(v, -1)),
-    ("cells (border)", lambda v: corrupt_first_env(v, torch.cat([v[0, :1] * 0, v[0, 1:]]))),  # a border cell FREE
-    ("ep_collisions", lambda v: v + 4 * 31),  # more than one per UAV and step
-])
+@pytest.mark.parametrize(
+    "key, corrupt",
+    [
+        ("free", lambda v: v + 1),
+        ("free", lambda v: v - 1),
+        ("covered", lambda v: v - 1),
+        ("pool_blocked", lambda v: v - 7),  # the global state would go negative
+        ("pool_blocked", lambda v: v + 1),  # a wrong count, not a negative one
+        ("pool_covered", lambda v: corrupt_first_env(v, 0)),
+        ("ep_reward", lambda v: corrupt_first_env(v, float("nan"))),
+        ("ep_collisions", lambda v: corrupt_first_env(v, -1)),
+        ("ep_near_misses", lambda v: corrupt_first_env(v, -1)),
+        ("cells (border)", lambda v: corrupt_first_env(v, torch.cat([v[0, :1] * 0, v[0, 1:]]))),  # a border cell FREE
+        ("ep_collisions", lambda v: v + 4 * 31),  # more than one per UAV and step
+    ],
+)
 def test_load_state_dict_rejects_counts_that_disagree_with_the_map(key, corrupt):
     actions = torch.randint(0, SMALL.num_actions, (70, 3, SMALL.num_uavs), generator=torch.Generator().manual_seed(1))
     env = UAVSwarmEnv(SMALL, num_envs=3, seed=1)
@@ -119,20 +125,40 @@ def test_load_state_dict_rejects_a_map_without_free_cells():
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
 
 
-@pytest.mark.parametrize(("device", "error", "message"), [
-    ("gpu", ValueError, "'gpu' is not a device name: expected 'cpu', 'cuda' or 'cuda:N'"),
-    (True, TypeError, "device must be a string such as 'cpu'"),
-    pytest.param(0, ValueError, "torch sees no CUDA device",  # torch's convention: an int is a CUDA index
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")),
-    (None, TypeError, "device must be a string such as 'cpu'"),
-    ("meta", ValueError, "runs on 'cpu' or 'cuda' devices, got 'meta'"),
-    ("mps", ValueError, "runs on 'cpu' or 'cuda' devices, got 'mps'"),
-    pytest.param("cuda", ValueError, "torch sees no CUDA device",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible")),
-    pytest.param("cuda:64", ValueError, "'cuda:64': torch sees", marks=[pytest.mark.cuda, pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="the index check needs CUDA (without it: 'no CUDA device')")]),
-    (-1, ValueError, "a CUDA device index must be >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    ("device", "error", "message"),
+    [
+        ("gpu", ValueError, "'gpu' is not a device name: expected 'cpu', 'cuda' or 'cuda:N'"),
+        (True, TypeError, "device must be a string such as 'cpu'"),
+        pytest.param(
+            0,
+            ValueError,
+            "torch sees no CUDA device",  # torch's convention: an int is a CUDA index
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible"),
+        ),
+        (None, TypeError, "device must be a string such as 'cpu'"),
+        ("meta", ValueError, "runs on 'cpu' or 'cuda' devices, got 'meta'"),
+        ("mps", ValueError, "runs on 'cpu' or 'cuda' devices, got 'mps'"),
+        pytest.param(
+            "cuda",
+            ValueError,
+            "torch sees no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible"),
+        ),
+        pytest.param(
+            "cuda:64",
+            ValueError,
+            "'cuda:64': torch sees",
+            marks=[
+                pytest.mark.cuda,
+                pytest.mark.skipif(
+                    not torch.cuda.is_available(), reason="the index check needs CUDA (without it: 'no CUDA device')"
+                ),
+            ],
+        ),
+        (-1, ValueError, "a CUDA device index must be >= 0, got -1"),
+    ],
+)
 def test_a_device_the_env_cannot_use_is_a_clear_error(device, error, message):
     with pytest.raises(error, match=re.escape(message)):
         UAVSwarmEnv(SMALL, num_envs=2, device=device)
@@ -211,7 +237,7 @@ def test_render_shapes_and_content():
     assert tiled.shape == (2 * 64 + 2, 2 * 64 + 2, 3)
     for k, i in enumerate([0, 1, 2, 3]):  # 2 x 2 tiles with 2-pixel white gaps, in the order given
         r, c = divmod(k, 2)
-        assert np.array_equal(tiled[r * 66:r * 66 + 64, c * 66:c * 66 + 64], env.render(i, 2))
+        assert np.array_equal(tiled[r * 66 : r * 66 + 64, c * 66 : c * 66 + 64], env.render(i, 2))
     assert (tiled[64:66] == 255).all() and (tiled[:, 64:66] == 255).all()
     with pytest.raises(ValueError, match="env_index"):
         env.render(env_index=4)
@@ -240,8 +266,17 @@ def test_greedy_frontier_beats_random():
 
 
 def test_greedy_moves_toward_the_frontier():
-    cfg = EnvConfig(grid_height=6, grid_width=6, num_uavs=1, num_obstacles=0, launch_size=1, sensor_radius=0,
-                    obs_radius=1, max_steps=50, state_pool=3)
+    cfg = EnvConfig(
+        grid_height=6,
+        grid_width=6,
+        num_uavs=1,
+        num_obstacles=0,
+        launch_size=1,
+        sensor_radius=0,
+        obs_radius=1,
+        max_steps=50,
+        state_pool=3,
+    )
     env = UAVSwarmEnv(cfg, num_envs=1)
     env.reset()
     policy = GreedyFrontierPolicy(env)
@@ -252,8 +287,17 @@ def test_greedy_moves_toward_the_frontier():
 
 
 def test_greedy_separates_uavs_that_share_a_cell():
-    cfg = EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=0, launch_size=2, sensor_radius=1,
-                    obs_radius=1, max_steps=50, state_pool=4)
+    cfg = EnvConfig(
+        grid_height=8,
+        grid_width=8,
+        num_uavs=2,
+        num_obstacles=0,
+        launch_size=2,
+        sensor_radius=1,
+        obs_radius=1,
+        max_steps=50,
+        state_pool=4,
+    )
     env = UAVSwarmEnv(cfg, num_envs=32, seed=0)
     env.reset()
     policy = GreedyFrontierPolicy(env, seed=1)
@@ -309,7 +353,9 @@ def test_load_state_dict_rejects_a_uav_inside_an_obstacle_or_an_uncovered_footpr
     covered_under = saved["state"]["cells"][0].view_as(grid)[row + p, col + p] == 1
     inside["covered"][0] -= int(covered_under)
     inside["free"][0] -= 1
-    block = (row * SMALL.state_pool // SMALL.grid_height) * SMALL.state_pool + col * SMALL.state_pool // SMALL.grid_width
+    block = (
+        row * SMALL.state_pool // SMALL.grid_height
+    ) * SMALL.state_pool + col * SMALL.state_pool // SMALL.grid_width
     inside["pool_blocked"][0, block] += 1
     inside["pool_covered"][0, block] -= int(covered_under)
     with pytest.raises(ValueError, match="'pos \\(on a blocked cell\\)'"):
@@ -319,7 +365,9 @@ def test_load_state_dict_rejects_a_uav_inside_an_obstacle_or_an_uncovered_footpr
     row, col = uncovered["pos"][1, 0].tolist()
     grid[row + p, col + p] = 0  # FREE under UAV 0 of env 1: its footprint is always covered
     uncovered["covered"][1] -= 1
-    block = (row * SMALL.state_pool // SMALL.grid_height) * SMALL.state_pool + col * SMALL.state_pool // SMALL.grid_width
+    block = (
+        row * SMALL.state_pool // SMALL.grid_height
+    ) * SMALL.state_pool + col * SMALL.state_pool // SMALL.grid_width
     uncovered["pool_covered"][1, block] -= 1
     with pytest.raises(ValueError, match="'cells \\(a free cell in a footprint\\)'"):
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict({**saved, "state": uncovered})
@@ -328,8 +376,18 @@ def test_load_state_dict_rejects_a_uav_inside_an_obstacle_or_an_uncovered_footpr
 @pytest.mark.parametrize("reset_mode", ["prepared", "sparse", "dense"])
 def test_a_partial_reset_right_after_an_autoreset_starts_the_next_episode(reset_mode):
     # Found by hypothesis: the prepared start an autoreset had just used was used again (a replay).
-    cfg = EnvConfig(grid_height=4, grid_width=4, num_uavs=1, num_obstacles=0, max_steps=2, launch_size=3,
-                    sensor_radius=0, obs_radius=1, target_coverage=0.5, state_pool=1)
+    cfg = EnvConfig(
+        grid_height=4,
+        grid_width=4,
+        num_uavs=1,
+        num_obstacles=0,
+        max_steps=2,
+        launch_size=3,
+        sensor_radius=0,
+        obs_radius=1,
+        target_coverage=0.5,
+        state_pool=1,
+    )
     env = UAVSwarmEnv(cfg, num_envs=5, seed=0, reset_mode=reset_mode, autoreset_mode="next_step")
     env.reset()
     for _ in range(3):  # truncated at step 2, restarted by step 3

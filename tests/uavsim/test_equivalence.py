@@ -8,14 +8,46 @@ from uavsim.env import AUTORESET_MODES, RESET_MODES
 
 from .helpers import run_lockstep
 
-SMALL_8_MOVES = EnvConfig(grid_height=10, grid_width=12, num_uavs=3, num_obstacles=6, max_steps=30,
-                          launch_size=2, sensor_radius=1, obs_radius=2, moves=8, target_coverage=0.6,
-                          state_pool=4)
-TALL_SPARSE = EnvConfig(grid_height=20, grid_width=9, num_uavs=4, num_obstacles=3, max_steps=25,
-                        obstacle_max_size=6, launch_size=3, sensor_radius=3, obs_radius=1, moves=4,
-                        target_coverage=0.5, state_pool=3)
-LARGE = EnvConfig(grid_height=48, grid_width=40, num_uavs=12, num_obstacles=60, max_steps=40,
-                  obstacle_max_size=5, launch_size=4, sensor_radius=2, obs_radius=4, moves=8, state_pool=8)
+SMALL_8_MOVES = EnvConfig(
+    grid_height=10,
+    grid_width=12,
+    num_uavs=3,
+    num_obstacles=6,
+    max_steps=30,
+    launch_size=2,
+    sensor_radius=1,
+    obs_radius=2,
+    moves=8,
+    target_coverage=0.6,
+    state_pool=4,
+)
+TALL_SPARSE = EnvConfig(
+    grid_height=20,
+    grid_width=9,
+    num_uavs=4,
+    num_obstacles=3,
+    max_steps=25,
+    obstacle_max_size=6,
+    launch_size=3,
+    sensor_radius=3,
+    obs_radius=1,
+    moves=4,
+    target_coverage=0.5,
+    state_pool=3,
+)
+LARGE = EnvConfig(
+    grid_height=48,
+    grid_width=40,
+    num_uavs=12,
+    num_obstacles=60,
+    max_steps=40,
+    obstacle_max_size=5,
+    launch_size=4,
+    sensor_radius=2,
+    obs_radius=4,
+    moves=8,
+    state_pool=8,
+)
 
 
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
@@ -38,15 +70,17 @@ def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autor
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
 @pytest.mark.parametrize("reset_mode", RESET_MODES)
 def test_equivalence_through_partial_resets(reset_mode, autoreset_mode):
-    ended = run_lockstep(SMALL_8_MOVES, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1,
-                         autoreset_mode=autoreset_mode)
+    ended = run_lockstep(
+        SMALL_8_MOVES, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1, autoreset_mode=autoreset_mode
+    )
     assert ended > 0
 
 
 @pytest.mark.parametrize("obs_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
-@pytest.mark.parametrize("cfg, num_envs, steps", [(EnvConfig(), 3, 230), (SMALL_8_MOVES, 5, 120)],
-                         ids=["default", "small-8-moves"])
+@pytest.mark.parametrize(
+    "cfg, num_envs, steps", [(EnvConfig(), 3, 230), (SMALL_8_MOVES, 5, 120)], ids=["default", "small-8-moves"]
+)
 def test_narrow_observations_are_the_references_cast_exactly(cfg, num_envs, steps, autoreset_mode, obs_dtype):
     # Positions, time, pools and coverage are fractions: rounded once, from the rules' float32 value.
     ended = run_lockstep(cfg, num_envs, 4, steps, "prepared", autoreset_mode=autoreset_mode, obs_dtype=obs_dtype)

@@ -10,8 +10,9 @@ from uavsim.episode_start import launch_can_end, min_episode_length
 from uavsim.policies import GreedyFrontierPolicy
 from uavsim.rules import BLOCKED
 
-MODES = st.fixed_dictionaries({"reset_mode": st.sampled_from(RESET_MODES),
-                               "autoreset_mode": st.sampled_from(AUTORESET_MODES)})
+MODES = st.fixed_dictionaries(
+    {"reset_mode": st.sampled_from(RESET_MODES), "autoreset_mode": st.sampled_from(AUTORESET_MODES)}
+)
 
 
 @st.composite
@@ -19,13 +20,17 @@ def configs(draw):
     h, w = draw(st.integers(4, 14)), draw(st.integers(4, 14))
     launch = draw(st.integers(1, min(h, w, 3)))
     return EnvConfig(
-        grid_height=h, grid_width=w, launch_size=launch,
+        grid_height=h,
+        grid_width=w,
+        launch_size=launch,
         num_uavs=draw(st.integers(1, launch * launch)),
         num_obstacles=draw(st.integers(0, 12)),
         obstacle_max_size=draw(st.integers(1, min(h, w, 4))),
         max_steps=draw(st.integers(1, 25)),
-        sensor_radius=draw(st.integers(0, 2)), obs_radius=draw(st.integers(1, 3)),
-        moves=draw(st.sampled_from([4, 8])), target_coverage=draw(st.floats(0.3, 1.0)),
+        sensor_radius=draw(st.integers(0, 2)),
+        obs_radius=draw(st.integers(1, 3)),
+        moves=draw(st.sampled_from([4, 8])),
+        target_coverage=draw(st.floats(0.3, 1.0)),
         state_pool=draw(st.integers(1, min(h, w, 4))),
     )
 
@@ -71,8 +76,11 @@ def test_invariants_hold_every_step(cfg, seed, num_envs, modes):
         # Reward = scale * newly covered fraction - time cost - individual penalties.
         newly = (after_count - before["covered"]).float()
         team = cfg.coverage_reward * newly / before["free"].float() - cfg.time_penalty
-        expected = (team[:, None] - cfg.collision_penalty * info["collisions"].float()
-                    - cfg.near_miss_penalty * info["near_misses"].float())
+        expected = (
+            team[:, None]
+            - cfg.collision_penalty * info["collisions"].float()
+            - cfg.near_miss_penalty * info["near_misses"].float()
+        )
         torch.testing.assert_close(reward[stepped], expected[stepped], rtol=1e-5, atol=1e-5)
         # A collision means the UAV asked to move and stayed put.
         done = terminated | truncated
@@ -162,7 +170,17 @@ def test_the_episode_length_bound_is_tight_enough_to_matter_on_the_default_task(
     # The prepared starts are rebuilt every min_episode_length steps: on the default task that is
     # 18 steps (the 32x32 map cannot be 95 % covered sooner by 10 UAVs starting in one corner).
     assert min_episode_length(EnvConfig()) == 18
-    tiny = EnvConfig(grid_height=4, grid_width=4, num_uavs=2, num_obstacles=2, obstacle_max_size=2, launch_size=2,
-                     sensor_radius=1, obs_radius=1, state_pool=2, target_coverage=0.01)
+    tiny = EnvConfig(
+        grid_height=4,
+        grid_width=4,
+        num_uavs=2,
+        num_obstacles=2,
+        obstacle_max_size=2,
+        launch_size=2,
+        sensor_radius=1,
+        obs_radius=1,
+        state_pool=2,
+        target_coverage=0.01,
+    )
     assert min_episode_length(tiny) == 1 and launch_can_end(tiny)  # the launch alone covers 1 %
     assert min_episode_length(EnvConfig(max_steps=5)) == 5 and not launch_can_end(EnvConfig())

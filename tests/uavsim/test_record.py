@@ -8,8 +8,14 @@ from uavsim.record import Field, Record, as_words, swap_rows
 
 
 def test_fields_are_aligned_views_of_their_own_bytes():
-    rec = Record([Field("flag", torch.bool, ()), Field("count", torch.int32, (3,)), Field("x", torch.float32, (2, 2)),
-                  Field("big", torch.int64, ())])
+    rec = Record(
+        [
+            Field("flag", torch.bool, ()),
+            Field("count", torch.int32, (3,)),
+            Field("x", torch.float32, (2, 2)),
+            Field("big", torch.int64, ()),
+        ]
+    )
     assert rec.offsets == {"flag": 0, "count": 4, "x": 16, "big": 32} and rec.nbytes == 40
     buf = torch.zeros(5, rec.nbytes, dtype=torch.uint8)
     v = rec.views(buf)
@@ -34,8 +40,12 @@ def test_swapping_rows_copies_bits_exactly():
 
 
 def test_the_grid_leaves_room_for_the_windows_of_the_first_cells():
-    for cfg in (EnvConfig(), EnvConfig(grid_height=64, grid_width=64, obs_radius=6, num_obstacles=4, num_uavs=2,
-                                       launch_size=2, state_pool=4)):
+    for cfg in (
+        EnvConfig(),
+        EnvConfig(
+            grid_height=64, grid_width=64, obs_radius=6, num_obstacles=4, num_uavs=2, launch_size=2, state_pool=4
+        ),
+    ):
         lay = Layout(cfg, torch.device("cpu"))
         assert lay.grid_offset >= lay.origin_shift and lay.record.nbytes % 8 == 0
         # map cell (0, 0) and (H-1, W-1): their windows lie inside the row

@@ -27,7 +27,8 @@ Seeding: ``reset(seed=s)`` restarts the episode stream of ``(seed=s, env_index)`
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -53,8 +54,14 @@ class CoverageReferenceEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
 
-    def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None, seed: int = 0, env_index: int = 0,
-                 render_mode: str | None = None, cell_px: int = 8):
+    def __init__(
+        self,
+        config: EnvConfig | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        env_index: int = 0,
+        render_mode: str | None = None,
+        cell_px: int = 8,
+    ):
         cfg = self.config = as_config(config)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -87,8 +94,12 @@ class CoverageReferenceEnv(gym.Env):
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
         obs, reward, terminated, truncated, ref_info = self._ref.step(action)  # the reference checks the actions
-        info = {"uav_rewards": reward, "coverage": ref_info["coverage"], "collisions": ref_info["collisions"],
-                "near_misses": ref_info["near_misses"]}
+        info = {
+            "uav_rewards": reward,
+            "coverage": ref_info["coverage"],
+            "collisions": ref_info["collisions"],
+            "near_misses": ref_info["near_misses"],
+        }
         if terminated or truncated:
             self._done = True
             info.update({k: v for k, v in ref_info.items() if k.startswith("episode_")})

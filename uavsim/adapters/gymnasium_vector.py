@@ -32,7 +32,8 @@ True; ``reset()`` starts the next episode everywhere.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -97,17 +98,32 @@ class CoverageVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"], "render_fps": 8}
 
-    def __init__(self, num_envs: int = 1, config: EnvConfig | Mapping[str, Any] | None = None, seed: int = 0,
-                 device: Any = "cpu", output: str = "torch", check_action_range: bool = True,
-                 reset_mode: str | None = None, first_env_index: int = 0, render_mode: str | None = None,
-                 cell_px: int = 4, render_envs: int = 16):
+    def __init__(
+        self,
+        num_envs: int = 1,
+        config: EnvConfig | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        device: Any = "cpu",
+        output: str = "torch",
+        check_action_range: bool = True,
+        reset_mode: str | None = None,
+        first_env_index: int = 0,
+        render_mode: str | None = None,
+        cell_px: int = 4,
+        render_envs: int = 16,
+    ):
         cfg = self.config = as_config(config)
         if output not in ("torch", "numpy"):
             raise ValueError(f"output must be 'torch' or 'numpy', got {output!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self._env_kwargs = dict(num_envs=num_envs, device=device, first_env_index=first_env_index,
-                                check_action_range=check_action_range, reset_mode=reset_mode)
+        self._env_kwargs = dict(
+            num_envs=num_envs,
+            device=device,
+            first_env_index=first_env_index,
+            check_action_range=check_action_range,
+            reset_mode=reset_mode,
+        )
         self.swarm = UAVSwarmEnv(cfg, seed=seed, **self._env_kwargs)  # checks num_envs, seed, device, ...
         self.num_envs, self.device, self.output = num_envs, self.swarm.device, output
         if isinstance(render_envs, bool) or not isinstance(render_envs, int) or render_envs < 1:
@@ -123,16 +139,19 @@ class CoverageVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         if options is not None and not isinstance(options, Mapping):
-            raise TypeError(f"options must be None or a dict such as {{'reset_mask': mask}}, "
-                            f"got {type(options).__name__}")
+            raise TypeError(
+                f"options must be None or a dict such as {{'reset_mask': mask}}, got {type(options).__name__}"
+            )
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if options:
             raise ValueError(f"unknown reset option(s) {sorted(options)}; the only option is 'reset_mask'")
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-                raise TypeError(f"seed must be one int (environment i plays stream (seed, first_env_index + i)), "
-                                f"got {type(seed).__name__}")
+                raise TypeError(
+                    f"seed must be one int (environment i plays stream (seed, first_env_index + i)), "
+                    f"got {type(seed).__name__}"
+                )
             if mask is not None:
                 raise ValueError("reset with a seed restarts every environment: do not pass options['reset_mask']")
             self.swarm = UAVSwarmEnv(self.config, seed=int(seed), **self._env_kwargs)
@@ -149,19 +168,39 @@ class CoverageVectorEnv(VectorEnv):
         obs, reward, terminated, truncated, info = self.swarm.step(actions)
         done = terminated | truncated
         everywhere = torch.ones_like(done)
-        step_info = {"uav_rewards": reward, "coverage": info["coverage"], "collisions": info["collisions"],
-                     "near_misses": info["near_misses"]}
-        episode = {"r": info["episode_return"], "l": info["episode_length"], "coverage": info["episode_coverage"],
-                   "collisions": info["episode_collisions"], "near_misses": info["episode_near_misses"]}
+        step_info = {
+            "uav_rewards": reward,
+            "coverage": info["coverage"],
+            "collisions": info["collisions"],
+            "near_misses": info["near_misses"],
+        }
+        episode = {
+            "r": info["episode_return"],
+            "l": info["episode_length"],
+            "coverage": info["episode_coverage"],
+            "collisions": info["episode_collisions"],
+            "near_misses": info["episode_near_misses"],
+        }
         infos: dict[str, Any] = {}
         for key, value in step_info.items():
             infos[key], infos[f"_{key}"] = value, everywhere
         final_info = {**step_info, **{f"episode_{k}": v for k, v in episode.items()}}
         final_info.update({f"_{k}": done for k in list(final_info)})
-        infos.update(final_obs=info["final_obs"], _final_obs=done, final_info=final_info, _final_info=done,
-                     episode=episode, _episode=done)
-        return (self._out(obs), self._out(reward.mean(1)), self._out(terminated), self._out(truncated),
-                self._out(infos))
+        infos.update(
+            final_obs=info["final_obs"],
+            _final_obs=done,
+            final_info=final_info,
+            _final_info=done,
+            episode=episode,
+            _episode=done,
+        )
+        return (
+            self._out(obs),
+            self._out(reward.mean(1)),
+            self._out(terminated),
+            self._out(truncated),
+            self._out(infos),
+        )
 
     def render(self) -> np.ndarray | None:
         if self.render_mode is None:

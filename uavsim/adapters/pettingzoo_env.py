@@ -14,7 +14,8 @@ Needs the ``peers`` extra (``pettingzoo``); no torch.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -37,11 +38,16 @@ class CoverageParallelEnv(ParallelEnv):
         cell_px: pixels per grid cell in rendered images.
     """
 
-    metadata = {"name": "uavsim_coverage_v0", "render_modes": ["rgb_array"], "render_fps": 8,
-                "is_parallelizable": True}
+    metadata = {"name": "uavsim_coverage_v0", "render_modes": ["rgb_array"], "render_fps": 8, "is_parallelizable": True}
 
-    def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None, seed: int = 0, env_index: int = 0,
-                 render_mode: str | None = None, cell_px: int = 8):
+    def __init__(
+        self,
+        config: EnvConfig | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        env_index: int = 0,
+        render_mode: str | None = None,
+        cell_px: int = 8,
+    ):
         cfg = self.config = as_config(config)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
@@ -85,8 +91,10 @@ class CoverageParallelEnv(ParallelEnv):
         missing = [a for a in self.agents if a not in actions]
         unknown = sorted(set(actions) - set(self.agents))
         if missing or unknown:
-            raise ValueError(f"actions must hold exactly the live agents {self.agents}: "
-                             f"missing {missing}, unknown or finished {unknown}")
+            raise ValueError(
+                f"actions must hold exactly the live agents {self.agents}: "
+                f"missing {missing}, unknown or finished {unknown}"
+            )
         for agent in self.agents:
             if np.ndim(actions[agent]) != 0:
                 raise ValueError(f"the action of {agent} must be one integer, got shape {np.shape(actions[agent])}")
@@ -96,10 +104,22 @@ class CoverageParallelEnv(ParallelEnv):
         obs, reward, terminated, truncated, info = self._ref.step(joint)  # the reference checks dtype and range
         ended = terminated or truncated
         episode = {k: v for k, v in info.items() if k.startswith("episode_")} if ended else {}
-        infos = {agent: {"coverage": info["coverage"], "collision": bool(info["collisions"][i]),
-                         "near_miss": bool(info["near_misses"][i]), **episode} for agent, i in self._index.items()}
-        out = (self._split(obs), {agent: float(reward[i]) for agent, i in self._index.items()},
-               dict.fromkeys(self.possible_agents, terminated), dict.fromkeys(self.possible_agents, truncated), infos)
+        infos = {
+            agent: {
+                "coverage": info["coverage"],
+                "collision": bool(info["collisions"][i]),
+                "near_miss": bool(info["near_misses"][i]),
+                **episode,
+            }
+            for agent, i in self._index.items()
+        }
+        out = (
+            self._split(obs),
+            {agent: float(reward[i]) for agent, i in self._index.items()},
+            dict.fromkeys(self.possible_agents, terminated),
+            dict.fromkeys(self.possible_agents, truncated),
+            infos,
+        )
         if ended:
             self.agents = []
         return out

@@ -8,7 +8,8 @@ NumPy and Gymnasium only: the single-environment adapters import this without to
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -35,7 +35,8 @@ never produces a bad action, so trainers pass False.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -59,12 +60,24 @@ class UAVTorchRLEnv(EnvBase):
         seed, device, first_env_index, check_action_range, reset_mode: as `UAVSwarmEnv`.
     """
 
-    def __init__(self, num_envs: int = 1, config: EnvConfig | Mapping[str, Any] | None = None, seed: int = 0,
-                 device: Any = "cpu", first_env_index: int = 0, check_action_range: bool = True,
-                 reset_mode: str | None = None):
+    def __init__(
+        self,
+        num_envs: int = 1,
+        config: EnvConfig | Mapping[str, Any] | None = None,
+        seed: int = 0,
+        device: Any = "cpu",
+        first_env_index: int = 0,
+        check_action_range: bool = True,
+        reset_mode: str | None = None,
+    ):
         cfg = self.config = as_config(config)
-        self._env_kwargs = dict(num_envs=num_envs, device=device, first_env_index=first_env_index,
-                                check_action_range=check_action_range, reset_mode=reset_mode)
+        self._env_kwargs = dict(
+            num_envs=num_envs,
+            device=device,
+            first_env_index=first_env_index,
+            check_action_range=check_action_range,
+            reset_mode=reset_mode,
+        )
         swarm = UAVSwarmEnv(cfg, seed=seed, **self._env_kwargs)  # checks every argument
         super().__init__(device=swarm.device, batch_size=torch.Size([num_envs]))
         self.swarm, self.num_envs, self.num_uavs = swarm, num_envs, cfg.num_uavs
@@ -80,17 +93,24 @@ class UAVTorchRLEnv(EnvBase):
 
         self.observation_spec = Composite(
             agents=Composite(observation=Unbounded((b, n, cfg.local_obs_dim), device=dev), shape=(b, n)),
-            state=Unbounded((b, cfg.state_dim), device=dev), shape=(b,), device=dev)
+            state=Unbounded((b, cfg.state_dim), device=dev),
+            shape=(b,),
+            device=dev,
+        )
         self.action_spec = Composite(
             agents=Composite(action=Categorical(cfg.num_actions, (b, n), device=dev), shape=(b, n)),
-            shape=(b,), device=dev)
+            shape=(b,),
+            device=dev,
+        )
         self.reward_spec = Composite(
-            agents=Composite(reward=Unbounded((b, n, 1), device=dev), shape=(b, n)), shape=(b,), device=dev)
+            agents=Composite(reward=Unbounded((b, n, 1), device=dev), shape=(b, n)), shape=(b,), device=dev
+        )
         self.done_spec = Composite(**dones(b), agents=Composite(**dones(b, n), shape=(b, n)), shape=(b,), device=dev)
 
     # -- the two TorchRL hooks -----------------------------------------------------------------------
-    def _output(self, obs: dict[str, torch.Tensor], flags: dict[str, torch.Tensor],
-                reward: torch.Tensor | None = None) -> TensorDict:
+    def _output(
+        self, obs: dict[str, torch.Tensor], flags: dict[str, torch.Tensor], reward: torch.Tensor | None = None
+    ) -> TensorDict:
         b, n = self.num_envs, self.num_uavs
         agents = {"observation": obs["local"]}
         if reward is not None:
@@ -105,17 +125,20 @@ class UAVTorchRLEnv(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         partial = tensordict.get("_step", None)
         if partial is not None and not bool(partial.all()):
-            raise ValueError("UAVTorchRLEnv steps every environment at once: partial steps ('_step', as in "
-                             "rollout(break_when_all_done=True)) are not supported")
+            raise ValueError(
+                "UAVTorchRLEnv steps every environment at once: partial steps ('_step', as in "
+                "rollout(break_when_all_done=True)) are not supported"
+            )
         actions = tensordict.get(("agents", "action"), None)
         if actions is None:
-            raise KeyError("UAVTorchRLEnv.step needs the actions at ('agents', 'action'), "
-                           f"shape ({self.num_envs}, {self.num_uavs}) int64")
+            raise KeyError(
+                "UAVTorchRLEnv.step needs the actions at ('agents', 'action'), "
+                f"shape ({self.num_envs}, {self.num_uavs}) int64"
+            )
         obs, reward, terminated, truncated, info = self.swarm.step(actions)  # the core env checks the actions
         done = terminated | truncated
         self._obs, self._pending = obs, done.clone()  # TorchRL may write into the dones it is given
-        return self._output(info["final_obs"], {"done": done, "terminated": terminated, "truncated": truncated},
-                            reward)
+        return self._output(info["final_obs"], {"done": done, "terminated": terminated, "truncated": truncated}, reward)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         requested = None if tensordict is None else tensordict.get("_reset", None)
@@ -169,11 +192,13 @@ class UAVTorchRLEnv(EnvBase):
         self._obs = None
         self._pending = torch.zeros_like(self._pending)
 
-    def to(self, device: Any) -> "UAVTorchRLEnv":
+    def to(self, device: Any) -> UAVTorchRLEnv:
         if canonical_device(device) == self.device:  # a clear error for a device that does not exist
             return self
-        raise ValueError(f"UAVTorchRLEnv lives on {self.device}; build it with device={str(device)!r} "
-                         "instead of moving it (the core env's state does not move)")
+        raise ValueError(
+            f"UAVTorchRLEnv lives on {self.device}; build it with device={str(device)!r} "
+            "instead of moving it (the core env's state does not move)"
+        )
 
     # -- rendering -------------------------------------------------------------------------------------
     def render(self, env_index: int = 0, cell_px: int = 8):
