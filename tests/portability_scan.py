@@ -39,6 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.portability_eval import UNKNOWN, WindowsEvaluator, dotted_name
 from tests.portability_names import (
     CATCH_ALL,
     OS_POSIX_ONLY,
@@ -54,14 +55,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("uavsim", "agents", "benchmarks", "tests")
 
 
-class _Unknown:
-    def __repr__(self) -> str:
-        return "UNKNOWN"
-
-
-UNKNOWN = _Unknown()
-
-
 @dataclass(frozen=True)
 class Finding:
     path: str
@@ -73,18 +66,7 @@ class Finding:
         return f"{self.path}:{self.line}: {self.api} ({self.why})"
 
 
-def _dotted(node: ast.AST) -> str | None:
-    """``a.b.c`` for a Name/Attribute chain, else None."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        return ".".join([node.id, *reversed(parts)])
-    return None
-
-
-class _Scanner(ast.NodeVisitor):
+class _Scanner(WindowsEvaluator, ast.NodeVisitor):
     def __init__(self, path: str, tree: ast.Module):
         self.path, self.findings = path, []
         self.modules: dict[str, str] = {}  # local name -> module it names ("_os" -> "os")
@@ -110,125 +92,6 @@ class _Scanner(ast.NodeVisitor):
                     self.constants[name] = value
                 if name == "pytestmark" and self._skips_on_windows(stmt.value):
                     self.guarded += 1
-
-    # ------------------------------------------------------------------ names
-    def _qualified(self, node: ast.AST) -> str | None:
-        """``os.kill`` for ``os.kill`` / ``_os.kill`` / ``kill`` (from os import kill)."""
-        dotted = _dotted(node)
-        if dotted is None:
-            return None
-        head, _, rest = dotted.partition(".")
-        if head in self.imported:
-            return self.imported[head] + (f".{rest}" if rest else "")
-        if head in self.modules:
-            return self.modules[head] + (f".{rest}" if rest else "")
-        return None
-
-    # ------------------------------------------------------------------ evaluation on Windows
-    def on_windows(self, node: ast.AST) -> object:
-        """The value of expression ``node`` on Windows, or UNKNOWN."""
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, (ast.Tuple, ast.List)):
-            items = tuple(self.on_windows(e) for e in node.elts)
-            return UNKNOWN if any(i is UNKNOWN for i in items) else items
-        if isinstance(node, ast.Name) and node.id not in self.modules and node.id not in self.imported:
-            return self.constants.get(node.id, UNKNOWN)
-        name = self._qualified(node)
-        if name == "sys.platform":
-            return "win32"
-        if name == "os.name":
-            return "nt"
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            value = self.on_windows(node.operand)
-            return UNKNOWN if value is UNKNOWN else not value
-        if isinstance(node, ast.BoolOp):
-            return self._bool_op(node)
-        if isinstance(node, ast.Compare):
-            return self._compare(node)
-        if isinstance(node, ast.Subscript):
-            value, index = self.on_windows(node.value), self.on_windows(node.slice)
-            try:
-                return UNKNOWN if UNKNOWN in (value, index) else value[index]
-            except (TypeError, IndexError, KeyError):
-                return UNKNOWN
-        if isinstance(node, ast.Call):
-            return self._call(node)
-        return UNKNOWN
-
-    def _bool_op(self, node: ast.BoolOp) -> object:
-        stop = isinstance(node.op, ast.Or)  # the value that decides an `or` (an `and`: False)
-        unknown = False
-        for value in node.values:
-            v = self.on_windows(value)
-            if v is UNKNOWN:
-                unknown = True
-            elif bool(v) is stop:
-                return v
-        return UNKNOWN if unknown else (not stop)
-
-    def _compare(self, node: ast.Compare) -> object:
-        left = self.on_windows(node.left)
-        ops = {
-            ast.Eq: lambda a, b: a == b,
-            ast.NotEq: lambda a, b: a != b,
-            ast.In: lambda a, b: a in b,
-            ast.NotIn: lambda a, b: a not in b,
-        }
-        for op, right_node in zip(node.ops, node.comparators):
-            right = self.on_windows(right_node)
-            if left is UNKNOWN or right is UNKNOWN or type(op) not in ops:
-                return UNKNOWN
-            try:
-                if not ops[type(op)](left, right):
-                    return False
-            except TypeError:
-                return UNKNOWN
-            left = right
-        return True
-
-    def _call(self, node: ast.Call) -> object:
-        name = self._qualified(node.func)
-        args = [self.on_windows(a) for a in node.args]
-        if name == "platform.system":
-            return "Windows"
-        if name == "platform.libc_ver":
-            return ("", "")
-        if name in ("os.path.exists", "os.path.isdir", "os.path.isfile") and args and isinstance(args[0], str):
-            return False if args[0].startswith(PSEUDO_FILES) else UNKNOWN
-        if isinstance(node.func, ast.Name) and node.func.id == "hasattr" and len(node.args) == 2:
-            module, attr = self._qualified(node.args[0]), args[1]
-            if module == "os" and isinstance(attr, str):
-                return attr not in OS_POSIX_ONLY
-            if module == "signal" and isinstance(attr, str):
-                return attr in SIGNAL_ON_WINDOWS
-            return UNKNOWN
-        if isinstance(node.func, ast.Attribute) and node.func.attr in ("startswith", "endswith", "lower", "upper"):
-            receiver = self.on_windows(node.func.value)
-            if isinstance(receiver, str) and all(a is not UNKNOWN for a in args):
-                return getattr(receiver, node.func.attr)(*args)
-        return UNKNOWN
-
-    def _names_platform(self, node: ast.AST) -> bool:
-        for sub in ast.walk(node):
-            name = self._qualified(sub) if isinstance(sub, (ast.Attribute, ast.Name)) else None
-            if name in ("sys.platform", "os.name") or (name or "").startswith("platform."):
-                return True
-            if isinstance(sub, ast.Name) and sub.id in self.constants:
-                return True
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "hasattr":
-                return True
-        return False
-
-    def _skips_on_windows(self, node: ast.AST) -> bool:
-        """Whether ``node`` is a pytest mark (or a list of them) that skips on Windows."""
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return any(self._skips_on_windows(e) for e in node.elts)
-        if isinstance(node, ast.Name):
-            return node.id in self.skip_marks
-        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("mark.skipif") and node.args:
-            return self.on_windows(node.args[0]) is True
-        return False
 
     # ------------------------------------------------------------------ findings
     def _report(self, node: ast.AST, api: str, kind: str) -> None:
@@ -312,7 +175,7 @@ class _Scanner(ast.NodeVisitor):
                 caught.add("*")
             for t in handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]:
                 if t is not None:
-                    caught.add((_dotted(t) or "").rsplit(".", 1)[-1])
+                    caught.add((dotted_name(t) or "").rsplit(".", 1)[-1])
         self.catching.append(frozenset(caught))
         self._visit_body(node.body)
         self.catching.pop()
@@ -363,7 +226,7 @@ class _Scanner(ast.NodeVisitor):
         name = self._qualified(node.func)
         first = node.args[0] if node.args else None
         if name == "os.open" and len(node.args) >= 2:
-            flags = {(_dotted(n) or "").rsplit(".", 1)[-1] for n in ast.walk(node.args[1])}
+            flags = {(dotted_name(n) or "").rsplit(".", 1)[-1] for n in ast.walk(node.args[1])}
             if not flags & WRITE_FLAGS:
                 self._report(node, "os.open(..., read-only)", "folder")
         elif (
@@ -376,7 +239,7 @@ class _Scanner(ast.NodeVisitor):
                 and isinstance(first.value, str)
                 and first.value.startswith(PSEUDO_FILES)
             ):
-                self._report(node, f"{_dotted(node.func)}({first.value!r})", "pseudo-file")
+                self._report(node, f"{dotted_name(node.func)}({first.value!r})", "pseudo-file")
         elif name in ("ctypes.CDLL", "ctypes.PyDLL", "ctypes.cdll.LoadLibrary") and first is not None:
             if any(
                 isinstance(c, ast.Constant) and isinstance(c.value, str) and ".so" in c.value for c in ast.walk(first)
@@ -400,7 +263,7 @@ def _leaves(stmt: ast.stmt) -> bool:
     return (
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
-        and (_dotted(stmt.value.func) or "") in ("pytest.skip", "sys.exit", "os._exit")
+        and (dotted_name(stmt.value.func) or "") in ("pytest.skip", "sys.exit", "os._exit")
     )
 
 

@@ -37,6 +37,7 @@ import torch
 from uavsim.config import EnvConfig
 from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the adapters import it from here
 from uavsim.dynamics import Layout, into, newly_covered, observe
+from uavsim.env_checks import check_actions, check_choice, check_mask
 from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
 from uavsim.record import as_words, swap_rows
 from uavsim.rng import MAX_KEY, env_key
@@ -59,11 +60,6 @@ def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
     reductions, cannot change it."""
     out = torch.empty(ep_reward.shape[0], dtype=torch.float32, device=ep_reward.device)
     return torch.div(ep_reward.sum(1, dtype=torch.float64), ep_reward.shape[1], out=out)
-
-
-def _check_choice(name: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 class UAVSwarmEnv:
@@ -116,8 +112,8 @@ class UAVSwarmEnv:
             raise ValueError(f"environment indices must lie in [0, 2**31), got first_env_index={first_env_index}")
         self.device = canonical_device(device)
         reset_mode = "prepared" if reset_mode is None else reset_mode  # on every device (module docstring)
-        _check_choice("reset_mode", reset_mode, RESET_MODES)
-        _check_choice("autoreset_mode", autoreset_mode, AUTORESET_MODES)
+        check_choice("reset_mode", reset_mode, RESET_MODES)
+        check_choice("autoreset_mode", autoreset_mode, AUTORESET_MODES)
         if obs_dtype not in OBS_DTYPES:
             raise TypeError(f"obs_dtype must be one of {OBS_DTYPES}, got {obs_dtype!r}")
         self.reset_mode, self.autoreset_mode, self.obs_dtype = reset_mode, autoreset_mode, obs_dtype
@@ -226,7 +222,7 @@ class UAVSwarmEnv:
             self._set_buffer(self._start(self.num_envs, self._env_key, episode))
             self._pending.zero_()
         else:
-            self._check_mask(mask)
+            check_mask(mask, self.num_envs, self.device)
             if self.reset_mode != "sparse":  # an autoreset since the last rebuild may have used a prepared start
                 self._prepare()
             self._restart(mask, self._buf, self._v)
@@ -254,7 +250,7 @@ class UAVSwarmEnv:
         """
         if self._buf is None:
             raise RuntimeError("call reset() before step()")
-        self._check_actions(actions)
+        check_actions(actions, self.num_envs, self.num_uavs, self.num_actions, self.device, self.check_action_range)
         # torch.compile cannot write a graph input through views of another dtype (the state's
         # fields): compiled, the step works on a copy of the state and writes it back whole.
         buf = self._buf.clone() if torch.compiler.is_compiling() else self._buf
@@ -353,29 +349,6 @@ class UAVSwarmEnv:
             "episode_near_misses": ended["ep_counts"][:, 1],
         }
         return obs, reward, terminated, truncated, info
-
-    # -- input checks ----------------------------------------------------------------------------
-    def _check_actions(self, actions: Any) -> None:
-        expected = (self.num_envs, self.num_uavs)
-        if not isinstance(actions, torch.Tensor):
-            raise TypeError(f"actions must be a torch.Tensor of shape {expected}, got {type(actions).__name__}")
-        if actions.dtype != torch.int64:
-            raise TypeError(f"actions must have dtype torch.int64, got {actions.dtype}")
-        if tuple(actions.shape) != expected:
-            raise ValueError(f"actions must have shape {expected} (num_envs, num_uavs), got {tuple(actions.shape)}")
-        if actions.device != self.device:
-            raise ValueError(f"actions must be on {self.device}, got {actions.device}")
-        if self.check_action_range and bool(((actions < 0) | (actions >= self.num_actions)).any()):
-            bad = actions[(actions < 0) | (actions >= self.num_actions)]
-            raise ValueError(f"actions must be in [0, {self.num_actions}), got values {bad.unique()[:8].tolist()}")
-
-    def _check_mask(self, mask: Any) -> None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a torch.bool tensor of shape ({self.num_envs},), got {mask!r:.80}")
-        if tuple(mask.shape) != (self.num_envs,):
-            raise ValueError(f"mask must have shape ({self.num_envs},), got {tuple(mask.shape)}")
-        if mask.device != self.device:
-            raise ValueError(f"mask must be on {self.device}, got {mask.device}")
 
     # -- state, checkpointing and rendering ---------------------------------------------------------
     @property
