@@ -51,6 +51,7 @@ from benchmarks.common import (
     sync,
     write_results,
 )
+from benchmarks.env_throughput_report import plot, table
 from uavsim import EnvConfig
 from uavsim.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
@@ -293,77 +294,6 @@ def add_ratios(rows: list[dict[str, Any]], model_bytes: dict[str, float]) -> Non
             r["bandwidth_fraction"] = achieved / peak
 
 
-def table(payload: dict[str, Any]) -> str:
-    m = payload["machine"]
-    lines = [
-        f"# Environment throughput ({'quick' if payload['quick'] else 'full'})",
-        "",
-        f"CPU: {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}, "
-        f"torch threads {payload['threads']})"
-        + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU")
-        + f"; torch {m['torch']}; {m['date']}",
-        "",
-        "| backend | envs | env-steps/s | UAV-steps/s | x reference loop | x VMAS (CPU) | peak RSS MiB | CUDA MiB "
-        "| BW fraction |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in payload["results"]:
-        if "error" in r:
-            lines.append(f"| {r['backend']} | {r['num_envs']} | failed: {r['error'][:60]} | | | | | | |")
-            continue
-        fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
-        lines.append(
-            f"| {r['backend']} | {r['num_envs']} | {fmt_rate(r['env_steps_per_s'])} "
-            f"| {fmt_rate(r['uav_steps_per_s'])} | {fmt(r.get('speedup_vs_reference_loop'))} "
-            f"| {fmt(r.get('speedup_vs_vmas_cpu'))} | {fmt(r.get('peak_rss_mib'))} "
-            f"| {fmt(r.get('cuda_max_allocated_mib'))} | {fmt(r.get('bandwidth_fraction'), '{:.2f}')} |"
-        )
-    model = ", ".join(f"{b / 1024:.1f} KiB ({name})" for name, b in payload["bytes_per_env_step_model"].items())
-    lines += [
-        "",
-        f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
-        f"whole; {MODEL_ENVS} envs): {model}. The bandwidth fraction of a GPU row divides by its variant's. "
-        f"Batched envs start at staggered steps of their first episode, so that about B / {EPISODE_LENGTH} "
-        "of them end in every step.",
-        f"reference-loop rows of more than {REFERENCE_LOOP_MAX} envs step {REFERENCE_LOOP_MAX} of them in turn "
-        "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
-        "point, after freed memory was returned to the system.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def plot(payload: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    backends = dict.fromkeys(r["backend"] for r in payload["results"] if "error" not in r)
-    for name in backends:
-        pts = sorted(
-            (r["num_envs"], r["env_steps_per_s"])
-            for r in payload["results"]
-            if r["backend"] == name and "error" not in r
-        )
-        xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="o", linestyle="-" if len(xs) > 1 else "none", label=name)
-    m = payload["machine"]
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="parallel environments",
-        ylabel="env-steps / s",
-        title=f"uavsim throughput — {m.get('gpu', m['cpu'])}"[:90],
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and short runs (CI smoke)")
@@ -398,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     return write_results(
         "env_throughput",
         payload,
-        table(payload),
+        table(payload, model_envs=MODEL_ENVS, episode_length=EPISODE_LENGTH, reference_loop_max=REFERENCE_LOOP_MAX),
         lambda p: plot(payload, p),
         args.out_dir,
         subset=args.backends is not None,
