@@ -45,7 +45,7 @@ def test_storage_rejects_a_non_float_observation_dtype(make_config):
         Storage.allocate(4, learner.env, torch.int8)
 
 
-def test_frame_rows_take_every_agent_of_each_step():
+def test_step_rows_take_every_agent_of_each_step():
     rows = step_rows(torch.tensor([2, 0]), 3)
     assert rows.tolist() == [6, 7, 8, 0, 1, 2]
 
