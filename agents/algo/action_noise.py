@@ -29,10 +29,18 @@ def _stream_key(seed: int) -> int:
 
 
 class ActionNoise:
-    """Uniform numbers `[B, N]` float32 in (0, 1) for the actions of `B` environments (global
-    indices `env_index [B]` int64) with `N` agents, one draw per call of `uniform()`.
+    """Uniform numbers `[B, N]` float32 in (0, 1) for the actions of `B` environments, one draw per
+    call of `uniform()`. `step` (0-dim int64 on the device) counts the calls; it is the whole state.
 
-    `step` (0-dim int64 on the device) counts the calls; it is the whole state (`state_dict`)."""
+    Args:
+        seed: the run's seed, an int in [0, 2**31).
+        env_index: `[B]` int64 global indices of the environments (on the device the draws live on).
+        num_agents: `N`, agents per environment.
+
+    Raises:
+        ValueError: `seed` out of range.
+        TypeError: `env_index` not a 1-D int64 tensor.
+    """
 
     def __init__(self, seed: int, env_index: torch.Tensor, num_agents: int):
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_KEY:

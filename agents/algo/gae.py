@@ -26,11 +26,19 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(advantages, returns)`, both like `rewards`.
+    """Advantages and returns of one rollout (the recursion of the module docstring).
 
-    rewards, values, next_values: [T, B, ...] float32 (per agent: [T, B, N]);
-    terminated, truncated: [T, B] bool, broadcast over trailing agent dims.
-    returns = advantages + values (the critic's target).
+    Args:
+        rewards: `[T, B, ...]` float32 (per agent: `[T, B, N]`).
+        values: like `rewards`, V(obs_t).
+        next_values: like `rewards`, V(final obs after step t), before any reset.
+        terminated: `[T, B]` bool, broadcast over trailing agent dims.
+        truncated: `[T, B]` bool, likewise.
+        gamma: the discount.
+        gae_lambda: GAE's lambda.
+
+    Returns:
+        `(advantages, returns)`, both like `rewards`; returns = advantages + values (the critic's target).
     """
     extra = rewards.dim() - terminated.dim()
     shape = terminated.shape + (1,) * extra

@@ -2,11 +2,11 @@
 
 The global state's pooled map (blocked and covered fractions of `P x P` blocks) is in absolute
 coordinates; a UAV far from every uncovered cell would have to learn, from its two position
-scalars, where the map's uncovered blocks lie relative to itself. Measured: without help, a few
-percent of episodes stall with the last cells out of every UAV's window. So each UAV also gets an
-egocentric heading, computed from the same state: the offset to the centre of the nearest block
-that still holds uncovered free cells (straight-line distance, obstacles ignored: the local window
-handles those), and that distance.
+scalars, where the map's uncovered blocks lie relative to itself (without help some episodes
+stall: docs/performance.md, "Design choices, measured"). So each UAV also gets an egocentric
+heading, computed from the same state: the offset to the centre of the nearest block that still
+holds uncovered free cells (straight-line distance, obstacles ignored: the local window handles
+those), and that distance.
 
     heading [F, N, 3] = (d_row / (H - 1), d_col / (W - 1), distance / diagonal); zeros when the map
     has no uncovered block left.
@@ -25,23 +25,19 @@ HEADING_DIM = 3
 
 
 class MapHeading(nn.Module):
-    """`forward(state [F, S]) -> heading [F, N, 3]` float32. Buffers only (no parameters, nothing
-    in the state dict).
-
-    A UAV stands on a whole cell and a block's centre is the mean of whole rows and columns, so
-    twice an offset is a whole number: squared distances come, exact, from two small integer
-    tables (`[H, P]` rows, `[W, P]` columns) summed by broadcasting, in int16 where they fit. That
-    is one `[F, N, P^2]` int16 tensor written and read per step, where float offsets built
-    `[F, N, P^2, 2]` float32 temporaries (10 kernels, 50 KiB per environment-step of the policy's
-    99 on the default task, counted by `benchmarks.step_cost`). Ties go to the lowest block index.
-    The tables are kept as int32 buffers and cast per step (two tiny kernels): DDP broadcasts every
-    buffer at wrap time, and neither gloo nor NCCL takes int16.
-    """
+    """`forward(state [F, S]) -> heading [F, N, 3]` float32 for the task `env_cfg`; ties go to the
+    lowest block index. Buffers only (no parameters, nothing in the state dict)."""
 
     def __init__(self, env_cfg: EnvConfig):
         super().__init__()
         h, w, p = env_cfg.grid_height, env_cfg.grid_width, env_cfg.state_pool
         self.num_uavs, self.pool = env_cfg.num_uavs, p
+        # A UAV stands on a whole cell and a block's centre is the mean of whole rows and columns, so
+        # twice an offset is a whole number: squared distances come, exact, from two small integer
+        # tables summed by broadcasting, in int16 where they fit (one [F, N, P^2] int16 tensor per
+        # step instead of float offsets: docs/performance.md, "Design choices, measured"). The
+        # tables are int32 buffers cast per step: DDP broadcasts every buffer, and neither gloo nor
+        # NCCL takes int16.
         # Cell r belongs to block r * P // H (as in the env): count cells and average coordinates.
         row_count, row_centre = _block_centres(h, p)
         col_count, col_centre = _block_centres(w, p)

@@ -41,9 +41,18 @@ DEMO_FIRST_ENV = 2**30  # global env index of rank 0's first demonstration envir
 
 
 class Demonstrations:
-    """The planner's moves and what the actor saw, in buffers allocated once for `capacity` frames
-    (one environment's step; every round writes into them: no copy that doubles the peak memory).
-    Rows of `local`, `heading`, `actions` index (frame, UAV); rows of `shared_map` index frames."""
+    """The planner's moves and what the actor saw, in buffers allocated once (every round writes into
+    them: no copy that doubles the peak memory). Rows of `local`, `heading`, `actions` index
+    (frame, UAV); rows of `shared_map` index frames.
+
+    Args:
+        capacity: frames (one environment's step each) the buffers hold.
+        num_agents: `N`, UAVs per frame.
+        local_dim: `L`, the local observation's width.
+        map_dim: the shared map's width (0: a local actor; no `heading` or `shared_map`).
+        obs_dtype: the observations' dtype (the AMP dtype under AMP).
+        device: where the buffers live.
+    """
 
     def __init__(
         self, capacity: int, num_agents: int, local_dim: int, map_dim: int, obs_dtype: torch.dtype, device: torch.device
@@ -62,8 +71,17 @@ class Demonstrations:
         heading: torch.Tensor | None = None,
         shared_map: torch.Tensor | None = None,
     ) -> None:
-        """One step of `B` environments: `local [B, N, L]`, `actions [B, N]`, `heading [B, N, 3]`
-        and `shared_map [B, map_dim]` (shared-map actors)."""
+        """Append one step of `B` environments.
+
+        Args:
+            local: `[B, N, L]` local observations.
+            actions: `[B, N]` the planner's moves.
+            heading: `[B, N, 3]` float32 headings (shared-map actors only).
+            shared_map: `[B, map_dim]` the state's pooled map (shared-map actors only).
+
+        Raises:
+            ValueError: the step does not fit in the buffers.
+        """
         f, b, n = self.num_frames, actions.shape[0], self.num_agents
         if f + b > self.actions.shape[0] // n:
             raise ValueError(f"these demonstrations hold {self.actions.shape[0] // n} frames; {f + b} do not fit")
@@ -76,15 +94,19 @@ class Demonstrations:
 
 
 def demo_env_shape(env_steps: int, max_steps: int, num_envs: int) -> tuple[int, int]:
-    """`(environments, steps each)` for `env_steps` demonstration steps: as many environments as
-    the training env but no more than leave each `max_steps` steps (whole episodes, not only their
-    starts, on a GPU's thousands of environments)."""
+    """`(environments, steps each)` for `env_steps` demonstration steps: up to `num_envs`
+    environments (the training env's), but few enough that each plays at least `max_steps` steps
+    (whole episodes, not only their starts, on a GPU's thousands of environments)."""
     envs = max(1, min(num_envs, env_steps // max_steps))
     return envs, math.ceil(env_steps / envs)
 
 
 def make_teacher(name: Teacher, env: UAVSwarmEnv, seed: int):
-    """The planner that `imitation.teacher` names, with its tie-breaks drawn from `seed`."""
+    """The planner that `imitation.teacher` names, playing `env`, with its tie-breaks drawn from `seed`.
+
+    Raises:
+        ValueError: `name` is neither greedy nor coordinated.
+    """
     if name not in (Teacher.greedy, Teacher.coordinated):
         raise ValueError(f"imitation.teacher must be greedy or coordinated to imitate, got {name!r}")
     return make_scripted(Teacher(name).value, env, planner_seed=seed)
@@ -101,10 +123,20 @@ def collect_demonstrations(
     progress: bool = False,
     noise: ActionNoise | None = None,
 ) -> None:
-    """`steps` steps of `teacher(env) -> actions [B, N]` on fresh episodes of `env`, with the
-    actor's inputs, written `into` the demonstrations. With `noise`, the actor moves (sampling
-    with it) and the teacher only says what it would do in the actor's states (DAgger): the
-    states a cloned actor strays into."""
+    """Play `steps` steps of fresh episodes of `env` and write the teacher's moves, with the actor's
+    inputs, `into` the demonstrations.
+
+    Args:
+        actor: the actor whose inputs are recorded (and who moves, with `noise`).
+        env: the demonstration environments.
+        teacher: `teacher(env) -> actions [B, N]`, the planner.
+        steps: steps to play.
+        autocast: the networks' autocast factory.
+        into: the demonstrations to append to.
+        progress: show a progress bar.
+        noise: with it the actor moves, sampling with it, and the teacher only labels the states the
+            actor reaches (DAgger); without it the teacher moves.
+    """
     obs = env.reset()
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     for _ in tqdm(
@@ -136,10 +168,25 @@ def clone(
     sync_gradients=None,
     progress: bool = False,
 ) -> dict[str, float]:
-    """Fit `actor` to `demos` by cross-entropy: `epochs` passes in minibatches of
-    `minibatch_steps` frames (all their UAVs), Adam at `lr`. Returns the last epoch's mean loss
-    and accuracy (the planner's move is the actor's most likely one). `sync_gradients`: the
-    ranks' gradient average (torchrun), so that every replica takes the same steps."""
+    """Fit `actor` to `demos` by cross-entropy, with Adam.
+
+    Args:
+        actor: the actor to fit, in place.
+        demos: the demonstrations.
+        epochs: passes over `demos`.
+        lr: Adam's learning rate.
+        minibatch_steps: frames per minibatch (all their UAVs).
+        generator: draws the minibatches' order.
+        autocast: the networks' autocast factory.
+        sync_gradients: the ranks' gradient average (torchrun), so that every replica takes the same steps.
+        progress: show a progress bar.
+
+    Returns:
+        `{"loss", "accuracy"}` of the last epoch (accuracy: the planner's move is the actor's most likely).
+
+    Raises:
+        ValueError: the loss is not finite.
+    """
     n, frames = demos.num_agents, demos.num_frames
     device = demos.actions.device
     mb = min(minibatch_steps, frames)
@@ -183,8 +230,18 @@ def clone(
 
 
 def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
-    """Clone `learner.cfg.imitation.teacher` into `learner.actor` before the first iteration.
-    Returns the cloning's last loss and accuracy, and the seconds the phase took."""
+    """Clone `learner.cfg.imitation.teacher` into `learner.actor` (and its `clone`) before the first iteration.
+
+    Args:
+        learner: the freshly built learner.
+        progress: show progress bars.
+
+    Returns:
+        `{"loss", "accuracy", "seconds"}`: the cloning's last loss and accuracy, and the phase's duration.
+
+    Raises:
+        ValueError: a recurrent actor, or a non-finite cloning loss.
+    """
     cfg, replicas = learner.cfg, learner.replicas
     ic = cfg.imitation
     if learner.actor.recurrent:

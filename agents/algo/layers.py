@@ -37,25 +37,18 @@ FIRST_ACTIVATIONS = {Activation.tanh: nn.Tanh, Activation.relu: nn.ReLU}
 
 class SplitInputLinear(nn.Module):
     """A linear layer over the concatenation `[part_0, ..., part_k, one_hot(agent)]`, computed as a
-    sum of per-part products without building the concatenation. The one-hot product is a row
-    lookup, and a part can be given once per environment and shared by that environment's agents
-    (`repeat`), which saves the critic most of its global-state product in the rollout.
+    sum of per-part products without building the concatenation. A part can be given once per
+    environment and shared by its agents (`repeats`). The weight is one `[out, sum(dims) + num_agents]`
+    matrix, initialised as the equivalent `nn.Linear` (orthogonal over the whole input).
 
-    The products accumulate in one `[M, out]` tensor, in a fixed order whatever the mode (so the
-    rollout and the update compute the same numbers): the shared parts' product (with the bias)
-    copied to its rows, then the narrow per-row parts' (the heading, the agent id), then the first
-    per-row part's (the local observation), each GEMM adding the tensor so far into its output. With
-    `relu` the layer returns the ReLU of that sum.
+    `form` (`Form`, set where the network is built) says how no-grad calls compute it: `chain`,
+    `epilogue` (the same numbers) or `fused` (compiled callers; differs from `chain` by rounding).
 
-    `form` (`Form`, set where the network is built; used only where gradients are off): `epilogue`
-    accumulates the GEMMs in place and applies the ReLU in the last one's epilogue
-    (`torch._addmm_activation`: autograd has no derivative for it, vmap no rule for in-place GEMMs),
-    the same numbers; `fused` computes one product, then every other term and the activation in one
-    pointwise pass (`_pointwise_tail`), which inductor makes one kernel; its numbers differ from the
-    chain's by rounding. docs/performance.md measures both.
-
-    The weight is one `[out, sum(dims) + num_agents]` matrix, initialised exactly as the equivalent
-    `nn.Linear` would be (orthogonal over the full concatenated input).
+    Args:
+        dims: the parts' widths, in order.
+        num_agents: the agent id's one-hot width (0: no agent id).
+        out_dim: the output width.
+        generator: the initialisation's random generator (None: torch's default).
     """
 
     def __init__(self, dims: list[int], num_agents: int, out_dim: int, generator: torch.Generator | None):
@@ -68,11 +61,28 @@ class SplitInputLinear(nn.Module):
     def forward(
         self, parts: list[torch.Tensor], agent: torch.Tensor, repeats: list[int], relu: bool = False
     ) -> torch.Tensor:
+        """The layer's output for `M` rows.
+
+        Args:
+            parts: per part, `[M / r, d]` with `r` its entry of `repeats` and `d` of `dims`.
+            agent: `[M]` int64 agent ids (ignored when `num_agents` is 0).
+            repeats: per part, how many consecutive rows share one of its rows (1: one row each).
+            relu: return the ReLU of the sum.
+
+        Returns:
+            `[M, out]` in the compute dtype (autocast's, or the weight's).
+        """
+        # The products accumulate in one [M, out] tensor in a fixed order whatever the form (so the
+        # rollout and the update compute the same numbers): the shared parts' product (with the
+        # bias) copied to its rows, then the narrow per-row parts' (the heading, the agent id), then
+        # the first per-row part's (the local observation), each GEMM adding the sum so far.
         w, bias = self.linear.weight, self.linear.bias
         # Cast explicitly (autocast would, for `linear` and `addmm`, but has no rule for `_addmm_activation`).
         dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
         w, bias = w.to(dtype), bias.to(dtype)
         form = Form.chain if torch.is_grad_enabled() else self.form
+        # epilogue and fused: GEMMs accumulate in place and the last applies the ReLU in its epilogue
+        # (torch._addmm_activation: autograd has no derivative for it, vmap no rule for in-place GEMMs)
         in_place = form != Form.chain
         per_row, shared, narrow, narrow_w, col = [], [], [], [], 0
         for x, d, r in zip(parts, self.dims, repeats):
@@ -88,7 +98,7 @@ class SplitInputLinear(nn.Module):
             return self._pointwise_tail(per_row[0], shared, narrow, narrow_w, agent, w[:, col:], bias, dtype, relu)
         if self.num_agents:
             # A one-hot product rather than a row lookup `w[:, col:].t()[agent]`: the lookup's
-            # backward is a serial index_put on the CPU, measured at a quarter of the update.
+            # backward is a serial index_put on the CPU (docs/performance.md, "Design choices, measured").
             # A comparison, not F.one_hot: that checks the ids' range by reading them back to the
             # host (a sync per call, and a graph break under torch.compile).
             narrow.append(agent[:, None] == self.agent_ids)
@@ -196,18 +206,14 @@ class MLP(nn.Module):
 
 
 class GRU(nn.Module):
-    """One GRU layer, shared by all UAVs: `forward(x [C, R, E], hidden [R, H] float32, starts [C, R]
-    bool | None) -> (outputs [C, R, H] float32, last hidden [R, H] float32)` over `C` steps of `R`
-    independent sequences; where `starts[c]` (c >= 1) is True, an episode began at step c and the
-    hidden state is zeroed before it (`starts[0]` is not read: a sequence's first hidden state comes
-    zeroed already where it should be).
+    """One GRU layer, shared by all UAVs, over `C` steps of `R` independent sequences. Its parameters
+    are an `nn.GRUCell`'s (same names, shapes and gate order r, z, n); orthogonal weights per gate,
+    zero biases (as rMAPPO).
 
-    The parameters are an `nn.GRUCell`'s (same names, shapes and gate order r, z, n), but the step is
-    written out rather than calling the cell: the input product of all `C` steps is one matmul (the
-    cell would do `C` small ones), and the gates and the hidden state stay float32 under autocast
-    (the cell would round the state to bf16 at every step, and the stored state must be exactly
-    what the next step saw). `nn.GRU` does not fit either: it cannot zero the state mid-sequence
-    where one sample's episode ends. Orthogonal weights per gate, zero biases (as rMAPPO).
+    Args:
+        input_size: `E`, the input width.
+        hidden_size: `H`, the hidden state's width.
+        generator: the initialisation's random generator (None: torch's default).
     """
 
     def __init__(self, input_size: int, hidden_size: int, generator: torch.Generator | None = None):
@@ -224,6 +230,21 @@ class GRU(nn.Module):
     def forward(
         self, x: torch.Tensor, hidden: torch.Tensor, starts: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the `C` steps.
+
+        Args:
+            x: `[C, R, E]` inputs, step-major.
+            hidden: `[R, H]` float32, the state before the first step.
+            starts: `[C, R]` bool | None; where `starts[c]` (c >= 1) is True an episode began at step
+                c and the state is zeroed before it (`starts[0]` is not read: the given state is).
+
+        Returns:
+            `(outputs [C, R, H] float32, last hidden [R, H] float32)`.
+        """
+        # The step is written out rather than calling the cell: the input product of all C steps is
+        # one matmul (the cell would do C small ones), and the gates and the state stay float32 under
+        # autocast (the cell would round the state to bf16 each step, and the stored state must be
+        # exactly what the next step saw). nn.GRU cannot zero the state mid-sequence.
         cell = self.cell
         gi = F.linear(x, cell.weight_ih, cell.bias_ih)  # [C, R, 3H], every step's input product at once
         outputs = []

@@ -73,7 +73,19 @@ class Learner:
 
 
 def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None = None) -> Learner:
-    """The learner of a config whose `auto` values are resolved (`agents.run.machine_defaults.resolve`)."""
+    """Build everything a run carries: env, networks, optimizer, storage (and compiled forms where asked).
+
+    Args:
+        cfg: the config, its `auto` values resolved (`agents.run.machine_defaults.resolve`).
+        device: where it all lives.
+        replicas: this process's place among torchrun's ranks (None: a single process).
+
+    Returns:
+        The learner at iteration 0, its env reset.
+
+    Raises:
+        ValueError: `cfg` is not resolved.
+    """
     if not cfg.resolved:
         raise ValueError(
             "build_learner needs a resolved config (train.amp, run.torch_threads, env.num_envs not "
@@ -172,9 +184,8 @@ def collect(learner: Learner) -> None:
     hidden state), advancing both: `learner.rollout_fn` (`rollout_step`, or its compiled form) T times.
 
     values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
-    uses where the step was truncated or the rollout ends. The steps run the actor only; the
-    critic then evaluates all stored observations in a few large calls (the same numbers, far
-    fewer and better-shaped matmuls than two small calls per step).
+    uses where the step was truncated or the rollout ends. The critic evaluates all stored
+    observations after the steps, in a few large calls (the same numbers as per step).
     """
     env, s = learner.env, learner.storage
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
@@ -220,10 +231,14 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
 
 
 def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase: None) -> dict[str, torch.Tensor]:
-    """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates. `mark` is
-    told where each phase starts ("env", "learn") and where the iteration ends ("end").
+    """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates; no host read.
 
-    Returns 0-dim device tensors; nothing here reads a tensor on the host.
+    Args:
+        learner: advanced in place (iteration, env steps, storage, networks).
+        mark: told where each phase starts ("env", "learn") and where the iteration ends ("end").
+
+    Returns:
+        The iteration's metrics, 0-dim device tensors (`read_metrics` reads them).
     """
     tc = learner.cfg.train
     rates = learning_rates(tc, learner.iteration, learner.num_iterations)

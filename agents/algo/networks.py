@@ -34,20 +34,22 @@ from uavsim.config import EnvConfig
 
 
 class Actor(nn.Module):
-    """`forward(local [M, L] f32, agent [M] int64, state | None, state_repeat=1, heading | None)
-    -> logits [M, A]` (autocast dtype under AMP).
+    """The decentralized actor, shared by all UAVs: `forward` gives logits, `act` one policy step.
 
-    With `model.actor_shared_map` the actor also sees the shared coverage map, from the global
-    `state` (`[M / state_repeat, S]`, shared by runs of `state_repeat` consecutive rows): the
-    pooled obstacle and coverage map (its product computed once per state) and each UAV's heading
-    to the nearest uncovered block (`agents.algo.heading`). UAVs that share one coverage map by
-    communication; off, the actor sees its local observation (and id) only.
+    With `model.actor_shared_map` (UAVs that share one coverage map by communication) it also sees
+    the global state's pooled map and each UAV's heading to the nearest uncovered block
+    (`agents.algo.heading`); off, its local observation (and id) only. With `model.recurrent` a
+    `GRU` sits between the encoder and the head; the rollout calls it one step at a time, the update
+    a chunk of `train.chunk_length` steps: the same function, so the same numbers.
 
-    With `model.recurrent` (`self.recurrent`) a `GRU` sits between the encoder and the head, and
-    `forward` also takes `hidden [R, H]` float32 (required) and `starts [C, R]` bool | None, reads
-    the `M = C * R` rows as `C` consecutive steps of `R` sequences (step-major), and returns
-    `(logits [M, A], last hidden [R, H] float32)`. The rollout calls it with one step (C = 1), the
-    update with a chunk of `train.chunk_length` steps: the same function, so the same numbers.
+    Args:
+        local_dim: `L`, the local observation's width.
+        num_agents: `N`, UAVs per environment (the agent id's one-hot, when `cfg.agent_id`).
+        num_actions: `A`.
+        cfg: the model config.
+        generator: the initialisation's random generator (None: torch's default).
+        env_cfg: the task, for a shared-map actor (None: a local one).
+        form: how its no-grad calls compute the first layers (`Form`).
     """
 
     def __init__(
@@ -99,7 +101,24 @@ class Actor(nn.Module):
         hidden: torch.Tensor | None = None,
         starts: torch.Tensor | None = None,
     ):
-        """`heading [M, 3]`: each row's UAV's entry of `headings(state)` (shared-map actors)."""
+        """Logits for `M` rows (a recurrent actor reads them as `C` steps of `R` sequences, step-major).
+
+        Args:
+            local: `[M, L]` local observations (float32, or the AMP dtype).
+            agent: `[M]` int64 agent ids.
+            state: `[M / state_repeat, S]` global states (shared-map actors; None otherwise).
+            state_repeat: consecutive rows that share one state (one environment's agents).
+            heading: `[M, 3]` float32, each row's UAV's entry of `headings(state)` (shared-map actors).
+            hidden: `[R, H]` float32, the state before the first step (recurrent actors: required).
+            starts: `[C, R]` bool | None, where an episode began (recurrent actors; see `GRU`).
+
+        Returns:
+            `logits [M, A]` (the autocast dtype under AMP); a recurrent actor's
+            `(logits, last hidden [R, H] float32)`.
+
+        Raises:
+            ValueError: a recurrent actor without `hidden`.
+        """
         if not self.map_dim:
             x = self.net([local], agent, [1])
         else:
@@ -121,11 +140,20 @@ class Actor(nn.Module):
         deterministic: bool = False,
         hidden: torch.Tensor | None = None,
     ):
-        """One policy step for observations `obs` (`local [B, N, L]`, `state [B, S]`) of agents
-        `agent [B * N]` int64: actions `[B, N]` int64, their log-probabilities `[B, N]` float32, the
-        shared-map actor's headings `[B, N, 3]` (None for a local actor) and a recurrent actor's next
-        hidden state `[B, N, H]` float32 (None for a feed-forward one, which takes no `hidden`).
-        Sampled actions draw this step's `noise` (none needed when `deterministic`)."""
+        """One policy step.
+
+        Args:
+            obs: `{"local": [B, N, L], "state": [B, S]}`.
+            agent: `[B * N]` int64 agent ids (`agents.algo.rollout.agent_ids`).
+            noise: this step's sampling noise (None when `deterministic`).
+            autocast: the networks' autocast factory.
+            deterministic: take the most likely action instead of sampling.
+            hidden: `[B, N, H]` float32, a recurrent actor's state (None for a feed-forward one).
+
+        Returns:
+            `(actions [B, N] int64, log-probabilities [B, N] float32, headings [B, N, 3] float32 or
+            None for a local actor, next hidden [B, N, H] float32 or None for a feed-forward actor)`.
+        """
         local = obs["local"]
         b, n, _ = local.shape
         with autocast():
@@ -176,9 +204,16 @@ def with_form(net: nn.Module, form: Form) -> nn.Module:
 
 
 class Critic(nn.Module):
-    """`forward(state, local [M, L], agent [M]) -> value [M] float32` (normalized scale when value
-    normalization is on). `state` is `[M, S]`, or `[M / state_repeat, S]` shared by runs of
-    `state_repeat` consecutive rows (one environment's agents). With `ippo` it is ignored."""
+    """The critic, centralized (`mappo`: global state and local observation) or local (`ippo`).
+
+    Args:
+        state_dim: `S`, the global state's width.
+        local_dim: `L`, the local observation's width.
+        num_agents: `N`, UAVs per environment (the agent id's one-hot, when `cfg.agent_id`).
+        cfg: the model config.
+        generator: the initialisation's random generator (None: torch's default).
+        form: how its no-grad calls compute the first layers (`Form`).
+    """
 
     def __init__(
         self,
@@ -198,6 +233,17 @@ class Critic(nn.Module):
     def forward(
         self, state: torch.Tensor | None, local: torch.Tensor, agent: torch.Tensor, state_repeat: int = 1
     ) -> torch.Tensor:
+        """Values of `M` rows.
+
+        Args:
+            state: `[M / state_repeat, S]` global states (ignored by an `ippo` critic).
+            local: `[M, L]` local observations.
+            agent: `[M]` int64 agent ids.
+            state_repeat: consecutive rows that share one state (one environment's agents).
+
+        Returns:
+            `value [M]` float32, on the normalized scale when value normalization is on.
+        """
         if self.centralized:
             value = self.net([state, local], agent, [state_repeat, 1])
         else:
@@ -206,10 +252,11 @@ class Critic(nn.Module):
 
 
 def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """`log_prob [M]` float32 of int `actions [M]` under `logits [M, A]` (any float dtype): the one
-    expression the rollout (here) and the update (`categorical`) both compute, so the PPO ratio is
-    exactly 1 before the first update (within 1e-4 where the compiled rollout's actor is in
-    `Form.fused`, `agents.algo.rollout.compile_rollout_step`); the rollout needs no entropy."""
+    """`log_prob [M]` float32 of int `actions [M]` under `logits [M, A]` (any float dtype), without
+    the entropy (the rollout needs none).
+
+    The one expression the rollout (here) and the update (`categorical`) both compute, so the PPO
+    ratio is exactly 1 before the first update (within 1e-4 under `Form.fused`)."""
     return _log_prob(torch.log_softmax(logits.float(), dim=-1), actions)
 
 

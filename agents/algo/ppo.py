@@ -24,15 +24,15 @@ from agents.config import TrainConfig
 
 @dataclass
 class LossStats:
+    """The loss's parts, 0-dim device tensors (CleanRL's `losses/*`)."""
+
     policy_loss: torch.Tensor
     value_loss: torch.Tensor
     entropy: torch.Tensor
     approx_kl: torch.Tensor
     old_approx_kl: torch.Tensor
     clipfrac: torch.Tensor
-    clone_kl: torch.Tensor | None = (
-        None  # KL(clone || actor), where `train.clone_kl_coef` keeps the actor near its clone
-    )
+    clone_kl: torch.Tensor | None = None  # KL(clone || actor), under `train.clone_kl_coef`
 
 
 def ppo_loss(
@@ -49,11 +49,18 @@ def ppo_loss(
     ent_coef: float,
     vf_coef: float,
 ) -> tuple[torch.Tensor, LossStats]:
-    """All inputs `[M]` float32. `old_value` and `target` on the critic's (normalized) scale.
+    """The PPO loss of `M` samples. Every tensor argument is `[M]` float32, the values and `target`
+    on the critic's normalized scale (`old_*`: at the rollout, `new_*`: now); the arguments' roles:
 
-    loss = pg_loss - ent_coef * entropy + vf_coef * v_loss with
-      pg_loss = mean(max(-A * ratio, -A * clip(ratio, 1 - c, 1 + c)))
-      v_loss  = 0.5 * mean(max((v - R)^2, (v_old + clip(v - v_old, -vc, vc) - R)^2))   (clipped)
+        loss      = pg_loss - ent_coef * mean(entropy) + vf_coef * v_loss
+        pg_loss   = mean(max(-advantages * ratio, -advantages * clip(ratio, 1 - clip_coef, 1 + clip_coef)))
+        ratio     = exp(new_logprob - old_logprob)
+        v_loss    = 0.5 * mean(max((new_value - target)^2, (v_clipped - target)^2))   (clip_vloss)
+                    0.5 * mean((new_value - target)^2)                                 (otherwise)
+        v_clipped = old_value + clip(new_value - old_value, -vf_clip_coef, vf_clip_coef)
+
+    Returns:
+        `(loss, stats)`: the 0-dim loss and its parts, detached.
     """
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
@@ -104,11 +111,19 @@ def optimizer_step(
     max_grad_norm: float,
     sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
 ):
-    """Unscale (fp16), clip each network's gradient norm, and step unless anything is non-finite.
+    """Unscale (fp16), clip each network's gradient norm, and step unless anything is non-finite. A
+    skipped step leaves parameters and Adam state untouched (`found_inf`), without a host sync.
 
-    Returns `(actor_grad_norm, critic_grad_norm, skipped)` as 0-dim device tensors, the norms taken
-    before clipping. A skipped step leaves parameters and Adam state untouched (`found_inf`).
-    Data-parallel training (torchrun) all-reduces the gradients right after `unscale_`.
+    Args:
+        optimizer: `make_optimizer`'s fused Adam, gradients computed.
+        scaler: the loss scaler (enabled under fp16 only).
+        actor, critic: the networks, each clipped on its own.
+        loss: the 0-dim loss the gradients are of.
+        max_grad_norm: each network's gradient norm clip.
+        sync_gradients: averages the gradients over ranks (torchrun), right after `unscale_`.
+
+    Returns:
+        `(actor_grad_norm, critic_grad_norm, skipped)`, 0-dim device tensors; the norms before clipping.
     """
     scaler.unscale_(optimizer)  # no-op unless fp16
     if sync_gradients is not None:  # data-parallel: average across ranks before clipping
@@ -175,14 +190,20 @@ def evaluate_actions(
     autocast: Callable[[], contextlib.AbstractContextManager],
     with_logits: bool = False,
 ):
-    """Forward the minibatch of environment steps `steps` (indices into `T * B`; every agent of
-    each) through both networks: `(rows, new_logprob, entropy, new_value)`, `rows` being the flat
-    agent-step indices, in the order of the other outputs (and the actor's `logits` last, `with_logits`).
+    """Forward a minibatch of whole environment steps (every agent of each) through both networks,
+    as in the rollout: the global state's share of a first layer is computed once per step.
 
-    Whole environment steps, as in the rollout: the global state's share of the critic's first
-    layer (and the pooled map's of the actor's) is computed once per step, not once per agent.
-    A recurrent actor takes `steps [C, M]` from `chunk_steps`: `M` chunks of `C` steps, each
-    replayed from its stored hidden state, zeroed again where an episode began inside it.
+    Args:
+        actor, critic: the networks.
+        batch: the flattened rollout.
+        steps: `[F]` int64 indices into `T * B`; a recurrent actor's `[C, M]` from `chunk_steps`
+            (`M` chunks of `C` steps, each replayed from its stored hidden state).
+        autocast: the networks' autocast factory.
+        with_logits: also return the actor's logits.
+
+    Returns:
+        `(rows, new_logprob, entropy, new_value)`, `[F * N]` each (`rows`: the flat agent-step
+        indices, in the order of the others), float32; with `with_logits` the logits `[F * N, A]` last.
     """
     n = batch.num_agents
     rows = step_rows(steps.reshape(-1), n)
@@ -244,9 +265,9 @@ def minibatch_loss(
     cfg: TrainConfig,
     autocast: Callable[[], contextlib.AbstractContextManager],
 ) -> tuple[torch.Tensor, LossStats]:
-    """The PPO loss of the minibatch of environment steps `steps`: `evaluate_actions`, then
-    `ppo_loss` on the rows it returns. One function so that `train.compile` can compile the whole
-    forward (networks, log-probabilities, loss) into one graph and its backward into another."""
+    """The PPO loss (`ppo_loss`, plus `train.clone_kl_coef`'s KL term) of the minibatch of environment
+    steps `steps` (`evaluate_actions`'s arguments; `cfg` the train config). One function, so that
+    `train.compile` compiles the whole forward into one graph."""
     anchored = batch.clone_logprobs is not None
     rows, new_logprob, entropy, new_value, *logits = evaluate_actions(actor, critic, batch, steps, autocast, anchored)
     loss, stats = ppo_loss(
@@ -277,8 +298,8 @@ LossFn = Callable[
 
 
 def check_compiler(device: torch.device, key: str = "train.compile") -> None:
-    """Fail early, naming `key` and the fix, where `torch.compile` cannot build kernels: on the CPU
-    inductor needs a C++ compiler, on CUDA Triton and a C compiler (for its launcher)."""
+    """Fail early, naming the config `key` and the fix, where `torch.compile` cannot build kernels on
+    `device`: raises ValueError without a C++ compiler on the CPU, Triton or a C compiler on CUDA."""
     if device.type == "cpu":
         from torch._inductor import cpp_builder
 
@@ -300,13 +321,9 @@ def check_compiler(device: torch.device, key: str = "train.compile") -> None:
 
 
 def compile_loss(device: torch.device) -> LossFn:
-    """`minibatch_loss` through `torch.compile`: the networks' forward, the log-probabilities and
-    the loss fuse into one graph (and the backward into another), which removes most of the
-    elementwise passes over the minibatch's activations. Static shapes: every minibatch has the
-    same size, so it compiles once (a few seconds) and never again.
-
-    On the CPU, inductor builds C++ kernels: without a C++ compiler this fails here, with the fix
-    named, rather than at the first update with a compiler error."""
+    """`minibatch_loss` through `torch.compile` for `device` (`train.compile`): the forward in one
+    graph, the backward in another. Static shapes, so it compiles once (a few seconds). Raises
+    `check_compiler`'s ValueError here, rather than a compiler error at the first update."""
     check_compiler(device)
     return torch.compile(minibatch_loss, dynamic=False)
 
@@ -323,14 +340,20 @@ def update(
     sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
     loss_fn: LossFn = minibatch_loss,
 ) -> dict[str, torch.Tensor]:
-    """`update_epochs` passes over `batch` in `num_minibatches` random minibatches of whole
-    environment steps (`T * B / num_minibatches` steps, all their agents), each's loss from
-    `loss_fn` (`minibatch_loss`, or its compiled form under `train.compile`). A recurrent actor's
-    minibatches are random sets of whole chunks (`T / C * B / num_minibatches` of them).
+    """`cfg.update_epochs` passes over `batch` in `cfg.num_minibatches` random minibatches of whole
+    environment steps (all their agents); a recurrent actor's are random sets of whole chunks.
 
-    Returns mean statistics over all minibatches as 0-dim device tensors, and two counts:
-    `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`. The random permutations
-    draw from `generator`.
+    Args:
+        actor, critic, optimizer, scaler, sync_gradients: as `optimizer_step`'s.
+        batch: the flattened rollout (`agents.algo.learner.prepare_batch`).
+        cfg: the train config.
+        generator: draws the minibatches.
+        autocast: the networks' autocast factory.
+        loss_fn: `minibatch_loss`, or its compiled form (`compile_loss`).
+
+    Returns:
+        Means over the minibatches that stepped, 0-dim device tensors, and two counts (`COUNTS`):
+        `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`.
     """
     recurrent = batch.hidden is not None
     # the units a minibatch draws: chunks of one environment's steps, or single environment steps;

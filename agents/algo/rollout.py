@@ -5,9 +5,9 @@
 observations in the AMP dtype under AMP, the dtype the networks' autocast would cast them to).
 `rollout_step` fills one row of it (`agents.algo.learner.collect` runs T of them); episode
 statistics accumulate in `EpisodeStats`, on the device too, and the trainer reads them once per
-iteration. A recurrent actor's hidden state `[B, N, H]` is
-carried from step to step (and iteration to iteration), zeroed where an episode ended, and stored
-at the start of every chunk of `train.chunk_length` steps, where the update's sequences start.
+iteration. A recurrent actor's hidden state `[B, N, H]` is carried from step to step (and
+iteration to iteration), zeroed where an episode ended, and stored at the start of every chunk of
+`train.chunk_length` steps, where the update's sequences start.
 """
 
 from __future__ import annotations
@@ -51,11 +51,24 @@ class Storage:
         hidden_size: int = 0,
         chunk_length: int = 1,
     ) -> Storage:
-        """`obs_dtype`: float32, or the AMP dtype, which the networks' autocast casts observations
-        to anyway (the same rounding), so storing them cast loses nothing the networks would see
-        and halves the update's gathers. `hidden_size`: a recurrent actor's (0: feed-forward);
-        its state is kept once per chunk of `chunk_length` steps only, since the update starts
-        its sequences there and recomputes the steps within (a chunk-th of the memory)."""
+        """Zeroed storage for `num_steps` steps of `env`.
+
+        Args:
+            num_steps: `T`, steps per rollout.
+            env: the environment (or its sizes on the meta device).
+            obs_dtype: float32, or the AMP dtype, which the networks' autocast casts observations to
+                anyway: storing them cast loses nothing the networks would see.
+            hidden_size: `H`, a recurrent actor's hidden state (0: feed-forward).
+            chunk_length: `C`, steps per chunk; the hidden state is kept at chunk starts only (the
+                update starts its sequences there and recomputes the steps within).
+
+        Returns:
+            The storage, on `env.device`.
+
+        Raises:
+            ValueError: more than 256 actions, or `chunk_length` does not divide `num_steps`.
+            TypeError: `obs_dtype` is not a float dtype.
+        """
         if env.num_actions > 256:
             raise ValueError(f"uint8 action storage needs num_actions <= 256, got {env.num_actions}")
         if obs_dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -90,7 +103,8 @@ class Storage:
 
 
 class EpisodeStats:
-    """Sums over the episodes that ended during one iteration, as device tensors.
+    """Sums over the episodes that ended during one iteration, as device tensors, for episodes of
+    at most `max_steps` steps on `device`.
 
     `steps_to_target` is the episode length where the target coverage was reached (terminated)
     and `max_steps` where it was not.
@@ -116,6 +130,7 @@ class EpisodeStats:
         self.sums.zero_()
 
     def add(self, terminated: torch.Tensor, truncated: torch.Tensor, info: dict) -> None:
+        """Add the episodes that ended this step: `terminated, truncated [B]` bool and `env.step`'s `info`."""
         done = terminated | truncated
         d = done.to(torch.float64)
         length = info["episode_length"].to(torch.float64)
@@ -164,7 +179,8 @@ def value_of(
     agent: torch.Tensor,
     autocast: Callable[[], contextlib.AbstractContextManager],
 ) -> torch.Tensor:
-    """Denormalized values `[B, N]` float32 of every agent for `obs`."""
+    """Denormalized values `[B, N]` float32 of every agent for `obs` (`local [B, N, L]`, `state [B, S]`)
+    of agents `agent [B * N]` int64."""
     local = obs["local"]
     b, n, _ = local.shape
     with autocast():  # the state's share of the first layer is computed once per environment
@@ -185,8 +201,16 @@ def values_of_steps(
     autocast: Callable[[], contextlib.AbstractContextManager],
     out: torch.Tensor,
 ) -> None:
-    """Write the denormalized values of observations `local [T, B, N, L]`, `state [T, B, S]` into
-    `out [T, B, N]`, a few time steps per critic call."""
+    """Write the denormalized values of stored observations into `out`, a few steps per critic call.
+
+    Args:
+        critic: the critic.
+        value_norm: the value normalizer (denormalizes the critic's output).
+        local: `[T, B, N, L]` local observations.
+        state: `[T, B, S]` global states.
+        autocast: the networks' autocast factory.
+        out: `[T, B, N]` float32, written in place.
+    """
     t, b, n, _ = local.shape
     steps = max(1, VALUE_CHUNK_ROWS // (b * n))
     agent = agent_ids(steps * b, n, local.device)
@@ -218,14 +242,25 @@ def rollout_step(
     hidden: torch.Tensor | None,
     t: torch.Tensor,
 ):
-    """One step of the rollout into storage row `t` (0-dim int64 on the device, advanced in place):
-    the policy step, `env.step`, the storage writes and the episode statistics. Returns the next
-    observation and a recurrent actor's next hidden state (None for a feed-forward one).
+    """One step of the rollout: the policy step, `env.step`, the storage writes, the episode statistics.
 
-    Written to be captured whole (`torch.compile(fullgraph=True)`, CUDA graphs): the row is a
-    device counter, not a Python int, so one graph serves every step; no branch reads a tensor
-    (a recurrent actor's state is stored at chunk starts through a `where`); the sampling noise
-    is a counter hash (`ActionNoise`), not a generator; nothing is read back to the host.
+    Captures whole (`torch.compile(fullgraph=True)`, CUDA graphs): the row is a device counter, no
+    branch reads a tensor, the noise is a counter hash, nothing is read back to the host.
+
+    Args:
+        env: the environment.
+        actor: the actor, in the form the rollout computes it.
+        storage: written at row `t`.
+        stats: the iteration's episode statistics.
+        noise: the sampling noise.
+        autocast: the networks' autocast factory.
+        agent: `[B * N]` int64 agent ids.
+        obs: the current observation.
+        hidden: `[B, N, H]` float32, a recurrent actor's state (None for a feed-forward one).
+        t: 0-dim int64 on the device, the storage row; advanced in place.
+
+    Returns:
+        `(next obs, next hidden [B, N, H] float32 or None)`.
     """
     if hidden is not None:  # the update replays each chunk from the state at its start
         chunk = (t // storage.chunk_length).view(1)
@@ -256,31 +291,41 @@ RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"
 def compile_rollout_step(
     device: torch.device, backend: str = "inductor", *, actor: Actor, dtype: torch.dtype = torch.float32
 ) -> tuple[RolloutStep, Actor]:
-    """`rollout_step` captured whole (`train.compile_rollout`), and the actor it must be given: on
-    CUDA as CUDA graphs (inductor's `reduce-overhead` mode: one launch per step, the ceiling
-    `benchmarks.step_cost` models), elsewhere as inductor's fused kernels. The env's rebuild of
-    prepared starts is a host-side branch: a few graphs, each captured once. Slow to compile on the
-    CPU (minutes). `dtype`: the networks' compute dtype (the AMP dtype, or float32).
+    """`rollout_step` captured whole (`train.compile_rollout`): on CUDA as CUDA graphs (inductor's
+    `reduce-overhead` mode), elsewhere as inductor's fused kernels. Slow to compile on the CPU (minutes).
 
-    Under inductor the actor is `actor` in `Form.fused` (sharing its weights) on CUDA and on the
-    CPU in float32, where that form is the faster (docs/performance.md); its stored
-    log-probabilities then differ from the update's by rounding, within 1e-4. A CPU's bf16 step,
-    and another backend (`cudagraphs`: CUDA graphs of the eager kernels), keep `actor` as it is."""
+    Args:
+        device: the rollout's device.
+        backend: `inductor`, or another `torch.compile` backend (`cudagraphs`: CUDA graphs of the
+            eager kernels), which keeps `actor` as it is.
+        actor: the actor.
+        dtype: the networks' compute dtype (the AMP dtype, or float32).
+
+    Returns:
+        `(step, policy)`: the compiled step and the actor to give it, under inductor `actor` in
+        `Form.fused` (sharing its weights; log-probabilities within 1e-4 of the update's) on CUDA
+        and on a CPU in float32, `actor` itself for a CPU's bf16.
+
+    Raises:
+        ValueError: inductor cannot build kernels here (`agents.algo.ppo.check_compiler`).
+    """
     from agents.algo.ppo import check_compiler
 
     if backend != "inductor":
         return torch.compile(rollout_step, fullgraph=True, backend=backend), actor
     check_compiler(device, "train.compile_rollout")
+    # the faster form on each (docs/performance.md, "Design choices, measured"); the env's rebuild of
+    # prepared starts is a host-side branch: a few graphs, each captured once
     fused = device.type == "cuda" or dtype == torch.float32
     step = torch.compile(rollout_step, fullgraph=True, options=inductor_options(device))
     return step, with_form(actor, Form.fused) if fused else actor
 
 
 def inductor_options(device: torch.device) -> dict[str, bool]:
-    """Inductor's options for the captured rollout step: CUDA graphs on CUDA (`reduce-overhead`),
-    and `emulate_precision_casts`: round where eager rounds (a bf16 weight or input cast back to
-    float32 stays rounded), so the fused form's log-probabilities stay within 1e-4 of the eager
-    chain's (without it, measured on the trainer config: 6e-3, and a sampled action flipped)."""
+    """Inductor's options for the captured rollout step on `device`: CUDA graphs on CUDA
+    (`reduce-overhead`), and `emulate_precision_casts`: round where eager rounds, so the fused
+    form's log-probabilities stay within 1e-4 of the eager chain's (docs/performance.md, "Design
+    choices, measured")."""
     from torch._inductor import list_mode_options
 
     return {

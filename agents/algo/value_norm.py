@@ -19,6 +19,19 @@ from torch import nn
 
 
 class ValueNorm(nn.Module):
+    """The running mean and variance of the critic's targets (the recursion of the module docstring).
+
+    Args:
+        beta: the moments' decay per `update`, in (0, 1).
+        epsilon: the smallest debiasing term divided by.
+        var_min: the smallest variance.
+        enabled: False makes it the identity.
+        device: where the statistics live.
+
+    Raises:
+        ValueError: `beta` outside (0, 1).
+    """
+
     def __init__(
         self,
         beta: float = 0.995,
@@ -43,10 +56,12 @@ class ValueNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
-        """Fold a batch of returns (any shape, float32) into the running statistics.
+        """Fold a batch of returns into the running statistics.
 
-        ``reduce`` (data-parallel runs) maps this rank's ``[mean, mean of squares]`` to the mean over
-        ranks, so every replica keeps the same statistics.
+        Args:
+            x: returns, any shape, float32.
+            reduce: (data-parallel runs) maps this rank's `[mean, mean of squares]` to the mean over
+                ranks, so every replica keeps the same statistics.
         """
         if not self.enabled:
             return
