@@ -67,9 +67,21 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 def save_checkpoint(
     run_dir: str | Path, payload: dict[str, Any], keep: int, beside: dict[str, str] | None = None
 ) -> Path:
-    """Write `payload` as `ckpt_<env_steps>.pt` atomically; delete all but the newest `keep`.
-    `beside`: text files to (re)write in `run_dir` with it (`{"config.yaml": ...}`), also atomically.
-    A Ctrl-C waits until all of this is done, so the files agree with the newest checkpoint."""
+    """Write `payload` as `ckpt_<env_steps>.pt` atomically; a Ctrl-C waits until all is done, so the
+    files agree with the newest checkpoint.
+
+    Args:
+        run_dir: the run directory (the file goes into its `checkpoints/`).
+        payload: the checkpoint (`agents.run.learner_state.learner_state`), with every `REQUIRED_KEYS`.
+        keep: checkpoints kept; older ones are deleted.
+        beside: text files to (re)write in `run_dir` with it (`{"config.yaml": ...}`), also atomically.
+
+    Returns:
+        The checkpoint's path.
+
+    Raises:
+        ValueError: `payload` lacks a required key.
+    """
     missing = [k for k in REQUIRED_KEYS if k not in payload]
     if missing:
         raise ValueError(f"checkpoint payload lacks {missing}")
@@ -162,7 +174,19 @@ def _running(pid: int) -> bool:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read and verify a checkpoint file; any problem is a `CheckpointError` naming the file."""
+    """Read and verify a checkpoint file.
+
+    Args:
+        path: the checkpoint file.
+        map_location: where its tensors are loaded.
+
+    Returns:
+        The payload.
+
+    Raises:
+        CheckpointError: missing, not a checkpoint, corrupt or truncated, another format version, or a
+            payload of the wrong structure or with non-finite weights; the message names the file.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -230,7 +254,11 @@ def _payload_problem(payload: dict[str, Any]) -> str | None:
 
 
 def resolve_checkpoint(path_or_run: str | Path) -> Path:
-    """A checkpoint file itself, or the newest checkpoint of a run directory."""
+    """A checkpoint file itself, or the newest checkpoint of a run directory.
+
+    Raises:
+        CheckpointError: a run directory without checkpoints, or neither a file nor a directory.
+    """
     p = Path(path_or_run)
     if p.is_file():
         return p
@@ -247,8 +275,12 @@ def resolve_checkpoint(path_or_run: str | Path) -> Path:
 
 
 def load_latest(path_or_run: str | Path, map_location: str | torch.device = "cpu") -> tuple[Path, dict]:
-    """Load `resolve_checkpoint(path_or_run)`; if it is bad, the error names the previous good
-    candidate so the user can resume from it explicitly."""
+    """`(path, payload)` of `resolve_checkpoint(path_or_run)`, loaded to `map_location`.
+
+    Raises:
+        CheckpointError: as `load_checkpoint`, naming the newest readable checkpoint before it, if
+            any, so the user can resume from it explicitly.
+    """
     path = resolve_checkpoint(path_or_run)
     try:
         return path, load_checkpoint(path, map_location)

@@ -12,7 +12,8 @@ from agents.run import checkpoint as ckpt
 
 
 def iteration_problem(m: dict[str, float], cfg: TrainConfig) -> str | None:
-    """What went wrong in an iteration's update, from its metrics, or None.
+    """What went wrong in an iteration's update, from its metrics `m` (`read_metrics`: its
+    `skipped_updates` and `nonfinite_losses`) under the train config `cfg`, or None.
 
     A skipped update is a problem, except under fp16 when the loss was finite: then the gradient
     overflowed the loss scale, and the scaler skips that step and halves the scale by design. Only
@@ -61,10 +62,16 @@ class TrainingInterrupted(KeyboardInterrupt):
         launcher: str = "python -m agents.train_mappo",
         is_main: bool = True,
     ):
-        """`checkpoint`: the newest one the run can continue from (None: none); `resumed_from`:
-        the checkpoint this process started from, if it resumed. Under torchrun every rank raises
-        it and only the main one (`is_main`) says it; `launcher`: how the run was started
-        (`launcher_command`)."""
+        """The message for a run interrupted at `env_steps`.
+
+        Args:
+            env_steps: env steps done.
+            run_dir: the run directory.
+            checkpoint: the newest checkpoint the run can continue from (None: none).
+            resumed_from: the checkpoint this process started from, if it resumed.
+            launcher: how the run was started (`launcher_command`).
+            is_main: whether this rank says it (under torchrun every rank raises it).
+        """
         self.is_main = is_main
         head = f"interrupted at {env_steps} env steps"
         if checkpoint is None:

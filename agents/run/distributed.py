@@ -30,9 +30,14 @@ from agents.placement.dist import DistEnv, init_distributed, read_dist_env
 def setup(device_name: str = "auto", timeout_s: float = 600.0) -> Replicas:
     """Join the torchrun process group when launched by torchrun; otherwise a single process.
 
-    Under torchrun ``device_name`` (the config's ``run.device``) ``cpu`` keeps every rank on the CPU
-    (gloo); anything else gives ``cuda:{local_rank}`` when CUDA is available, else the CPU. A single
-    process gets ``Replicas()`` and its caller picks (and checks) the device as usual.
+    Args:
+        device_name: the config's `run.device`; under torchrun `cpu` keeps every rank on the CPU
+            (gloo), anything else gives `cuda:{local_rank}` when CUDA is available, else the CPU.
+        timeout_s: every collective's timeout.
+
+    Returns:
+        This process's `Replicas`; a single process gets `Replicas()`, and its caller picks (and
+        checks) the device as usual.
     """
     env: DistEnv = read_dist_env()
     if not env.is_distributed:

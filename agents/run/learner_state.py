@@ -44,7 +44,11 @@ def parameter_checksum(learner: Learner) -> float:
 
 
 def learner_state(learner: Learner) -> dict:
-    """The checkpoint payload. With several ranks this is a collective: call it on every rank."""
+    """The checkpoint payload of `learner`. With several ranks this is a collective: call it on every rank.
+
+    Raises:
+        RuntimeError: the replicas' parameters differ.
+    """
     ranks = learner.replicas.gather_objects(_rank_state(learner))
     checksums = learner.replicas.gather_objects(parameter_checksum(learner))
     if len(set(checksums)) != 1:
@@ -69,7 +73,16 @@ def learner_state(learner: Learner) -> dict:
 
 
 def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
-    """Restore a checkpoint into a freshly built learner; a mismatch is a `CheckpointError`."""
+    """Restore a checkpoint into a freshly built learner.
+
+    Args:
+        learner: built from the checkpoint's config (`build_learner`), loaded in place.
+        payload: the checkpoint (`agents.run.checkpoint.load_checkpoint`).
+        source: the checkpoint's name, for messages.
+
+    Raises:
+        CheckpointError: another world size or device type, or state that does not fit the learner.
+    """
     saved_world = int(payload.get("world_size", 1))
     if saved_world != learner.replicas.world_size:
         raise ckpt.CheckpointError(

@@ -18,7 +18,13 @@ from agents.placement.meminfo import process_rss
 
 
 class Logger:
-    """TensorBoard writer; with ``enabled=False`` (ranks other than 0) every call does nothing."""
+    """TensorBoard writer; with `enabled=False` (ranks other than 0) every call does nothing.
+
+    Args:
+        run_dir: where the event files go.
+        purge_step: a resumed run's first step: TensorBoard drops logged steps from there on.
+        enabled: False makes it a no-op.
+    """
 
     def __init__(self, run_dir: str | Path, purge_step: int | None = None, enabled: bool = True):
         self.enabled = enabled
@@ -60,14 +66,14 @@ class Logger:
 
 
 def wait_for_a_newer_second(run_dir: Path) -> None:
-    """Return once the clock's second is past that of the newest event file in `run_dir`.
-
-    TensorBoard reads a run's event files in name order, and a name is
-    `events.out.tfevents.<second>.<host>.<pid>.<n>` with a per-process `n` that is not zero-padded:
-    a second writer made in the same second by the same process sorts first when `n` gains a
-    digit (`...9` after `...10`), and its purge of a killed run's steps is then read before those
-    steps and lost (a resume right after a run, in one process, hit it). Only then does this wait,
-    under a second; a file stamped more than a second ahead (a clock set back) is not waited for."""
+    """Wait until the clock's second is past that of the newest event file in `run_dir`, so that a new
+    writer's file sorts after it (under a second; a file stamped more than a second ahead, a clock
+    set back, is not waited for)."""
+    # TensorBoard reads a run's event files in name order, `events.out.tfevents.<second>.<host>.<pid>.<n>`
+    # with a per-process `n` that is not zero-padded: a second writer made in the same second by the
+    # same process sorts first when `n` gains a digit (`...9` after `...10`), and its purge of a
+    # killed run's steps is then read before those steps and lost (a resume right after a run, in
+    # one process, hit it).
     stamps = [
         int(p.name.split(".")[3])
         for p in run_dir.glob("events.out.tfevents.*")

@@ -1,13 +1,13 @@
 """The `auto` config values, chosen for the machine a run starts on, and the memory check.
 
-A default tuned on one machine can be 30x slower on another: bf16 autocast is fast on a CPU with
-AMX or AVX512-BF16 and emulated in software on an AVX2 one (docs/performance.md, "Design choices,
-measured"). So:
+A default tuned on one machine can be many times slower on another: bf16 autocast is fast on a CPU
+with AMX or AVX512-BF16 and emulated in software on an AVX2 one (docs/performance.md, "Design
+choices, measured"). So:
 
     train.amp=auto          CUDA: bf16 at compute capability >= 8.0 (Ampere and later), fp16 with
                             the GradScaler at 7.x (tensor cores, no bf16), fp32 below. CPU: fp32
-                            without AVX-512 (no bf16 instructions); else a one-thread matmul probe
-                            of fp32 against bf16 (~0.1 s) takes bf16 only where it is faster (flags
+                            without AVX-512 (no bf16 instructions); else a short one-thread matmul
+                            probe of fp32 against bf16 takes bf16 only where it is faster (flags
                             alone mislead: torch calls AVX-512 without BF16 "bf16 supported").
     run.torch_threads=auto  the cores this process may use (CPU affinity, cgroup quota), shared
                             between the ranks torchrun starts on this machine.
@@ -55,9 +55,16 @@ def choose_cuda_amp(capability: tuple[int, int]) -> tuple[Amp, str]:
 
 
 def choose_cpu_amp(cpu_class: str, probe: Callable[[], float]) -> tuple[Amp, str]:
-    """Precision for a CPU of `cpu_class` (`uavsim.hardware.CPU_CLASSES`), and why. A CPU without
-    AVX-512 has no bf16 instructions at all: fp32, no probe. Otherwise `probe()` (the bf16 / fp32
-    matmul time ratio) decides: flags alone mislead, as AVX-512 without BF16 converts in software."""
+    """Precision for a CPU, and why: fp32 without AVX-512 (no bf16 instructions, no probe); otherwise
+    the probe decides (flags alone mislead: AVX-512 without BF16 converts in software).
+
+    Args:
+        cpu_class: one of `uavsim.hardware.CPU_CLASSES`.
+        probe: `probe() -> float`, the bf16 / fp32 matmul time ratio (`bf16_matmul_time_ratio`).
+
+    Returns:
+        `(amp, reason)`.
+    """
     if cpu_class in ("AVX2", "baseline"):
         return Amp.off, f"this {cpu_class} CPU has no bf16 instructions (bf16 would be emulated, many times slower)"
     ratio = probe()
@@ -68,10 +75,18 @@ def choose_cpu_amp(cpu_class: str, probe: Callable[[], float]) -> tuple[Amp, str
 
 def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, repeats: int = 5) -> float:
     """bf16 / fp32 time of a forward and a weight-gradient product of the update's kind, on one
-    thread (what a core's arithmetic does, free of the thread wake-ups that made 2-thread timings
-    of the short fp32 product swing 30x on a busy machine). Both dtypes are warmed up first (a
-    process's first products start threads and allocate buffers), then timed alternately; the
-    best of `repeats` each. About 0.1 s where bf16 is emulated."""
+    thread (what a core's arithmetic does, free of thread wake-ups: docs/performance.md, "Design
+    choices, measured"). Both dtypes are warmed up, then timed alternately.
+
+    Args:
+        rows: the activations' rows.
+        inner: the forward product's inner dimension.
+        cols: the output's columns.
+        repeats: timings per dtype; the best of each is taken.
+
+    Returns:
+        The bf16 time over the fp32 time.
+    """
     gen = torch.Generator().manual_seed(0)  # never the global RNG
     x, w = torch.randn(rows, inner, generator=gen), torch.randn(inner, cols, generator=gen)
     operands = {torch.float32: (x, w), torch.bfloat16: (x.bfloat16(), w.bfloat16())}
@@ -85,7 +100,7 @@ def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for _ in range(2):
+        for _ in range(2):  # a process's first products start threads and allocate buffers
             timed(torch.float32), timed(torch.bfloat16)
         times: dict[torch.dtype, list[float]] = {torch.float32: [], torch.bfloat16: []}
         for _ in range(repeats):
@@ -102,9 +117,19 @@ def choose_threads(usable: int, ranks_here: int) -> int:
 
 
 def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
-    """Bytes a run needs on its device: rollout storage (exact, allocated on the meta device),
-    environment state and one step's transients (from a 2-env instance), and the update's
-    activations (an estimate: each layer's output kept for the backward, in two networks)."""
+    """Bytes a run needs on its device.
+
+    Args:
+        cfg: the config; `num_envs` and `amp` stand in for its own.
+        num_envs: environments on the device.
+        amp: the precision.
+
+    Returns:
+        `{"storage", "env", "update", "imitation"}` in bytes: rollout storage (exact, allocated on the
+        meta device), environment state and one step's transients (from a 2-env instance), the
+        update's activations (an estimate: each layer's output kept for the backward, in two
+        networks), and the demonstrations (`imitation_bytes`).
+    """
     from uavsim.env import UAVSwarmEnv
 
     env_cfg = cfg.env_config()
@@ -126,9 +151,8 @@ def estimate_memory(cfg: Config, num_envs: int, amp: Amp) -> dict[str, int]:
     rows = cfg.train.num_steps * num_envs * env_cfg.num_uavs // cfg.train.num_minibatches
     layer_bytes = 4 * cfg.model.hidden_size * (cfg.model.num_layers + 1) * 3  # output, activation, grad
     update = rows * (2 * layer_bytes + 4 * env_cfg.local_obs_dim * 2)
-    if (
-        cfg.train.clone_kl_coef > 0
-    ):  # the clone's log-probabilities of every row, float32 (agents.algo.ppo.clone_logprobs)
+    # the clone's log-probabilities of every row, float32 (agents.algo.ppo.clone_logprobs)
+    if cfg.train.clone_kl_coef > 0:
         update += rows * cfg.train.num_minibatches * env_cfg.num_actions * 4
     return {"storage": storage, "env": per_env * num_envs, "update": update, "imitation": imitation_bytes(cfg, amp)}
 
@@ -163,8 +187,16 @@ def _gib(n: float) -> str:
 
 
 def check_memory(cfg: Config, device: torch.device, available: int | None = None) -> None:
-    """Refuse a run (ValueError naming env.num_envs / train.num_steps) whose memory would not fit
-    in 90 % of what `device` has available."""
+    """Refuse, before anything is allocated, a run that would not fit in 90 % of what `device` has.
+
+    Args:
+        cfg: the resolved config.
+        device: the run's device.
+        available: bytes available (None: `available_memory(device)`).
+
+    Raises:
+        ValueError: it would not fit; the message names the settings to lower.
+    """
     need = estimate_memory(cfg, cfg.env.num_envs, cfg.train.amp)
     available = available_memory(device) if available is None else available
     if sum(need.values()) > 0.9 * available:
@@ -178,7 +210,17 @@ def check_memory(cfg: Config, device: torch.device, available: int | None = None
 
 
 def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int | None = None) -> tuple[int, str]:
-    """`env.num_envs=auto`: 64 on the CPU; on a GPU see the module docstring."""
+    """`env.num_envs=auto`: 64 on the CPU; on a GPU see the module docstring.
+
+    Args:
+        cfg: the config, `train.amp` resolved.
+        device: the run's device.
+        amp: the precision.
+        available: bytes available on the GPU (None: `available_memory(device)`).
+
+    Returns:
+        `(num_envs, reason)`.
+    """
     if device.type != "cuda":
         return CPU_NUM_ENVS, "the CPU default"
     available = available_memory(device) if available is None else available
@@ -192,10 +234,21 @@ def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int 
 
 
 def resolve(cfg: Config, device: torch.device, ranks_here: int | None = None) -> tuple[Config, dict[str, str]]:
-    """`cfg` with every `auto` value chosen for `device`, and a line per key saying what and why.
+    """`cfg` with every `auto` value chosen for `device`. Sets torch's thread count when
+    `run.torch_threads` is auto (the CPU probe measures with the run's threads): call it from an
+    entry point only.
 
-    Sets torch's thread count first when `run.torch_threads` is auto (the CPU probe measures with
-    the threads the run will use): call it from an entry point only."""
+    Args:
+        cfg: the config, `auto` values and all.
+        device: the run's device.
+        ranks_here: torchrun ranks on this machine (None: `LOCAL_WORLD_SIZE`, else 1).
+
+    Returns:
+        `(resolved config, {"threads", "precision", "environments": what and why})`.
+
+    Raises:
+        ValueError: the resolved config's batch geometry does not fit (`check_config`).
+    """
     reasons: dict[str, str] = {}
     run, train, env = cfg.run, cfg.train, cfg.env
     if run.torch_threads == AUTO:

@@ -30,8 +30,13 @@ def _frozen(key: str) -> bool:
 
 
 def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
-    """The saved config of the checkpoint `resume` names, with `overrides`; a `ValueError` lists
-    any frozen key they would change."""
+    """The saved config of the checkpoint `resume` names (a file or a run directory), with
+    `overrides` (`key=value`).
+
+    Raises:
+        ValueError: a bad override, or one that changes a frozen key (`FROZEN_ON_RESUME`).
+        CheckpointError: the checkpoint, or its config, cannot be used.
+    """
     source, payload = ckpt.load_latest(resume)
     saved_config(source, payload)
     cfg = load_config(None, overrides, base=payload["config"])
@@ -59,7 +64,7 @@ def owning_run_dir(checkpoint: Path) -> Path | None:
 
 
 def check_run_dir(run_dir: Path) -> None:
-    """A run directory must be a directory that can be written (or be creatable) and hold no checkpoints."""
+    """Raise a ValueError unless `run_dir` is (or can be created as) a writable directory without checkpoints."""
     problem = dir_problem(run_dir)
     if problem:
         raise ValueError(f"run.dir: {problem}")
@@ -71,8 +76,19 @@ def check_run_dir(run_dir: Path) -> None:
 
 
 def resume_run_dir(checkpoint: Path, saved_dir: str | None, cfg: Config) -> Path:
-    """Where the run resumed from `checkpoint` writes (see the module docstring); `saved_dir` is
-    the `run.dir` in the checkpoint's config, so a different `cfg.run.dir` is an override."""
+    """Where the run resumed from `checkpoint` writes (see the module docstring).
+
+    Args:
+        checkpoint: the checkpoint resumed from.
+        saved_dir: the `run.dir` in the checkpoint's config (a different `cfg.run.dir` is an override).
+        cfg: the resumed run's config.
+
+    Returns:
+        The run directory.
+
+    Raises:
+        ValueError: the directory cannot be used, or holds checkpoints newer than `checkpoint`.
+    """
     own = owning_run_dir(checkpoint)
     wanted = Path(cfg.run.dir) if cfg.run.dir and cfg.run.dir != saved_dir else None
     if wanted is not None and (own is None or wanted.resolve() != own.resolve()):
