@@ -66,8 +66,7 @@ class Activation(str, enum.Enum):
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
-# What `run.device` (and `agents.evaluate --device`) accept.
-DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # what `run.device` (and `agents.evaluate --device`) accept
 
 AUTO = "auto"  # the value of a key the machine decides at start (`agents.run.machine_defaults`)
 
@@ -92,9 +91,8 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
-    actor_shared_map: bool = (
-        False  # actor also sees the shared coverage map (pooled map + heading); on in shared_map.yaml
-    )
+    # the actor also sees the shared coverage map (pooled map + heading); on in shared_map.yaml
+    actor_shared_map: bool = False
     recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
     recurrent_size: int = 0  # model.recurrent: the GRU's units; 0 for hidden_size
 
@@ -127,15 +125,12 @@ class TrainConfig:
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
-    compile_rollout: bool = (
-        False  # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
-    )
-    actor_warmup: float = (
-        0.0  # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
-    )
-    clone_kl_coef: float = (
-        0.0  # weight of KL(clone || actor) on the rollout's states in PPO's loss (needs imitation.teacher)
-    )
+    # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
+    compile_rollout: bool = False
+    # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
+    actor_warmup: float = 0.0
+    # weight of KL(clone || actor) on the rollout's states in PPO's loss (needs imitation.teacher)
+    clone_kl_coef: float = 0.0
     chunk_length: int = 16  # model.recurrent: steps of back-propagation through time per sequence (divides num_steps)
     max_bad_iterations: int = 3  # consecutive bad iterations -> stop (agents.run.control.iteration_problem)
 
@@ -267,7 +262,16 @@ def _merge(base, other, source: str, key_hint: str = "?"):
 def load_config(
     path: str | Path | None = None, overrides: Sequence[str] = (), base: Config | dict | None = None
 ) -> Config:
-    """Schema defaults (or `base`), then the YAML file at `path`, then `key=value` overrides."""
+    """Schema defaults (or `base`), then the YAML file at `path`, then the overrides, checked.
+
+    Args:
+        path: a YAML preset (None: none).
+        overrides: `key=value` items with dotted keys (`train.amp=bf16`).
+        base: a config, or its `to_dict`, in place of the schema's defaults (a checkpoint's).
+
+    Raises:
+        ValueError, TypeError: a bad key, value, file or override, as the module docstring lists.
+    """
     cfg = OmegaConf.structured(Config)
     if base is not None:
         base_dict = to_dict(base) if isinstance(base, Config) else base
@@ -309,7 +313,7 @@ def to_yaml(cfg: Config) -> str:
 
 
 def check_config(cfg: Config) -> None:
-    """Range checks the types cannot express; a `ValueError` names the key."""
+    """Range checks the types cannot express; a `ValueError` (or the env section's `TypeError`) names the key."""
 
     def need(ok: bool, key: str, expected: str) -> None:
         if not ok:

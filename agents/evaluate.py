@@ -16,13 +16,12 @@ target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`
 `coordinated` are the scripted frontier baselines of `uavsim.policies`. A GIF and a PNG of the
 first episode of the trained policy (most likely action) are written next to the JSON, and
 `<out>_compare.gif`: greedy, coordinated and the trained policy (most likely action, and sampled:
-the decentralized recipe deploys its sampled actions, the communicating one its most likely)
-side by side on that map. `paired_vs_greedy` and
-`paired_vs_coordinated` compare steps to target map by map: the mean difference (negative: faster
-than the baseline), its standard error, and the counts of maps where the policy was faster, equal
-or slower. `coverage_curve` holds each policy's coverage at steps 0 .. max_steps over the maps
-(mean and quartiles; a map keeps its final coverage once its episode ended), drawn in
-`<out>_coverage.png`: mean lines, interquartile bands.
+the decentralized recipe deploys its sampled actions, the communicating one its most likely) side
+by side on that map. `paired_vs_greedy` and `paired_vs_coordinated` compare steps to target map by
+map: the mean difference (negative: faster than the baseline), its standard error, and the counts
+of maps where the policy was faster, equal or slower. `coverage_curve` holds each policy's
+coverage at steps 0 .. max_steps over the maps (mean and quartiles; a map keeps its final coverage
+once its episode ended), drawn in `<out>_coverage.png`: mean lines, interquartile bands.
 """
 
 from __future__ import annotations
@@ -68,12 +67,12 @@ COMPARED = {
 def run_episodes(
     env: UAVSwarmEnv, act: Callable[[dict], torch.Tensor], on_step: Callable[[], object] | None = None
 ) -> dict[str, np.ndarray]:
-    """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`.
+    """Play the next episode of every environment of `env` to its end with `act(obs) -> [B, N]`,
+    calling `on_step()` after every step (host reads are fine here: this is evaluation).
 
-    Returns per-environment results: NumPy `[B]` per metric, and `coverage_curve` `[B, max_steps
-    + 1]`, the coverage at each step, held at its final value once the episode ended (host reads
-    are fine here: this is evaluation, not the training loop; the curve stays on the device until
-    the end). `on_step()` runs after every step (a progress bar's update).
+    Returns:
+        Per environment: NumPy `[B]` per metric of `METRICS`, and `coverage_curve` `[B, max_steps + 1]`
+        float64, the coverage at each step, held at its final value once the episode ended.
     """
     cfg, b = env.config, env.num_envs
     obs = env.reset()
@@ -115,12 +114,10 @@ def first_episode_frames(
     seed: int,
     device: torch.device,
 ) -> list[np.ndarray]:
-    """RGB frames of episode 0 of environment 0 of `seed` (the first map `run_episodes` plays),
-    played by `act_for(env)` on a one-environment batch and drawn by `uavsim.video.record_episode`
-    (beside the NumPy reference, which keeps the terminal map the autoreset replaces), each with the
-    whole trail. The trained actor plays the episode it played in the batch (its sampling noise is
-    per environment); the scripted planners' random tie-breaks depend on the batch, so theirs may
-    differ from their batch's episode 0 by a tie."""
+    """RGB frames `[H, W, 3]` uint8 of episode 0 of environment 0 of `seed` (the first map
+    `run_episodes` plays), played by `act_for(env) -> act` on a one-environment batch on `device`,
+    each with the whole trail (`uavsim.video.record_episode`). The trained actor plays its batch's
+    episode; a scripted planner's tie-breaks depend on the batch, so its episode may differ by a tie."""
     env = UAVSwarmEnv(env_cfg, num_envs=1, device=device, seed=seed)  # not reset: record_episode plays episode 0
     act = act_for(env)
     return record_episode(env, lambda e: act(e.observe()), env_index=0, trail=env_cfg.max_steps).frames
@@ -140,8 +137,10 @@ def actor_policy(
     seed: int,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ):
-    """`act(obs) -> actions [B, N]` of the trained actor on `env`. A recurrent actor's hidden state
-    is carried from call to call and zeroed where `env`'s episode is at its first step."""
+    """`act(obs) -> actions [B, N]` of the trained actor on `env`: the most likely action
+    (`deterministic`), else sampled with noise of `seed` (per environment, whatever the batch),
+    under `autocast`. A recurrent actor's hidden state is carried from call to call and zeroed
+    where `env`'s episode is at its first step."""
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     noise = ActionNoise(seed, env.env_index, env.num_uavs)  # env b's draws whatever the batch
     if not actor.recurrent:
@@ -166,10 +165,17 @@ def evaluate_all(
     record: bool = True,
     progress: bool | None = False,
 ) -> tuple[dict, dict[str, list[np.ndarray]]]:
-    """Trained policy (argmax and sampled) and the `BASELINES` on the same episodes: the results
-    of the module docstring less `meta`, and `{name: frames}` of the first episode of each of
-    `RECORDED` (the same map for each; empty without `record`).
-    `progress`: a bar of steps per policy (None: only on a terminal)."""
+    """Trained `actor` (argmax and sampled) and the `BASELINES` on the same `episodes` maps of `seed`
+    (one episode each) of the task `env_cfg`, on `device`.
+
+    Args:
+        record: draw the first episode of each of `RECORDED`.
+        progress: a bar of steps per policy (None: only on a terminal).
+
+    Returns:
+        `(results, frames)`: the results of the module docstring less `meta`, and `{name: frames}`
+        of the first episode of each of `RECORDED` (the same map for each; empty without `record`).
+    """
 
     def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
         if name in ("policy", "policy_sampled"):
@@ -252,9 +258,9 @@ def paired_difference(res: dict[str, np.ndarray], base: dict[str, np.ndarray]) -
 
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
-    """In-training evaluation on `run.eval_envs` fixed maps (not the training maps): the argmax
-    policy (`eval/...`, with an image of its first episode), the sampling policy
-    (`eval_sampled/...`) and the two frontier baselines (`eval_greedy/...`,
+    """In-training evaluation of `learner`'s actor on `run.eval_envs` fixed maps (not the training
+    maps): the argmax policy (`eval/...`, its first episode's image written to `logger`), the
+    sampling policy (`eval_sampled/...`) and the two frontier baselines (`eval_greedy/...`,
     `eval_coordinated/...`) for reference. Returns the scalars; the caller logs them."""
     cfg = learner.cfg
     seed = (cfg.seed + EVAL_SEED_OFFSET) % 2**31
@@ -280,10 +286,9 @@ _BASELINE_RESULTS: dict[tuple, dict[str, float]] = {}
 def baseline_reference(
     name: str, env_cfg: EnvConfig, num_envs: int, seed: int, device: torch.device
 ) -> dict[str, float]:
-    """A frontier baseline (`greedy` or `coordinated`) on the evaluation maps, a reference line of
-    every in-training evaluation. Its tie-breaks follow its own fixed seed, so on the same maps it
-    plays the same episodes: computed once per process and reused (its path search costs more
-    than the trained policy's forward pass)."""
+    """A frontier baseline (`greedy` or `coordinated`) on the evaluation maps, the reference line of
+    every in-training evaluation: computed once per process and reused (with its own fixed seed it
+    plays the same episodes on the same maps, and its path search costs more than the policy's)."""
     key = (name, tuple(sorted(env_cfg.to_dict().items())), num_envs, seed, str(device))
     if key not in _BASELINE_RESULTS:
         env = UAVSwarmEnv(env_cfg, num_envs=num_envs, device=device, seed=seed)

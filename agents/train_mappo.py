@@ -95,7 +95,21 @@ def default_run_dir(cfg: Config) -> Path:
 
 
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:
-    """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint (`resume`)."""
+    """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint.
+
+    Args:
+        cfg: the config (`auto` values are resolved here, for this machine).
+        resume: a checkpoint file or run directory to continue (None: a new run).
+
+    Returns:
+        The learner at the end of the run.
+
+    Raises:
+        ValueError: a setting that fails once used (no GPU, too little memory, an unusable run directory).
+        CheckpointError: the checkpoint cannot be resumed.
+        TrainingStopped: too many consecutive bad iterations.
+        TrainingInterrupted: Ctrl-C; the message says where to continue from.
+    """
 
     replicas = setup_replicas(cfg.run.device)  # torchrun: join the group; else a single process
     replicas.device = device = replicas.device if replicas.active else pick_device(cfg.run.device)
@@ -112,8 +126,16 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
 
 
 def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -> tuple[Config, dict[str, str]]:
-    """`machine_defaults.resolve`; under torchrun rank 0's choices hold for every rank (a timing
-    probe could choose differently on two ranks, and the replicas must compute alike)."""
+    """`machine_defaults.resolve` and `check_memory` for `device`; under torchrun rank 0's choices hold
+    for every rank (a timing probe could choose differently on two ranks, and the replicas must
+    compute alike).
+
+    Returns:
+        `(resolved config, reasons)` as `machine_defaults.resolve`.
+
+    Raises:
+        ValueError: any rank's resolution or memory check failed (the first rank's error).
+    """
     problem = None
     try:
         resolved, reasons = machine_defaults.resolve(cfg, device)
@@ -294,6 +316,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def resolve_config(args: argparse.Namespace) -> Config:
+    """The config the command line names: a preset and overrides, or a resumed run's with overrides.
+    Raises ValueError or TypeError naming the bad key, file or option."""
     if args.resume is None:
         return load_config(args.config or DEFAULT_CONFIG, args.overrides)
     if args.config is not None:
@@ -302,6 +326,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (`argv`, None: `sys.argv`); returns the exit status (2 bad settings, 1 a
+    failed run, 130 Ctrl-C)."""
     args = parse_args(argv)
     try:
         cfg = resolve_config(args)
