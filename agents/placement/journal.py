@@ -10,7 +10,9 @@ to the last whole record) and that item runs again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import io
 import os
 import pickle
@@ -55,6 +57,29 @@ def item_digest(item: Any) -> bytes:
     buf = io.BytesIO()
     _DigestPickler(buf, protocol=_PROTOCOL).dump(item)
     return hashlib.sha256(buf.getvalue()).digest()
+
+
+def job_key_for(make_worker: Any) -> str:
+    """A job key naming a worker factory: ``module.qualname``, plus a digest of what it carries.
+
+    A ``functools.partial``'s bound arguments and a callable object's state are part of the job
+    (``partial(make_scorer, model="a")`` is not ``model="b"``); they are digested like items, or,
+    when they cannot be pickled, by their ``repr``.
+    """
+    fn, carried = make_worker, []
+    while isinstance(fn, functools.partial):
+        carried.append((fn.args, fn.keywords))
+        fn = fn.func
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn)):
+        carried.append(fn)  # a callable object: its state configures the job
+        fn = type(fn)
+    key = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    if carried:
+        try:
+            key += "[" + item_digest(carried).hex()[:16] + "]"
+        except Exception:
+            key += "[" + repr(carried) + "]"
+    return key
 
 
 def _record(payload: bytes) -> bytes:
