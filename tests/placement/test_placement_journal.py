@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import warnings
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.placement.journal import Journal, item_digest
+from agents.placement.journal import Journal, item_digest, job_key_for
 
 KEY = "tests.make_thing"
 
@@ -162,3 +163,24 @@ def test_bad_arguments_are_named(tmp_path):
         assert len(j) == 0
     with pytest.raises(RuntimeError, match="is closed"):
         j.get(0, "a")
+
+
+def _factory(device, model="a"):
+    return abs
+
+
+class _Factory:
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, device):
+        return abs
+
+
+def test_job_key_names_the_factory_and_what_it_carries():
+    assert job_key_for(_factory) == f"{__name__}._factory"
+    a, b = functools.partial(_factory, model="a"), functools.partial(_factory, model="b")
+    assert job_key_for(a).startswith(f"{__name__}._factory[") and job_key_for(a) != job_key_for(b)
+    assert job_key_for(a) == job_key_for(functools.partial(_factory, model="a"))
+    assert job_key_for(_Factory("a")) == job_key_for(_Factory("a")) != job_key_for(_Factory("b"))
+    assert job_key_for(_Factory("a")).startswith(f"{__name__}._Factory[")
