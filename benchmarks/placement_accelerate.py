@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.placement_contenders import Skip
 from benchmarks.placement_worker import build_worker, make_jobs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,8 +44,6 @@ class Accelerate:
     )
 
     def __init__(self, devices: list[str], threads: int, cfg: dict):
-        from benchmarks.placement_contenders import Skip
-
         if importlib.util.find_spec("accelerate") is None:
             raise Skip("accelerate is not installed (pip install -e '.[pipelines]')")
         if any(d != "cpu" for d in devices):
