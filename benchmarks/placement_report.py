@@ -166,7 +166,9 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = list(report["results"]["contenders"]["rows"].values())
+    by_key = report["results"]["contenders"]["rows"]
+    rows = list(by_key.values())
+    ours = ["#4c72b0" if key.startswith("local") or key == "ray-backend" else "#999999" for key in by_key]
     labels = [r["label"] + (" (skipped)" if r.get("skipped") else "") for r in rows]
     panels = [
         ("startup_s", "start-up, s", False),
@@ -177,7 +179,7 @@ def plot(report: dict, path: Path) -> None:
     y = list(range(len(rows)))[::-1]
     for ax, (key, title, log) in zip(axes, panels):
         values = [r.get(key, 0.0) for r in rows]
-        ax.barh(y, values, color=["#4c72b0" if r["label"].startswith("local") else "#999999" for r in rows])
+        ax.barh(y, values, color=ours)  # agents.placement in blue, the alternatives in grey
         for yi, v, r in zip(y, values, rows):
             if key in r:
                 ax.text(v, yi, f" {v:,.3g}", va="center", fontsize=8)
