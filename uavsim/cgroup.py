@@ -146,7 +146,12 @@ def cgroup_memory(
     root: str | Path = "/sys/fs/cgroup", proc_cgroup: str | Path = "/proc/self/cgroup"
 ) -> tuple[int, int] | None:
     """`(limit, available)` bytes of the tightest memory limit over this process's cgroups, or
-    None when none is set (or the files are absent: another OS, no cgroup mount)."""
+    None when none is set (or the files are absent: another OS, no cgroup mount).
+
+    Args:
+        root: the cgroup mount.
+        proc_cgroup: the file naming this process's cgroups.
+    """
     root, proc_cgroup = Path(root), Path(proc_cgroup)
     v2, v1 = _own_paths(proc_cgroup)
     found = []

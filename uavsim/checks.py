@@ -16,7 +16,12 @@ def _bound(n: int) -> str:
 
 def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     """``value`` as a plain int if it is an integer (NumPy's too, never a bool) in ``[low, high)``
-    (``high`` None: no upper bound); else a `TypeError` / `ValueError` naming ``name``."""
+    (``high`` None: no upper bound).
+
+    Raises:
+        TypeError: not an integer (the message names ``name``).
+        ValueError: out of range (likewise).
+    """
     span = f">= {low}" if high is None else f"in [{low}, {_bound(high)})"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int {span}, got {type(value).__name__} {value!r:.40}")

@@ -142,7 +142,12 @@ class EnvConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> EnvConfig:
-        """Build from a mapping; an unknown key is a `ValueError` that names it."""
+        """Build from a mapping of field names to values.
+
+        Raises:
+            ValueError: an unknown key (named), or a value out of range.
+            TypeError: not a mapping, or a value of the wrong type.
+        """
         if not isinstance(values, Mapping):
             raise TypeError(f"EnvConfig.from_dict expects a mapping, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}

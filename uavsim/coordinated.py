@@ -30,19 +30,15 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
     and carries the rank of the cell it came from (``key = distance * C + rank``), so a UAV's key
     is its bid and a neighbour whose key is ``C`` less lies on its shortest path to that very cell.
 
-    Measured on the 256 protocol maps (default config, seed 12345, steps to 95 % coverage, paired
-    with greedy's 73.6): this auction -16.6 +- 0.6 steps (faster on 254 maps, slower on none), with
-    near misses down from 197 to 36 per episode. Tried and dropped: a geodesic Voronoi split (each
-    UAV takes the nearest uncovered cell of the cells nearer to it than to any other UAV, greedy
-    once its region is done) -11.4 +- 0.7; the same with the greedy fallback kept off the others'
-    claims -14.4; Voronoi rounds among the UAVs left without a target -15.8; the auction on one
-    distance field per UAV, one winner per round, -16.5 at 3-5x the time.
-
     Ties between equally short moves are broken by a counter-based hash of ``(seed, row in the
     batch, call count, UAV, move)``, not a generator's stream: environment ``b`` plays the same
     moves whatever the batch size. The global RNG is never used.
 
-    Args (besides the env it is built for, as `GreedyFrontierPolicy`):
+    How it compares with greedy, and the variants tried and dropped: docs/performance.md, "Design
+    choices, measured".
+
+    Args:
+        env: the env it plays (any env of the same layout; checked at every call).
         seed: the tie-breaks' seed (the cells' order and the hash key).
         check_every: relaxation rounds between checks that a field stopped changing.
         claim_radius: rows and columns around a won cell that it claims (default: the sensor radius).
@@ -50,8 +46,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
 
     def __init__(self, env: UAVSwarmEnv, seed: int = 0, check_every: int = 8, claim_radius: int | None = None):
         super().__init__(env, seed, check_every)
-        # Measured on the protocol maps: 2 and 3 (the sensor radius and one more) tie, 1 loses ~0.9 steps,
-        # 0 (no claims beyond the cell) ~4, 4 ~0.5, 6 ~1.5.
+        # the sensor radius: the best on the protocol maps (docs/performance.md, "Design choices, measured")
         radius = env.config.sensor_radius if claim_radius is None else claim_radius
         self.claim_radius = check_int("claim_radius", radius, 0)
         c = self.num_cells = self.hp * self.wp
@@ -71,15 +66,20 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
     def label_field(
         self, sources: torch.Tensor, wall: torch.Tensor, here: torch.Tensor, waiting: torch.Tensor
     ) -> torch.Tensor:
-        """``[B, C]`` keys ``distance * C + rank`` of the nearest ``sources`` cell (``[B, C]`` bool)
-        of every cell, around the blocked cells (``wall``, from `walls`); ``self.unreached``: no
-        source reachable, or not reached yet.
+        """The distance field of one auction round, by synchronous relaxation: after ``k`` rounds every
+        cell within ``k`` moves of a source holds its final key and no other cell a key. An
+        environment stops once the cells of all its waiting UAVs hold one, or its field stops
+        changing; the others go on without it (the work is the sum of the environments' depths).
 
-        Synchronous relaxation, so after ``k`` rounds every cell within ``k`` moves of a source holds
-        its final key and no other cell a key. An environment stops once the cells ``here``
-        ``[B, N]`` of all its ``waiting`` ``[B, N]`` UAVs hold one, or its field stops changing; the
-        others go on without it (the work is the sum of the environments' depths, not the batch
-        size times the deepest).
+        Args:
+            sources: ``[B, C]`` bool, the cells bid for.
+            wall: ``[B, Hp - 2, Wp - 2]`` from `walls`, closing the blocked cells.
+            here: ``[B, N]`` int64, the UAVs' flat padded cells.
+            waiting: ``[B, N]`` bool, the UAVs whose cells must be reached.
+
+        Returns:
+            ``[B, C]`` keys ``distance * C + rank`` of every cell's nearest source; ``self.unreached``
+            where none is reachable, or none reached yet.
         """
         b = sources.shape[0]
         out = torch.where(sources, self.rank_key, self.unreached)
@@ -100,8 +100,8 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
 
     def walls(self, cells: torch.Tensor) -> torch.Tensor:
         """``[B, Hp - 2, Wp - 2]`` keys: ``self.unreached`` on the blocked cells of ``cells`` inside
-        the outer ring, 0 elsewhere. A maximum with it closes them (a masked_fill_ through the
-        strided inner view costs ~10x as much)."""
+        the outer ring, 0 elsewhere. A maximum with it closes them (cheaper than a masked_fill_ through
+        the strided inner view: docs/performance.md, "Design choices, measured")."""
         blocked = (cells == BLOCKED).view(-1, self.hp, self.wp)[:, 1:-1, 1:-1]
         return blocked.to(self.key_dtype) * self.unreached
 
@@ -111,7 +111,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         the field did not change (else all False).
 
         Written on views of the padded grid with ``out=``: torch.roll would allocate a shifted copy
-        of the grid per move and round (~5x the time on a CPU at 256 envs, measured)."""
+        of the grid per move and round (docs/performance.md, "Design choices, measured")."""
         hp, wp = self.hp, self.wp
         grid = key.view(-1, hp, wp)
         inner = grid[:, 1:-1, 1:-1]  # the outer ring is border (blocked): every view stays in bounds
@@ -137,9 +137,16 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         return (here[:, :, None] + self.move_offsets == next_cell[:, :, None]).long().argmax(2)  # hover: 0
 
     def plan(self, env: UAVSwarmEnv) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(target, next_cell)``, ``[B, N]`` int64 flat padded cells each (`UAVSwarmEnv._flat`):
-        the cell each UAV won (or, left over, its nearest uncovered cell; -1: none reachable) and
-        the cell it moves to now (its own when it hovers). Advances the tie-break counter."""
+        """This step's auction for ``env``; advances the tie-break counter.
+
+        Returns:
+            ``(target, next_cell)``, ``[B, N]`` int64 flat padded cells each (`UAVSwarmEnv._flat`): the
+            cell each UAV won (or, left over, its nearest uncovered cell; -1: none reachable) and the
+            cell it moves to now (its own when it hovers).
+
+        Raises:
+            ValueError: ``env`` is not laid out as the env the policy was built for.
+        """
         self._check_same_layout(env)
         cells = env.state["cells"]
         here = env._flat(env.state["pos"].long())  # [B, N]
@@ -186,7 +193,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
     def _claimed(self, target: torch.Tensor, win: torch.Tensor) -> torch.Tensor:
         """``[B, C]`` bool: the cells within ``claim_radius`` rows and columns of a won ``target``
         ``[B, N]`` (where ``win``): the won cells, dilated by shifted in-place ORs on the 2-D grid
-        (max_pool2d, the library's dilation, took ~10x as long on a CPU)."""
+        (faster than max_pool2d: docs/performance.md, "Design choices, measured")."""
         b, c, r = target.shape[0], self.num_cells, self.claim_radius
         marks = torch.zeros(b, c + 1, dtype=torch.bool, device=target.device)
         marks = marks.scatter_(1, torch.where(win, target, c), True)[:, :c].reshape(b, self.hp, self.wp)

@@ -9,8 +9,15 @@ import torch
 
 def canonical_device(device: Any) -> torch.device:
     """``device`` as tensors on it report theirs: ``"cuda"`` -> ``cuda:<current>``, ``"cpu:0"`` ->
-    ``cpu``. A plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``, so the
-    env's device checks would reject its own tensors."""
+    ``cpu`` (a plain ``torch.device("cuda")`` compares unequal to a tensor's ``cuda:0``).
+
+    Args:
+        device: a name (``"cpu"``, ``"cuda"``, ``"cuda:1"``), a ``torch.device`` or a CUDA index.
+
+    Raises:
+        TypeError: another type.
+        ValueError: not a device name, not CPU or CUDA, or a GPU torch cannot see.
+    """
     if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):  # an int: torch's CUDA index
         raise TypeError(
             f"device must be a string such as 'cpu', 'cuda' or 'cuda:1', a torch.device or a CUDA "

@@ -214,11 +214,20 @@ def newly_covered(
     first: torch.Tensor | None = None,
     dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(before, newly)`` for the grid cells ``sidx [M, K]`` int64, sorted per row: the
-    grid values there, and ``[M, K]`` 0/1 (in ``dtype``, default the pools') where a cell is FREE,
-    counted once (its first slot). Adds them to the per-block counts; the grid is the caller's.
+    """Which of the grid cells ``sidx`` are newly covered; adds them to the per-block counts (the
+    grid is the caller's to update).
 
-    ``first``: a ``[M, K]`` bool scratch whose column 0 is True (allocated when None)."""
+    Args:
+        lay: the layout.
+        v: the state record's field views.
+        sidx: ``[M, K]`` int64 grid cells, sorted per row.
+        first: a ``[M, K]`` bool scratch whose column 0 is True (allocated when None).
+        dtype: the dtype of ``newly`` (default the pools').
+
+    Returns:
+        ``(before, newly)``: the grid values at ``sidx``, and ``[M, K]`` 0/1 where a cell is FREE,
+        counted once (its first slot).
+    """
     if first is None:
         first = torch.ones(sidx.shape, dtype=torch.bool, device=sidx.device)
     into(first[:, 1:], torch.ne, sidx[:, 1:], sidx[:, :-1])
@@ -237,9 +246,9 @@ def cover(
     first: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Cover the free cells at the grid cells ``idx [M, K]`` int64 in place (grid and
-    per-block counts); return ``[M]`` the number newly covered (each cell counted once), into
-    ``out`` if given (else int64). ``first``: as `newly_covered`'s."""
+    """Cover the free cells at the grid cells ``idx [M, K]`` int64 in place (grid and per-block
+    counts) and return ``[M]`` the number newly covered (each cell counted once): into ``out`` if
+    given, else int64. ``lay``, ``v``, ``first``: as `newly_covered`'s."""
     sidx = idx.sort(dim=1).values  # equal cells side by side: count each once
     before, newly = newly_covered(lay, v, sidx, first)
     v["grid"].scatter_(1, sidx, before | lay.covered_bit)  # FREE -> COVERED; COVERED and BLOCKED stay
@@ -254,11 +263,20 @@ def observe(
     b_index: torch.Tensor,
     cell: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The observation of the states ``buf`` (``coverage [M]`` float32 as the rules compute it),
-    in ``dtype``: ``{"local": [M, N, L], "state": [M, S]}``, each value the float32 rules' value
-    cast to ``dtype``; and the ``[M, N]`` packed grid value of each UAV's own cell (its window's
-    centre). ``b_index``: ``[M, 1]`` int64 arange; ``cell``: the UAVs' cells as a contiguous
-    ``[M, N]`` tensor if the caller has one (saves a copy)."""
+    """The observation of the states ``buf``.
+
+    Args:
+        lay: the layout.
+        buf: ``[M, record bytes]`` uint8 state records.
+        coverage: ``[M]`` float32, as the rules compute it.
+        dtype: the observation's dtype.
+        b_index: ``[M, 1]`` int64 arange.
+        cell: the UAVs' cells as a contiguous ``[M, N]`` tensor if the caller has one (saves a copy).
+
+    Returns:
+        ``({"local": [M, N, L], "state": [M, S]}, own)``: each value the float32 rules' value cast to
+        ``dtype``, and ``own [M, N]``, the packed grid value of each UAV's cell (its window's centre).
+    """
     cfg, w2, v = lay.cfg, lay.win2, lay.record.views(buf)
     m, n, p2 = buf.shape[0], cfg.num_uavs, cfg.state_pool**2
     local = torch.empty(m, n, cfg.local_obs_dim, dtype=dtype, device=lay.device)

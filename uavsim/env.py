@@ -54,10 +54,8 @@ def next_episode(episode: torch.Tensor) -> torch.Tensor:
 
 
 def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
-    """``[B]`` float32 mean over UAVs of ``ep_reward [B, N]``, as ``rules.mean_return``. Summed in
-    float64, where the sum of a few float32 values is exact (unless they differ by more than ~2**25
-    in magnitude), so the order of the additions, which differs between torch's and NumPy's
-    reductions, cannot change it."""
+    """``[B]`` float32 mean over UAVs of ``ep_reward [B, N]`` float32, as ``rules.mean_return``."""
+    # summed in float64, exact for a few float32 values (within ~2**25 of each other): any order agrees
     out = torch.empty(ep_reward.shape[0], dtype=torch.float32, device=ep_reward.device)
     return torch.div(ep_reward.sum(1, dtype=torch.float64), ep_reward.shape[1], out=out)
 
@@ -72,11 +70,10 @@ class UAVSwarmEnv:
         seed: the RNG seed, in ``[0, 2**31)``.
         first_env_index: environment ``b`` of this batch is global environment
             ``first_env_index + b`` (distributed ranks use disjoint ranges).
-        check_action_range: validate that actions lie in ``[0, num_actions)``; this reads a
-            value back from the device (a sync per step), so trainers that sample valid actions
-            turn it off. Off, a bad action goes undetected: a negative one indexes the move table
-            from its end (-1 moves like the last action), a larger one raises an IndexError (a
-            device-side assert on a GPU). Shape, dtype and device are always checked (free).
+        check_action_range: validate that actions lie in ``[0, num_actions)``: a host read per
+            step, so trainers that sample valid actions turn it off. Off, a negative action indexes
+            the move table from its end (-1 moves like the last action), a larger one raises an
+            IndexError (a device-side assert on a GPU). Shape, dtype and device are always checked.
         reset_mode: ``"prepared"``, ``"dense"``, ``"sparse"`` or ``None`` (the default).
         autoreset_mode: ``"same_step"`` (default) or ``"next_step"``.
         obs_dtype: observations in float32 (default), bfloat16 or float16: each value the
@@ -212,8 +209,11 @@ class UAVSwarmEnv:
     def reset(self, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Start new episodes everywhere (``mask=None``) or where the ``[B]`` bool ``mask`` is True.
 
-        Returns the observation of every environment: ``{"local": [B, N, L], "state": [B, S]}``
-        in ``obs_dtype``.
+        Returns:
+            The observation of every environment: ``{"local": [B, N, L], "state": [B, S]}`` in ``obs_dtype``.
+        Raises:
+            RuntimeError: a first reset with a ``mask``.
+            TypeError, ValueError: a bad ``mask``.
         """
         if mask is None or self._buf is None:
             if mask is not None:
@@ -241,12 +241,14 @@ class UAVSwarmEnv:
             actions: ``[B, N]`` int64 on the env's device, values in ``[0, num_actions)``.
         Returns:
             ``obs`` (after any autoreset), ``reward [B, N] float32``, ``terminated [B] bool``,
-            ``truncated [B] bool``, ``info``: ``coverage [B]`` float32 (after the step, before a
-            same-step reset), ``collisions``/``near_misses [B, N] bool``, ``final_obs``
-            (same_step only: the observation before the reset, equal to ``obs`` where the
-            episode goes on) and, valid where the episode ended, ``episode_return [B]`` float32
-            (mean over UAVs), ``episode_length``, ``episode_coverage``, ``episode_collisions``,
-            ``episode_near_misses`` (integers in the state's narrow dtypes).
+            ``truncated [B] bool``, ``info``: ``coverage [B]`` float32 (after the step, before a same-step
+            reset), ``collisions``/``near_misses [B, N] bool``, ``final_obs`` (same_step only: the observation
+            before the reset, equal to ``obs`` where the episode goes on) and, valid where the episode ended,
+            ``episode_return [B]`` float32 (mean over UAVs), ``episode_length``, ``episode_coverage``,
+            ``episode_collisions``, ``episode_near_misses`` (integers in the state's narrow dtypes).
+        Raises:
+            RuntimeError: before ``reset()``.
+            TypeError, ValueError: bad ``actions``.
         """
         if self._buf is None:
             raise RuntimeError("call reset() before step()")
@@ -299,9 +301,8 @@ class UAVSwarmEnv:
         v: dict[str, torch.Tensor],
         restarted: torch.Tensor | None = None,
     ):
-        """The rules' step for every environment of the state ``buf`` (views ``v``), in place,
-        without resets: ``(obs, reward, terminated, truncated, info)``. ``restarted`` ([B] bool):
-        environments whose episode starts this step (next_step mode): their clock does not advance."""
+        """The rules' step of the state ``buf`` (views ``v``) in place, without resets: ``step``'s tuple.
+        ``restarted`` ([B] bool, next_step): episodes that start this step; their clock does not advance."""
         lay, b, n = self._lay, self.num_envs, self.num_uavs
         grid, cell = v["grid"], v["cell"]
         flags = torch.empty(b, n, 2, dtype=torch.bool, device=self.device)  # collided, near miss

@@ -99,9 +99,16 @@ def start_episodes(
     episode: torch.Tensor,
     first: torch.Tensor | None = None,
 ) -> None:
-    """Write the first state of episode ``episode [M]`` (int64) of the environments with keys
-    ``env_key [M]`` (`uavsim.rng.env_key`) into the state record ``buf [M, record bytes]``.
-    ``first``: `cover`'s scratch for ``M x num_uavs x footprint`` cells (allocated when None)."""
+    """Write the first state of episodes into state records, in place.
+
+    Args:
+        lay: the layout.
+        tab: its `StartTables`.
+        buf: ``[M, record bytes]`` uint8 state records, overwritten.
+        env_key: ``[M]`` the environments' keys (`uavsim.rng.env_key`).
+        episode: ``[M]`` int64 episode indices.
+        first: `cover`'s scratch for ``M x num_uavs x footprint`` cells (allocated when None).
+    """
     cfg, v = lay.cfg, lay.record.views(buf)
     m, k, h, w = episode.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width
     d = draw_hash(episode_key(env_key, episode)[:, None], tab.draws)  # [M, draws] in [0, 2**32)

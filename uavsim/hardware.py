@@ -1,14 +1,15 @@
 """What machine this process runs on: CPU class, usable cores, torch build, GPUs, in words.
 
-A default tuned on one machine can be 30x slower on another (bf16 on a CPU without native bf16
-runs in software), so every entry point says what it found (`banner`) and every results file
-records it (`benchmarks.common.machine_info`). Nothing here changes a setting; it only reads.
+A default tuned on one machine can be many times slower on another (bf16 on a CPU without native
+bf16 runs in software: docs/performance.md, "Design choices, measured"), so every entry point says
+what it found (`banner`) and every results file records it (`benchmarks.common.machine_info`).
+Nothing here changes a setting; it only reads.
 
 CPU classes, from the best bf16 support down (`cpu_class`):
     "AMX"         AMX-BF16 tiles (Intel Sapphire Rapids and later): bf16 matmuls in hardware
     "AVX512-BF16" AVX-512 with bf16 dot products (Cooper Lake, AMD Zen 4 and later)
     "AVX-512"     AVX-512 without bf16 instructions (bf16 converted in software, then fp32 FMAs)
-    "AVX2"        AVX2 only (most laptops and desktops, AMD Zen 1-3): bf16 emulated, ~8x slower
+    "AVX2"        AVX2 only (most laptops and desktops, AMD Zen 1-3): bf16 emulated, many times slower
     "baseline"    anything else (ARM, old x86)
 oneDNN's `ONEDNN_MAX_CPU_ISA` (and ATen's `ATEN_CPU_CAPABILITY`) cap what torch uses: an AMX machine
 run with `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2` behaves like an AVX2 one, and is
@@ -74,9 +75,14 @@ def cpu_flags() -> frozenset[str]:
 
 
 def classify_cpu(flags: frozenset[str] | set[str], aten_cap: str | None = None, onednn_cap: str | None = None) -> str:
-    """The CPU class (`CPU_CLASSES`) from the hardware's flags, capped by what torch is told to use:
-    `ATEN_CPU_CAPABILITY` (ATen's kernels) and `ONEDNN_MAX_CPU_ISA` (oneDNN's matmuls), when set.
-    Without flags (not Linux) torch's own dispatch level stands in, which cannot see bf16 support."""
+    """The CPU class (`CPU_CLASSES`) from the hardware's flags, capped by what torch is told to use.
+    Without flags (not Linux) torch's own dispatch level stands in, which cannot see bf16 support.
+
+    Args:
+        flags: the CPU's feature flags (`cpu_flags`).
+        aten_cap: `ATEN_CPU_CAPABILITY` (ATen's kernels), when set.
+        onednn_cap: `ONEDNN_MAX_CPU_ISA` (oneDNN's matmuls), when set.
+    """
     if not flags:
         level = torch.backends.cpu.get_cpu_capability().upper()
         return "AVX-512" if level.startswith("AVX512") else "AVX2" if level == "AVX2" else "baseline"

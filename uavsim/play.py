@@ -36,6 +36,7 @@ _Loader.add_implicit_resolver(
 
 
 def parse_overrides(items: Sequence[str]) -> dict:
+    """``{key: value}`` of ``key=value`` items, values as YAML scalars; a ValueError for another form."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")

@@ -53,6 +53,11 @@ class GreedyFrontierPolicy:
     no other UAV occupies now, then breaks ties at random: otherwise UAVs that once share a cell
     would move as one forever, which would make this baseline a strawman. There is no other
     coordination, which is the weakness a learned team should beat.
+
+    Args:
+        env: the env it plays (any env of the same layout; checked at every call).
+        seed: its tie-breaks' generator seed.
+        check_every: relaxation rounds between checks that the field stopped changing.
     """
 
     CROWD_COST = 0.5  # < 1: never trades a longer path for a free cell, only breaks ties
@@ -92,12 +97,16 @@ class GreedyFrontierPolicy:
             )
 
     def distance_field(self, cells: torch.Tensor, probes: torch.Tensor | None = None) -> torch.Tensor:
-        """``[B, Hp * Wp]`` float32 moves to the nearest uncovered free cell (inf: unreachable).
+        """Moves to the nearest uncovered free cell, by synchronous relaxation: after ``k`` rounds
+        every finite value is exact and every cell within ``k`` moves of the frontier has one.
 
-        Relaxation is synchronous, so after ``k`` rounds every finite value is exact and every
-        cell within ``k`` moves of the frontier has one. With ``probes`` ``[B, N, A]`` (flat padded
-        cells; a blocked cell never turns finite) it stops once every ``[b, n]`` row holds a finite
-        value: the smallest value of each row is then final, which is all a greedy move needs.
+        Args:
+            cells: ``[B, Hp * Wp]`` uint8 codes (``env.state["cells"]``).
+            probes: ``[B, N, A]`` int64 flat padded cells; with them it stops once every ``[b, n]`` row
+                holds a finite value (the row's smallest is then final: all a greedy move needs).
+
+        Returns:
+            ``[B, Hp * Wp]`` float32 moves (inf: unreachable).
         """
         b = cells.shape[0]
         grid = cells.view(b, self.hp, self.wp)
@@ -119,6 +128,7 @@ class GreedyFrontierPolicy:
         return dist.view(b, -1)
 
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
+        """``[B, N]`` int64 actions on the env's device; a ValueError for an env of another layout."""
         self._check_same_layout(env)
         state = env.state
         here = env._flat(state["pos"])  # [B, N]

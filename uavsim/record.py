@@ -79,8 +79,8 @@ class Record:
 
 def as_words(x: torch.Tensor) -> torch.Tensor:
     """``[B, bytes / w]`` view of a contiguous ``[B, ...]`` tensor as its widest integer words
-    ``w`` (<= 8 bytes) that divide a row: a row-masked ``torch.where`` on them copies bits
-    exactly, and runs several times faster on a CPU than on bytes or broadcast floats."""
+    ``w`` (<= 8 bytes) that divide a row: a row-masked ``torch.where`` on them copies bits exactly,
+    and runs faster than on bytes or floats (docs/performance.md, "Design choices, measured")."""
     row = x.reshape(x.shape[0], -1)
     nbytes = row.shape[1] * row.element_size()
     for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):

@@ -30,6 +30,11 @@ class ReferenceEnv:
 
     ``reset() -> {"local": [N, local_obs_dim], "state": [state_dim]}`` (float32) and
     ``step(actions[N]) -> (obs, reward [N] float32, terminated bool, truncated bool, info)``.
+
+    Args:
+        config: the task (default ``EnvConfig()``).
+        seed: the RNG seed, in ``[0, 2**31)``.
+        env_index: which environment of the seed's stream (the batched env's global index).
     """
 
     def __init__(self, config: EnvConfig | None = None, seed: int = 0, env_index: int = 0):
@@ -56,6 +61,7 @@ class ReferenceEnv:
         return hash32(np.uint64(self.seed), np.uint64(self.env_index), np.uint64(self.episode), draw)
 
     def reset(self) -> dict[str, np.ndarray]:
+        """Start the next episode; returns its first observation."""
         cfg, p = self.config, self.config.pad
         self.episode = (self.episode + 1) % MAX_KEY  # after 2**31 episodes the maps repeat, as in the batched env
         lo, hi = cfg.obstacle_min_size, cfg.obstacle_max_size
@@ -110,6 +116,9 @@ class ReferenceEnv:
         return a.astype(np.int64)
 
     def step(self, actions: Any):
+        """Advance one step with ``actions [N]`` ints (see the class docstring); the ``info`` keys are
+        the batched env's, less ``final_obs``. Raises RuntimeError before ``reset()``, TypeError or
+        ValueError for bad actions."""
         if self.episode < 0:
             raise RuntimeError("call reset() before step()")
         cfg, p = self.config, self.config.pad

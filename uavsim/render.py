@@ -75,10 +75,14 @@ def render_grid(
     """Draw one map.
 
     Args:
+        cfg: the task (for the sensor footprint).
         codes: ``[H, W]`` cell codes (``rules.FREE/COVERED/BLOCKED``) of the map, no border.
         pos: ``[N, 2]`` UAV (row, col).
+        cell_px: pixels per grid cell, >= 2.
         trail: optional ``[T, N, 2]`` earlier positions, drawn as small dots.
-    Returns: ``[H * cell_px, W * cell_px, 3]`` uint8.
+
+    Returns:
+        ``[H * cell_px, W * cell_px, 3]`` uint8.
     """
     check_cell_px(cell_px)
     h, w = codes.shape
@@ -117,6 +121,7 @@ def env_codes(env: BatchedEnv, env_index: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def render_env(env: BatchedEnv, env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:
+    """`render_grid` of environment ``env_index`` of a batched env."""
     codes, pos = env_codes(env, env_index)
     return render_grid(env.config, codes, pos, cell_px, trail)
 
@@ -126,8 +131,15 @@ def render_tiled(
 ) -> np.ndarray:
     """Several environments side by side in a grid of tiles, white gaps between them.
 
-    ``env_indices``: a sequence, 1-D array or 1-D tensor of ints; ``cols``: tiles per row (None:
-    about the square root of their number); ``gap``: pixels between tiles.
+    Args:
+        env: the batched env.
+        env_indices: a sequence, 1-D array or 1-D tensor of ints.
+        cols: tiles per row (None: about the square root of their number).
+        cell_px: pixels per grid cell.
+        gap: pixels between tiles.
+
+    Returns:
+        One ``[height, width, 3]`` uint8 image.
     """
     env_indices = _env_index_list(env, env_indices)
     cols = int(np.ceil(np.sqrt(len(env_indices)))) if cols is None else check_int("cols", cols, 1)

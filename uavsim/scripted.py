@@ -11,10 +11,21 @@ SCRIPTED = {"random": RandomPolicy, "greedy": GreedyFrontierPolicy, "coordinated
 
 
 def make_scripted(name: str, env: UAVSwarmEnv, seed: int = 0, planner_seed: int = 0):
-    """The scripted policy `name` (a key of `SCRIPTED`) for `env`, a callable `policy(env) -> actions
-    [B, N]`. `seed` draws the random policy's actions; `planner_seed` the frontier planners' random
-    tie-breaks (by default their own fixed seed: their episodes on a set of maps depend on the maps
-    only, whatever seed the caller evaluates with)."""
+    """The scripted policy `name` for `env`.
+
+    Args:
+        name: a key of `SCRIPTED`.
+        env: the env it plays.
+        seed: draws the random policy's actions.
+        planner_seed: the frontier planners' tie-breaks (by default their own fixed seed: their
+            episodes on a set of maps depend on the maps only, whatever seed the caller evaluates with).
+
+    Returns:
+        `policy(env) -> actions [B, N]` int64.
+
+    Raises:
+        ValueError: an unknown `name`.
+    """
     if name not in SCRIPTED:
         raise ValueError(f"unknown scripted policy {name!r}; expected one of {sorted(SCRIPTED)}")
     return SCRIPTED[name](env, seed=seed if name == "random" else planner_seed)

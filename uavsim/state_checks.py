@@ -106,8 +106,11 @@ def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
 def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tensor]:
     """The state tensors of `d` (a `state_dict()` output) once they fit `env` (whose layout is
     ``lay``): its identity, each tensor's dtype and shape (`UAVSwarmEnv.state_spec`), value ranges,
-    and the running counts against the map. Anything else is a `TypeError` / `ValueError` naming
-    what does not fit."""
+    and the running counts against the map.
+
+    Raises:
+        TypeError, ValueError: what does not fit, named.
+    """
     if not isinstance(d, dict):
         raise TypeError(f"env state must be the dict from state_dict(), got {type(d).__name__}")
     mine = {

@@ -69,8 +69,22 @@ def record_episode(
 ) -> EpisodeRecording:
     """Start a new episode in environment ``env_index`` and play it with ``policy`` until it ends.
 
-    The other environments keep stepping (the policy acts on the whole batch). ``trail`` draws
-    each UAV's last ``trail`` positions as dots (0: none). Returns an `EpisodeRecording`.
+    The other environments keep stepping (the policy acts on the whole batch).
+
+    Args:
+        env: the batched env.
+        policy: `Policy`, ``policy(env) -> actions [B, N]``.
+        env_index: the environment recorded.
+        max_steps: stop after this many steps (None: the episode's end).
+        cell_px: pixels per grid cell.
+        trail: each UAV's last ``trail`` positions drawn as dots (0: none).
+
+    Returns:
+        The `EpisodeRecording`.
+
+    Raises:
+        TypeError, ValueError: a bad argument.
+        RuntimeError: the batched env and the reference disagree (its state changed from outside).
     """
     if isinstance(env_index, bool) or not isinstance(env_index, numbers.Integral) or not 0 <= env_index < env.num_envs:
         raise ValueError(f"env_index must be an int in [0, {env.num_envs}), got {env_index!r}")
@@ -127,7 +141,14 @@ def record_tiled(
     """Frames of several environments side by side (`render_tiled`) over ``num_steps`` steps.
 
     Drawn from the batched env after each step, so an episode that ended in a step shows the next
-    episode's start in that frame. ``env_indices`` defaults to the first (up to) 16 environments.
+    episode's start in that frame.
+
+    Args:
+        env: the batched env.
+        policy: `Policy`, ``policy(env) -> actions [B, N]``.
+        num_steps: steps to record (``num_steps + 1`` frames).
+        env_indices: the environments drawn (None: the first, up to 16).
+        cell_px: pixels per grid cell.
     """
     num_steps = check_int("num_steps", num_steps, 0)
     indices = list(range(min(env.num_envs, 16))) if env_indices is None else env_indices
@@ -147,9 +168,20 @@ def record_tiled(
 def side_by_side(
     clips: Sequence[Sequence[np.ndarray]], labels: Sequence[str] | None = None, gap: int = 4
 ) -> list[np.ndarray]:
-    """Several episodes as one clip: frame t shows each clip's frame t side by side (``gap`` white
-    pixels apart), a clip that ended holding its last frame, under a header of ``labels`` (one per
-    clip, drawn with Pillow's built-in font) when given. Clips must have frames of one height."""
+    """Several episodes as one clip: frame t shows each clip's frame t side by side, a clip that
+    ended holding its last frame.
+
+    Args:
+        clips: each a sequence of ``[H, W, 3]`` uint8 frames, of one height ``H`` for all.
+        labels: a header naming each clip (Pillow's built-in font), or None.
+        gap: white pixels between clips.
+
+    Returns:
+        As many ``[H (+ the header), W, 3]`` uint8 frames as the longest clip has, ``W`` the widths and gaps summed.
+
+    Raises:
+        ValueError: no clips, clips of different heights, or a label count that does not match.
+    """
     stacks = [_check_frames(c) for c in clips]
     if not stacks:
         raise ValueError("clips must not be empty")
@@ -227,7 +259,8 @@ def _check_gif_runs(stack: np.ndarray, fps: float) -> None:
 
 def check_video_path(path: str | Path, fps: float = 8.0) -> Path:
     """``path`` as a `Path` if `write_video` can write there at ``fps``: a ``.gif`` or ``.mp4`` name,
-    in a folder that exists, that is not itself a folder. Callers check before spending an episode."""
+    in a folder that exists, that is not itself a folder, else a ValueError. Callers check before
+    spending an episode."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".gif", ".mp4"):
@@ -241,7 +274,21 @@ def check_video_path(path: str | Path, fps: float = 8.0) -> Path:
 
 
 def write_video(frames: Sequence[np.ndarray], path: str | Path, fps: float = 8.0) -> Path:
-    """Write frames to ``path``: ``.gif`` (loops forever) or ``.mp4`` (H.264, needs imageio-ffmpeg)."""
+    """Write frames to ``path``: ``.gif`` (loops forever) or ``.mp4`` (H.264, needs imageio-ffmpeg).
+
+    Args:
+        frames: ``[H, W, 3]`` uint8 images of one size.
+        path: where, its suffix choosing the format.
+        fps: frames per second.
+
+    Returns:
+        ``path`` as a `Path`.
+
+    Raises:
+        ValueError: bad frames, path or fps (`check_video_path`).
+        ImportError: an MP4 without imageio-ffmpeg.
+        OSError: the file cannot be written.
+    """
     import imageio.v2 as imageio
 
     path = check_video_path(path, fps)
@@ -291,7 +338,8 @@ def gif_bytes(frames: Sequence[np.ndarray], fps: float = 8.0) -> bytes:
 def log_video(
     writer: Any, tag: str, frames: Sequence[np.ndarray], global_step: int | None = None, fps: float = 8.0
 ) -> None:
-    """Log frames to a ``torch.utils.tensorboard.SummaryWriter`` as an animated GIF (Images tab)."""
+    """Log ``frames`` (``[H, W, 3]`` uint8) to a ``torch.utils.tensorboard.SummaryWriter`` ``writer`` as
+    an animated GIF under ``tag`` at ``global_step`` (the Images tab), at ``fps``."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     stack = _check_frames(frames)
