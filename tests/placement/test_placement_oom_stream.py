@@ -139,20 +139,16 @@ class Extractor(nn.Module):
 
 
 def make_trainer():
+    """(extractor, loss_fn, optimizer) of seed 001's shape: frozen embeddings, a trained head."""
     torch.manual_seed(0)
     extractor, head = Extractor(), nn.Linear(4096, 1)
-    opt = torch.optim.SGD(head.parameters(), lr=1e-3)
 
-    def step(batch):
-        opt.zero_grad(set_to_none=True)
+    def loss_fn(batch):
         with torch.no_grad():
             emb = extractor(batch["x"])
-        loss = nn.functional.mse_loss(head(emb).squeeze(-1), batch["y"])
-        loss.backward()
-        opt.step()
-        return loss
+        return nn.functional.mse_loss(head(emb).squeeze(-1), batch["y"])
 
-    return extractor, step
+    return extractor, loss_fn, torch.optim.SGD(head.parameters(), lr=1e-3)
 
 
 def batches(n, rows=64, seed=0):
@@ -162,16 +158,16 @@ def batches(n, rows=64, seed=0):
 
 
 def test_streaming_memory_stays_flat_while_accumulating_grows():
-    _, step = make_trainer()
-    stats = stream_train(step, batches(160), device="cpu", track_memory=True)
-    assert stats.steps == 160 and stats.samples == 160 * 64 and len(stats.losses) == 160
+    _, loss_fn, opt = make_trainer()
+    stats = stream_train(loss_fn, batches(160), opt, device="cpu", track_memory=True)
+    assert stats.steps == stats.batches == 160 and stats.samples == 160 * 64 and len(stats.losses) == 160
     assert all(isinstance(v, float) for v in stats.losses)
     # 160 batches x 1 MiB of embeddings went through; after warm-up nothing may accumulate
     growth = max(stats.memory[30:]) - stats.memory[30]
     assert growth < 24 * MiB, f"streaming grew by {growth / MiB:.1f} MiB"
 
     # the same measurement sees the seed-001 bug: keeping every batch's embeddings
-    extractor, _ = make_trainer()
+    extractor, _, _ = make_trainer()
     kept, rss = [], []
     with torch.no_grad():
         for b in batches(160):
@@ -181,46 +177,73 @@ def test_streaming_memory_stays_flat_while_accumulating_grows():
 
 
 def test_stream_splits_a_batch_that_runs_out_of_memory_and_goes_on():
-    seen = []
+    seen, w = [], nn.Parameter(torch.zeros(()))
 
-    def step(batch):
+    def loss_fn(batch):
         if batch_len(batch) > 8:
             raise cuda_oom(batch_len(batch))
         seen.extend(batch["id"].tolist())
-        return batch["id"].float().mean()
+        return batch["id"].float().mean() + w
 
     data = [{"id": torch.arange(i * 32, (i + 1) * 32), "tag": "same"} for i in range(5)]
-    stats = stream_train(step, data)
+    stats = stream_train(loss_fn, data, torch.optim.SGD([w], lr=0.1))
     assert seen == list(range(160))  # every row exactly once, in order
     assert stats.micro_batch == 8 and stats.backoffs == 2  # 32 -> 16 -> 8, then pre-split
-    assert stats.steps == 20 and stats.samples == 160
+    assert stats.steps == stats.batches == 5 and stats.samples == 160  # one step per batch, split or not
+    assert stats.losses == pytest.approx([31.9 * i + 15.5 for i in range(5)])  # batch means (w: -0.1 a step)
+    assert w.item() == pytest.approx(-0.5)  # 5 steps of lr x d(loss)/dw = 1, not 20
 
 
 def test_stream_gives_up_at_the_smallest_piece_and_passes_other_errors():
+    w = nn.Parameter(torch.zeros(()))
+    opt = torch.optim.SGD([w], lr=0.1)
+
     def always_oom(batch):
         raise cuda_oom(1)
 
     with pytest.raises(torch.OutOfMemoryError, match="min_micro_batch=2"):
-        stream_train(always_oom, [torch.zeros(8, 2)], min_micro_batch=2)
+        stream_train(always_oom, [torch.zeros(8, 2)], opt, min_micro_batch=2)
     with pytest.raises(torch.OutOfMemoryError):
-        stream_train(always_oom, [torch.zeros(8, 2)], split_on_oom=False)
+        stream_train(always_oom, [torch.zeros(8, 2)], opt, split_on_oom=False)
 
     def buggy(batch):
         raise KeyError("labels")
 
     with pytest.raises(KeyError):
-        stream_train(buggy, [torch.zeros(8, 2)])
+        stream_train(buggy, [torch.zeros(8, 2)], opt)
 
 
 def test_stream_max_steps_and_argument_checks():
-    stats = stream_train(lambda b: None, [torch.zeros(4, 1)] * 10, max_steps=3)
-    assert stats.steps == 3 and stats.losses == []
-    with pytest.raises(ValueError, match="max_steps"):
-        stream_train(lambda b: None, [], max_steps=-1)
+    w = nn.Parameter(torch.zeros(()))
+    opt = torch.optim.SGD([w], lr=0.1)
+    read = []
+
+    def loss_fn(b):
+        read.append(b)
+        return b.sum() * w
+
+    stats = stream_train(loss_fn, [torch.zeros(4, 1)] * 10, opt, max_steps=3, accumulate=2)
+    assert stats.steps == 3 and stats.batches == len(read) == 6
+    bad = [
+        (dict(max_steps=-1), ValueError, "max_steps"),
+        (dict(accumulate=0), ValueError, "accumulate"),
+        (dict(precision="fp8"), ValueError, "precision"),
+        (dict(max_grad_norm=0.0), ValueError, "max_grad_norm"),
+        (dict(scheduler=5), TypeError, "scheduler"),
+    ]
+    for kwargs, error, name in bad:
+        with pytest.raises(error, match=name):
+            stream_train(loss_fn, [], opt, **kwargs)
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer, got list"):
+        stream_train(loss_fn, [], [w])
+    with pytest.raises(TypeError, match="loss_fn must be callable"):
+        stream_train("step", [], opt)
     with pytest.raises(ValueError, match="scalar loss"):
-        stream_train(lambda b: b, [torch.zeros(4, 2)])
-    with pytest.raises(TypeError, match="callable"):
-        stream_train("step", [])
+        stream_train(lambda b: b * w, [torch.zeros(4, 2)], opt)
+    with pytest.raises(TypeError, match="scalar loss tensor, got float"):
+        stream_train(lambda b: 0.5, [torch.zeros(4, 2)], opt)
+    with pytest.raises(ValueError, match="does not require grad"):
+        stream_train(lambda b: b.sum(), [torch.zeros(4, 2)], opt)
 
 
 def test_split_and_move_nested_batches():
@@ -254,13 +277,15 @@ def test_to_cpu_ships_only_a_views_own_elements():
 def test_per_sample_lists_are_refused_rather_than_misaligned_on_back_off():
     batch = {"pixels": torch.arange(4.0).view(4, 1), "captions": ["c0", "c1", "c2", "c3"]}
 
-    def step(b):
+    w = nn.Parameter(torch.zeros(()))
+
+    def loss_fn(b):
         if b["pixels"].shape[0] > 2:
             raise cuda_oom(b["pixels"].shape[0])
-        return b["pixels"].sum()
+        return b["pixels"].mean() * w
 
     with pytest.raises(ValueError, match=r"batch\['captions'\] is a list of 4 values, as many as the batch's rows"):
-        stream_train(step, [batch], device="cpu")
+        stream_train(loss_fn, [batch], torch.optim.SGD([w], lr=0.1), device="cpu")
     # a list that is not per-sample (here: 2 values for 4 rows) is still repeated in every piece
     pieces = split_batch({"x": torch.zeros(4, 1), "names": ["a", "b"]}, 2)
     assert [p["names"] for p in pieces] == [["a", "b"], ["a", "b"]]
@@ -293,13 +318,19 @@ def test_numpy_numbers_are_accepted_and_bools_are_not():
     with pytest.raises(ValueError, match="chunk"):
         split_batch(torch.arange(5), True)
 
-    losses = iter([np.float32(0.5), np.float64(0.25), np.int64(1)])
-    stats = stream_train(lambda b: next(losses), [torch.zeros(2, 1)] * 3, max_steps=np.int64(3),
-                         min_micro_batch=np.int64(1))
-    assert stats.losses == [0.5, 0.25, 1.0] and all(type(v) is float for v in stats.losses)
-    with pytest.raises(TypeError, match="scalar loss"):
-        stream_train(lambda b: np.bool_(True), [torch.zeros(2, 1)])
-    with pytest.raises(TypeError, match="scalar loss"):
-        stream_train(lambda b: True, [torch.zeros(2, 1)])
+    w = nn.Parameter(torch.zeros(()))
+    opt = torch.optim.SGD([w], lr=0.1)
+    stats = stream_train(
+        lambda b: (b.sum() + 1) * w,
+        [torch.zeros(2, 1)] * 3,
+        opt,
+        max_steps=np.int64(2),
+        accumulate=np.int32(1),
+        max_grad_norm=np.float32(10.0),
+        min_micro_batch=np.int64(1),
+    )
+    assert stats.steps == 2 and all(type(v) is float for v in stats.losses)
     with pytest.raises(ValueError, match="max_steps"):
-        stream_train(lambda b: None, [], max_steps=False)
+        stream_train(lambda b: b.sum() * w, [], opt, max_steps=False)
+    with pytest.raises(ValueError, match="accumulate"):
+        stream_train(lambda b: b.sum() * w, [], opt, accumulate=True)
