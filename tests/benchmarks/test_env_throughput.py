@@ -5,15 +5,38 @@ import json
 import sys
 
 import pytest
+import torch
 
 from benchmarks import env_throughput
 
+# One torch thread: what these tests check does not depend on it, and two threads on a 2-core machine
+# that runs anything else (another pytest-xdist worker) made the quick run several times slower.
+QUICK = ["--quick", "--repeats", "1", "--seconds", "0.02", "--threads", "1"]
 
-def test_quick_run_writes_complete_results(tmp_path):
-    paths = env_throughput.main(["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02"])
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    """`main` sets torch's thread count (--threads) for the process: put it back for the tests after."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One --quick run of every backend (paths, JSON payload), read by the schema and cost-model tests."""
+    threads = torch.get_num_threads()
+    try:
+        paths = env_throughput.main([*QUICK, "--out-dir", str(tmp_path_factory.mktemp("quick"))])
+    finally:
+        torch.set_num_threads(threads)
+    return paths, json.loads(paths["json"].read_text())
+
+
+def test_quick_run_writes_complete_results(quick_run):
+    paths, payload = quick_run
     assert set(paths) == {"json", "md", "png"}
     assert paths["json"].name.endswith("-quick.json")  # never the full run's file
-    payload = json.loads(paths["json"].read_text())
     assert payload["benchmark"] == "env_throughput" and payload["quick"] is True
     for key in ("cpu", "cpu_count", "torch", "date"):
         assert key in payload["machine"]
@@ -47,11 +70,15 @@ def test_quick_run_writes_complete_results(tmp_path):
     assert "| batched-cpu | 1024 |" in table and "x reference loop" in table
 
 
-def test_bytes_per_step_are_the_cost_models_count_for_each_variant():
+def test_bytes_per_step_are_the_cost_models_count_for_each_variant(quick_run):
     from benchmarks.step_cost import bytes_per_env_step
     from uavsim import EnvConfig
 
-    counted = env_throughput.model_bytes_per_env_step(EnvConfig(), ["", "-sparse", "-dense", "-next-step-bf16"])
+    # what the quick run recorded: model_bytes_per_env_step(EnvConfig(), every variant), as `measure` calls it
+    payload = quick_run[1]
+    counted = payload["bytes_per_env_step_model"]
+    assert payload["config"] == EnvConfig().to_dict()
+    assert set(counted) == {"default", "sparse", "dense", "next-step-bf16"}
     assert counted["sparse"] == bytes_per_env_step(
         EnvConfig(), num_envs=env_throughput.MODEL_ENVS, steps=env_throughput.MODEL_STEPS, reset_mode="sparse"
     )
@@ -75,10 +102,14 @@ def test_without_vmas_its_backends_are_skipped_with_a_one_line_message(monkeypat
     assert out == ["vmas is not installed (pip install '.[peers]'): skipping the VMAS backends"]
 
 
-def test_quick_and_subset_runs_never_take_the_full_runs_file_names(tmp_path):
-    paths = env_throughput.main(
-        ["--quick", "--out-dir", str(tmp_path), "--repeats", "1", "--seconds", "0.02", "--backends", "batched-cpu"]
+def test_quick_and_subset_runs_never_take_the_full_runs_file_names(tmp_path, monkeypatch):
+    # the cost model's counts are the tests above's subject (and took most of this run): here a stand-in
+    monkeypatch.setattr(
+        env_throughput,
+        "model_bytes_per_env_step",
+        lambda cfg, variants: {env_throughput.variant_name(v): 1.0 for v in variants},
     )
+    paths = env_throughput.main([*QUICK, "--out-dir", str(tmp_path), "--backends", "batched-cpu"])
     assert paths["json"].name.endswith("-quick-subset.json")
     rows = json.loads(paths["json"].read_text())["results"]
     assert {r["backend"] for r in rows} == {"batched-cpu"}
