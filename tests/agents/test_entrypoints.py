@@ -34,6 +34,41 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+# Runs each `python -m MODULE ARGS...` as -m does (runpy: the module's __main__ block; the exit status
+# is its SystemExit code), one after the other in one interpreter: one start-up of Python, torch and
+# agents instead of one per command. Prints [[exit status, stderr], ...] as JSON on its last line.
+RUN_EACH = r"""
+import contextlib, io, json, runpy, sys
+results = []
+for argv in json.loads(sys.argv[1]):
+    sys.argv = list(argv)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def run_each(*commands: list[str]) -> list[tuple[int, str]]:
+    """(exit status, stderr) of each command, as `run(*command)` would give them, from one subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_EACH, json.dumps(commands)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [tuple(r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
 def test_train_then_evaluate_through_the_command_line(tmp_path):
     run_dir = tmp_path / "run"
     proc = run("agents.train_mappo", *TINY_RUN, f"run.dir={run_dir}", "train.amp=bf16")
@@ -148,17 +183,20 @@ def test_play_shows_the_coordinated_planner(tmp_path):
 
 
 def test_command_line_errors_are_clear(tmp_path):
-    proc = run("agents.train_mappo", "train.lrr=1", f"run.dir={tmp_path}")
+    proc = run("agents.train_mappo", "train.lrr=1", f"run.dir={tmp_path}")  # one through `python -m` itself
     assert proc.returncode == 2 and "unknown config key 'train.lrr'" in proc.stderr
-    proc = run("agents.train_mappo", "--resume", str(tmp_path / "nothing"))
-    assert proc.returncode == 2 and "neither a checkpoint file nor a run directory" in proc.stderr
-    proc = run("agents.evaluate", str(tmp_path / "nothing"))
-    assert proc.returncode == 2 and "neither a checkpoint file nor a run directory" in proc.stderr
-    proc = run("agents.evaluate", str(tmp_path / "nothing"), "--device", "gpu")
-    assert proc.returncode == 2 and "--device must be auto, cpu, cuda or cuda:N, got 'gpu'" in proc.stderr
     (tmp_path / "a_file").write_text("")
-    proc = run("agents.train_mappo", f"run.dir={tmp_path / 'a_file'}")
-    assert proc.returncode == 2 and "exists and is not a directory" in proc.stderr
     (tmp_path / "bad.yaml").write_text("train: [1, 2\n")
-    proc = run("agents.train_mappo", "--config", str(tmp_path / "bad.yaml"))
-    assert proc.returncode == 2 and "is not valid YAML" in proc.stderr
+    expected = {
+        ("agents.train_mappo", "--resume", str(tmp_path / "nothing")): "neither a checkpoint file nor a run directory",
+        ("agents.evaluate", str(tmp_path / "nothing")): "neither a checkpoint file nor a run directory",
+        ("agents.evaluate", str(tmp_path / "nothing"), "--device", "gpu"): (
+            "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"
+        ),
+        ("agents.train_mappo", f"run.dir={tmp_path / 'a_file'}"): "exists and is not a directory",
+        ("agents.train_mappo", "--config", str(tmp_path / "bad.yaml")): "is not valid YAML",
+    }
+    results = run_each(*expected)
+    assert len(results) == len(expected)
+    for (command, message), (code, stderr) in zip(expected.items(), results):
+        assert code == 2 and message in stderr, (command, code, stderr[-3000:])
