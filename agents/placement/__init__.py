@@ -10,6 +10,7 @@ from .devices import format_bytes
 from .dist import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
 from .dp import WorkerPool, dp_map
 from .dp_types import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
+from .journal import Journal
 from .meminfo import DeviceMemory, Inventory, inventory, inventory_report, memory_in_use
 from .oom import free_memory, is_oom_error, oom_backoff
 from .placement import PlacementError, place_models, remaining_memory, to_max_memory
@@ -39,6 +40,7 @@ __all__ = [
     "ItemFailure",
     "WorkerDiedWarning",
     "WorkerInitError",
+    "Journal",
     # streaming and out-of-memory back-off
     "stream_train",
     "StreamStats",

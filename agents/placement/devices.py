@@ -43,9 +43,12 @@ def as_device(device: str | int | torch.device, *, what: str = "device") -> torc
     return dev
 
 
-def device_key(device: str | int | torch.device) -> str:
-    """Canonical string for a device: ``"cpu"``, ``"cuda:<index>"`` (bare ``"cuda"`` means index 0)."""
-    dev = as_device(device)
+def device_key(device: str | int | torch.device, *, what: str = "device") -> str:
+    """Canonical string for a device: ``"cpu"``, ``"cuda:<index>"`` (bare ``"cuda"`` means index 0).
+
+    ``what`` names the argument in the errors of :func:`as_device`.
+    """
+    dev = as_device(device, what=what)
     if dev.type == "cpu":
         return "cpu"
     return f"cuda:{0 if dev.index is None else dev.index}"

@@ -1,118 +1,103 @@
-"""Data-parallel map: one spawned worker process per device, items handed out dynamically.
+"""Data-parallel map: one worker process per device (or GPU set), items handed out dynamically.
 
 ``dp_map(make_worker, items, devices)`` is the one-shot form; :class:`WorkerPool` keeps the
-workers (and the models they built) alive across several ``map`` calls, which is what a trainer
-scoring a batch every iteration wants. The child side lives in :mod:`.dp_worker`.
+workers (and the models they built) alive across several ``map`` / ``imap`` calls, which is what a
+trainer scoring a batch every iteration wants. Processes are started by :mod:`.dp_proc`, the
+child side lives in :mod:`.dp_worker`, one map's bookkeeping in :mod:`.dp_run`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import pickle
-import threading
+import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 import torch
-import torch.multiprocessing as tmp
 
-from .checks import check_int, is_real
-from .devices import device_key, visible_device_token
+from .dp_args import MapArgs, check_map_args, check_pool_args
+from .dp_output import start_pumps
+from .dp_proc import Hub, check_python, start_process
 from .dp_run import MapRun
+from .dp_shapes import check_devices
 from .dp_slot import Slot, shutdown
-from .dp_types import DPMapError
-from .dp_worker import worker_main
+from .dp_types import DPMapError, ItemFailure, stream_failure
+from .journal import Journal, job_key_for
 
-_ENV_LOCK = threading.Lock()  # os.environ is patched around Process.start(); one start at a time
+__all__ = ["WorkerPool", "dp_map", "check_devices"]
 
-
-def _check_map_args(retries: Any, on_error: Any, item_timeout: Any) -> tuple[int, float | None]:
-    """``(retries, item_timeout)`` as Python numbers, or a ValueError naming the bad argument."""
-    if on_error not in ("raise", "collect"):
-        raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
-    retries = check_int(retries, "retries", 0)
-    if item_timeout is None:
-        return retries, None
-    if not is_real(item_timeout) or not item_timeout > 0:
-        raise ValueError(f"item_timeout must be a positive number of seconds or None, got {item_timeout!r}")
-    return retries, float(item_timeout)
+Devices = Sequence[str | int | torch.device | Sequence[str | int | torch.device]]
 
 
-def check_devices(devices: Any) -> list[str]:
-    """The canonical keys of a worker device list (``["cuda:0", "cpu"]``), or a ValueError/TypeError
-    saying what is wrong with it: not a list, a device string torch cannot parse, a GPU not here."""
-    if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
-        raise ValueError(
-            f"devices must be a non-empty list such as ['cuda:0', 'cuda:1'] or ['cpu', 'cpu'], got {devices!r}"
-        )
-    keys = [device_key(d) for d in devices]
-    cuda = sorted({int(k.split(":")[1]) for k in keys if k != "cpu"})
-    if cuda and not torch.cuda.is_available():
-        raise ValueError(f"devices {keys} ask for CUDA, but torch.cuda.is_available() is False here")
-    if cuda and cuda[-1] >= torch.cuda.device_count():
-        raise ValueError(f"cuda:{cuda[-1]} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
-    return keys
-
-
-def _check_pool_args(
-    make_worker: Any, devices: Any, threads_per_worker: Any, prefetch: Any, restarts: Any
-) -> tuple[list[str], int, int, int]:
-    """``(device keys, threads_per_worker, prefetch, restarts)``, checked before any worker starts."""
-    if not callable(make_worker):
-        raise TypeError(f"make_worker must be callable, got {type(make_worker).__name__}")
-    try:
-        pickle.dumps(make_worker)
-    except Exception as exc:
-        raise TypeError(
-            "make_worker must be picklable to reach the spawned workers (a module-level function "
-            f"or a functools.partial of one, not a lambda or closure); pickling failed: {exc}"
-        ) from exc
-    keys = check_devices(devices)
-    prefetch = check_int(prefetch, "prefetch", 1)
-    restarts = check_int(restarts, "restarts", 0)
-    if threads_per_worker is None:
-        threads_per_worker = max(1, (os.cpu_count() or 1) // len(keys))
-    threads_per_worker = check_int(threads_per_worker, "threads_per_worker", 1, allow_none=True)
-    return keys, threads_per_worker, prefetch, restarts
+def _close_hub_after(slots: list[Slot], hub: Hub, timeout: float) -> None:
+    shutdown(slots, timeout)
+    hub.close()
 
 
 class WorkerPool:
     """Worker processes, one per entry of ``devices``, each holding what ``make_worker`` built.
 
-    ``make_worker(device)`` runs once in each worker and returns a callable ``item -> result``;
-    it must be picklable (a module-level function, or a ``functools.partial`` of one) because it
-    is sent to the spawned child; the callable it returns stays in the child. Workers start with
-    the spawn method and, for ``"cuda:k"``, ``CUDA_VISIBLE_DEVICES`` set to that one GPU before the
-    child starts, so inside the worker the device is ``cuda:0`` (that is what ``make_worker``
-    receives); CPU workers get no visible GPU. Each worker uses ``threads_per_worker`` torch threads
-    (default: the CPU cores divided among the workers). ``prefetch`` items are queued per worker
-    so it never waits for the parent; a dead worker is restarted up to ``restarts`` times.
+    Args:
+        make_worker: ``device -> (item -> result)``, run once in each worker. It must be picklable
+            (a module-level function, or a ``functools.partial`` of one); the callable it returns
+            stays in the worker.
+        devices: One entry per worker: ``"cpu"``, a GPU (``"cuda:k"``, ``k``), or a list of GPUs
+            (``["cuda:0", "cuda:1"]``) that a ``device_map="auto"`` model inside spreads over. The
+            worker's ``CUDA_VISIBLE_DEVICES`` lists its GPUs, so inside it they are ``cuda:0``,
+            ``cuda:1``, ... and ``make_worker`` gets ``cuda:0`` (``cpu`` for a CPU worker, which
+            sees no GPU).
+        threads_per_worker: Torch (and OpenMP/MKL) threads per worker; default: the CPU cores
+            divided among the workers.
+        prefetch: Tasks (items, or batches with ``batch_size``) queued per worker, so that it
+            never waits for the parent.
+        restarts: How many times each worker is restarted after it dies.
+        startup_timeout: Seconds a worker may take from its start to ``make_worker`` returning;
+            past it, the worker is killed and reported with its device, as if make_worker had
+            raised. None waits.
+        stagger: Start the workers one after another, each once the previous one is ready (or
+            has failed), so that they do not all load their weights at once; the ones that are
+            ready work meanwhile.
+        python: The interpreter the workers run under (a venv's or conda env's ``python``, which
+            must import this package and torch); checked when the pool is built. None: this one.
+
+    A worker's output (print, logging, progress bars) is shown in this process's stdout and
+    stderr, each line prefixed with the worker's device: ``[cuda:0] ...``, ``[cpu:1] ...``.
     """
 
     def __init__(
         self,
         make_worker: Callable[[torch.device], Callable[[Any], Any]],
-        devices: Sequence[str | int | torch.device],
+        devices: Devices,
         *,
         threads_per_worker: int | None = None,
         prefetch: int = 2,
         restarts: int = 1,
+        startup_timeout: float | None = None,
+        stagger: bool = False,
+        python: str | os.PathLike | None = None,
     ):
-        keys, threads_per_worker, prefetch, restarts = _check_pool_args(
-            make_worker, devices, threads_per_worker, prefetch, restarts
-        )
-        self.devices = keys
-        self.threads_per_worker = threads_per_worker
-        self.prefetch = prefetch
-        self.restarts = restarts
-        self._make_worker = make_worker
-        self._ctx = tmp.get_context("spawn")
-        self._slots = [Slot(i, k) for i, k in enumerate(keys)]
+        args = check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
+        self.python = check_python(python)
+        self.devices = [s.canonical for s in args.specs]
+        self.threads_per_worker = args.threads_per_worker
+        self.prefetch = args.prefetch
+        self.restarts = args.restarts
+        self.startup_timeout = args.startup_timeout
+        self.stagger = args.stagger
+        self.job_key = job_key_for(make_worker)
+        self._make_worker = pickle.dumps(make_worker)
+        self._task_ids = itertools.count()
+        self._active: MapRun | None = None
+        self.hub = Hub()
+        self._slots = [Slot(i, spec) for i, spec in enumerate(args.specs)]
         self._closed = False
-        self._finalizer = weakref.finalize(self, shutdown, self._slots, 5.0)
+        self._finalizer = weakref.finalize(self, _close_hub_after, self._slots, self.hub, 5.0)
         try:
-            for s in self._slots:
+            for s in self._slots[: 1 if self.stagger else None]:
                 self._spawn(s)
         except BaseException:
             self.close()
@@ -120,42 +105,44 @@ class WorkerPool:
 
     # ----------------------------------------------------------------------------- processes
     def _spawn(self, s: Slot) -> None:
-        cuda = s.device != "cpu"
-        env = {
-            "CUDA_VISIBLE_DEVICES": visible_device_token(int(s.device.split(":")[1])) if cuda else "",
-            "OMP_NUM_THREADS": str(self.threads_per_worker),
-            "MKL_NUM_THREADS": str(self.threads_per_worker),
-        }
-        s.tasks = self._ctx.Queue()
-        s.conn, child_end = self._ctx.Pipe(duplex=False)
-        s.proc = self._ctx.Process(
-            target=worker_main,
-            args=("cuda:0" if cuda else "cpu", self._make_worker, s.tasks, child_end, self.threads_per_worker),
-            name=f"dp-worker-{s.index}-{s.device}",
+        cuda = bool(s.spec.cuda)
+        threads = str(self.threads_per_worker)
+        env = {"CUDA_VISIBLE_DEVICES": s.spec.visible_devices(), "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        s.starts += 1
+        s.token = f"{s.index}:{s.starts}"
+        # a start that raises (too many open files, a script that starts workers when imported)
+        # propagates as it is; the slot keeps no process
+        s.proc = None
+        s.proc = start_process(
+            self.hub,
+            s.token,
+            f"dp-worker-{s.index}-{s.device}",
+            self._make_worker,
+            "cuda:0" if cuda else "cpu",
+            self.threads_per_worker,
+            env,
+            self.python,
         )
-        with _ENV_LOCK:  # the spawned child copies os.environ when it starts
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
-                # a start that raises (too many open files, a script that starts workers when
-                # imported) propagates as it is: shutdown() skips a process that never started
-                s.proc.start()
-            finally:
-                # drop the parent's copy of the write end, so the pipe reports EOF once the child
-                # is gone (or at once, when it never started)
-                child_end.close()
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
-        s.state, s.running_since, s.kill_reason, s.init_error, s.timed_out_item = "starting", None, None, None, None
+        s.outputs = start_pumps(s.proc, s.device, self.hub.wake)
+        s.state, s.started_at, s.running_since = "starting", time.monotonic(), None
+        s.kill_reason, s.init_error, s.timed_out_task = None, None, None
+
+    def _start_waiting(self) -> None:
+        if any(s.state == "starting" for s in self._slots):
+            return
+        for s in self._slots:
+            if s.state == "waiting":
+                self._spawn(s)
+                return
+
+    def _next_task_id(self) -> int:
+        return next(self._task_ids)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the workers (waiting up to ``timeout`` s before terminating them). Idempotent."""
+        """Stop the workers (waiting up to ``timeout`` s before killing them). Idempotent."""
         self._closed = True
         self._finalizer.detach()
-        shutdown(self._slots, timeout)
+        _close_hub_after(self._slots, self.hub, timeout)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -168,68 +155,215 @@ class WorkerPool:
         self,
         items: Iterable[Any],
         *,
+        batch_size: int | None = None,
         retries: int = 1,
         on_error: Literal["raise", "collect"] = "raise",
         item_timeout: float | None = None,
+        journal: str | os.PathLike | Journal | None = None,
         progress: bool = True,
         desc: str = "dp_map",
     ) -> list[Any]:
         """Run every item through some worker's callable; results in input order.
 
-        An item that raises is retried up to ``retries`` times, on another worker when there is
-        one; a worker that dies takes one attempt from the item it was running (its queued items
-        go back to the queue unharmed) and is restarted if its restart budget allows. An item
-        still running after ``item_timeout`` seconds has its worker killed (same path).
-        ``on_error="raise"`` raises :class:`DPMapError` once all other items are done;
-        ``"collect"`` returns :class:`ItemFailure` records in the failed positions. Deaths are
-        reported as :class:`WorkerDiedWarning`. If every worker fails in ``make_worker``,
-        :class:`WorkerInitError` is raised.
+        Args:
+            items: Any iterable; pulled as the workers need items.
+            batch_size: None: the callable gets one item and returns its result. k: it gets a
+                list of up to k items and returns a list as long (results in order). A batch
+                that raises, answers with another length, or dies with its worker runs again
+                item by item, and only then do items use up their ``retries``.
+            retries: How many times a failing item runs again, on another worker when there is one.
+            on_error: ``"raise"``: :class:`DPMapError` once every other item is done (its
+                ``results`` keeps their work); ``"collect"``: :class:`ItemFailure` records in place.
+            item_timeout: Seconds one call (an item, or a batch) may run before its worker is
+                killed (and restarted); the call then counts as failed.
+            journal: A path (or an open :class:`Journal`): each result is recorded durably as it
+                finishes, and a rerun of the same call with it skips the items it holds. A journal
+                written for another ``make_worker`` or other items is a ValueError naming it.
+            progress: Show tqdm bars (all items, and one per worker).
+            desc: The main bar's label.
+
+        A worker that dies takes one attempt from the item it was running (its queued items go
+        back to the queue unharmed), and is reported as :class:`WorkerDiedWarning`. If every
+        worker fails in ``make_worker``, :class:`WorkerInitError` is raised.
         """
-        if self._closed:
-            raise RuntimeError("this WorkerPool is closed")
-        retries, item_timeout = _check_map_args(retries, on_error, item_timeout)
-        run = MapRun(self, list(items), retries, item_timeout, progress, desc)
-        try:
-            results, failures = run.execute()
-        except BaseException:
-            # a map cut short leaves items in the workers' queues: the pool cannot be reused
-            self.close(timeout=2.0)
-            raise
+        a = self._check(batch_size, retries, on_error, item_timeout, journal)
+        results: list[Any] = []
+        with contextlib.closing(self._events(items, a, None, progress, desc)) as events:
+            for index, value in events:
+                results.extend([None] * (index + 1 - len(results)))
+                results[index] = value
+        failures = [v for v in results if isinstance(v, ItemFailure)]
         if failures and on_error == "raise":
             raise DPMapError(failures, results)
         return results
+
+    def imap(
+        self,
+        items: Iterable[Any],
+        *,
+        batch_size: int | None = None,
+        retries: int = 1,
+        on_error: Literal["raise", "collect"] = "raise",
+        item_timeout: float | None = None,
+        journal: str | os.PathLike | Journal | None = None,
+        progress: bool = True,
+        desc: str = "dp_map",
+    ) -> Iterator[Any]:
+        """Like :meth:`map`, but yields results in input order as they become ready.
+
+        Items are pulled from ``items`` (a generator too, never listed) only as workers need them,
+        and no further than a window past the oldest result not yet yielded. With
+        ``on_error="raise"`` a failed item raises :class:`DPMapError` at its position, ending the
+        iteration; ``"collect"`` yields its :class:`ItemFailure`. Leaving the loop early keeps the
+        pool usable: the tasks still in the workers are dropped as they finish.
+        """
+        a = self._check(batch_size, retries, on_error, item_timeout, journal)
+        window = max(64, 4 * len(self._slots) * self.prefetch * (a.batch_size or 1))
+        return self._ordered(items, a, window, progress, desc)
+
+    def imap_unordered(
+        self,
+        items: Iterable[Any],
+        *,
+        batch_size: int | None = None,
+        retries: int = 1,
+        on_error: Literal["raise", "collect"] = "raise",
+        item_timeout: float | None = None,
+        journal: str | os.PathLike | Journal | None = None,
+        progress: bool = True,
+        desc: str = "dp_map",
+    ) -> Iterator[tuple[int, Any]]:
+        """Like :meth:`imap`, but yields ``(index, result)`` as soon as each item finishes."""
+        a = self._check(batch_size, retries, on_error, item_timeout, journal)
+        return self._unordered(items, a, progress, desc)
+
+    def _check(self, batch_size, retries, on_error, item_timeout, journal) -> MapArgs:
+        if self._closed:
+            raise RuntimeError("this WorkerPool is closed")
+        if self._active is not None:
+            raise RuntimeError("this WorkerPool is running another map; finish or close that iterator first")
+        return check_map_args(batch_size, retries, on_error, item_timeout, journal)
+
+    def _ordered(self, items, a: MapArgs, window: int, progress: bool, desc: str) -> Iterator[Any]:
+        waiting: dict[int, Any] = {}
+        with contextlib.closing(self._events(items, a, window, progress, desc)) as events:
+            for index, value in events:
+                waiting[index] = value
+                run = self._active
+                while run.floor in waiting:  # the run pulls no further than its window past floor
+                    value = waiting.pop(run.floor)
+                    run.floor += 1
+                    stream_failure(value, a.on_error)
+                    yield value
+
+    def _unordered(self, items, a: MapArgs, progress: bool, desc: str) -> Iterator[tuple[int, Any]]:
+        with contextlib.closing(self._events(items, a, None, progress, desc)) as events:
+            for index, value in events:
+                stream_failure(value, a.on_error)
+                yield index, value
+
+    def _events(self, items, a: MapArgs, window: int | None, progress: bool, desc: str) -> Iterator[tuple[int, Any]]:
+        """``(index, result or ItemFailure)`` in finishing order, for one run over ``items``."""
+        if self._closed:
+            raise RuntimeError("this WorkerPool is closed")
+        if self._active is not None:
+            raise RuntimeError("this WorkerPool is running another map; finish or close that iterator first")
+        own = a.journal is not None and not isinstance(a.journal, Journal)
+        journal = Journal(a.journal, self.job_key) if own else a.journal
+        try:
+            run = MapRun(
+                self,
+                items,
+                batch_size=a.batch_size,
+                retries=a.retries,
+                item_timeout=a.item_timeout,
+                journal=journal,
+                window=window,
+                progress=progress,
+                desc=desc,
+            )
+        except BaseException:
+            if own:
+                journal.close()
+            raise
+        self._active = run
+        clean = True
+        try:
+            while True:
+                while run.out:
+                    yield run.out.popleft()
+                if run.complete():
+                    return
+                run.step()
+        except GeneratorExit:
+            raise  # the consumer stopped at a yield: the bookkeeping is whole
+        except BaseException:
+            clean = run.clean_stop
+            raise
+        finally:
+            self._active = None
+            run.detach()
+            if own:
+                journal.close()
+            if not clean:
+                # cut short mid-step (Ctrl-C, an internal error): the workers' state is unknown
+                self.close(timeout=2.0)
 
 
 def dp_map(
     make_worker: Callable[[torch.device], Callable[[Any], Any]],
     items: Iterable[Any],
-    devices: Sequence[str | int | torch.device],
+    devices: Devices,
     *,
     threads_per_worker: int | None = None,
     prefetch: int = 2,
     restarts: int = 1,
+    startup_timeout: float | None = None,
+    stagger: bool = False,
+    python: str | os.PathLike | None = None,
+    batch_size: int | None = None,
     retries: int = 1,
     on_error: Literal["raise", "collect"] = "raise",
     item_timeout: float | None = None,
+    journal: str | os.PathLike | None = None,
     progress: bool = True,
     desc: str = "dp_map",
 ) -> list[Any]:
-    """Map ``items`` over one worker process per device; a :class:`WorkerPool` used for one ``map``.
+    """Map ``items`` over one worker process per ``devices`` entry; a :class:`WorkerPool` used for one ``map``.
 
-    See :class:`WorkerPool` for ``make_worker``, ``devices``, ``threads_per_worker``, ``prefetch``
-    and ``restarts``, and :meth:`WorkerPool.map` for the rest. ``devices=["cpu", "cpu"]`` runs two
-    CPU workers.
+    See :class:`WorkerPool` for the pool's arguments and :meth:`WorkerPool.map` for the rest.
+    ``devices=["cpu", "cpu"]`` runs two CPU workers. With a ``journal`` that already holds every
+    item, no worker is started.
     """
     # every argument is checked even when there is nothing to map: a bad call fails the first
     # time it runs, not on the first non-empty batch
-    _check_map_args(retries, on_error, item_timeout)
-    _check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts)
+    a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
+    check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
     items = list(items)
+    if journal is not None:
+        with Journal(journal, job_key_for(make_worker)) as j:
+            found = [j.get(i, x) for i, x in enumerate(items)]
+        if all(hit for hit, _ in found):
+            return [value for _, value in found]
     if not items:
         return []
     with WorkerPool(
-        make_worker, devices, threads_per_worker=threads_per_worker, prefetch=prefetch, restarts=restarts
+        make_worker,
+        devices,
+        threads_per_worker=threads_per_worker,
+        prefetch=prefetch,
+        restarts=restarts,
+        startup_timeout=startup_timeout,
+        stagger=stagger,
+        python=python,
     ) as pool:
         return pool.map(
-            items, retries=retries, on_error=on_error, item_timeout=item_timeout, progress=progress, desc=desc
+            items,
+            batch_size=a.batch_size,
+            retries=a.retries,
+            on_error=a.on_error,
+            item_timeout=a.item_timeout,
+            journal=journal,
+            progress=progress,
+            desc=desc,
         )

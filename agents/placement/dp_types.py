@@ -41,6 +41,20 @@ class DPMapError(RuntimeError):
         )
 
 
+def stream_failure(value: Any, on_error: str) -> None:
+    """Raise :class:`DPMapError` for an :class:`ItemFailure` met in an ``imap`` stream (``on_error="raise"``).
+
+    The error's ``failures`` and ``results`` hold that one record: the stream stops there.
+    """
+    if on_error == "raise" and isinstance(value, ItemFailure):
+        err = DPMapError([value], [value])
+        err.args = (
+            f"item {value.index} failed on {value.device} after {value.attempts} attempt(s): {value.error}; "
+            f"the iteration stops here (on_error='collect' goes on past failures)\n{value.traceback}",
+        )
+        raise err
+
+
 class WorkerInitError(RuntimeError):
     """Every worker failed while building its model (``make_worker`` raised); nothing could run."""
 

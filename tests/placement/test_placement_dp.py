@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import signal
+import time
 import warnings
 
 import numpy as np
@@ -25,8 +26,20 @@ def test_results_in_input_order_although_completed_out_of_order():
     assert any(later < earlier for earlier, later in zip(done_at, done_at[1:]))
 
 
+def describe_until_every_worker_answered(pool, workers=2, limit_s=50):
+    """``make_describe`` results of maps repeated until ``workers`` pids answered. Items go to the
+    workers that are up: on a loaded machine one may start seconds after the other and take every
+    item of a map meanwhile (the limit only stops a broken pool from looping forever)."""
+    out, deadline = [], time.monotonic() + limit_s
+    while len({pid for _, pid, _, _ in out}) < workers and time.monotonic() < deadline:
+        out += pool.map(range(8), progress=True)
+        time.sleep(0.05)
+    return out
+
+
 def test_workers_see_their_device_threads_and_no_gpu():
-    out = dp_map(h.make_describe, range(8), CPU2, threads_per_worker=1, progress=True)
+    with WorkerPool(h.make_describe, CPU2, threads_per_worker=1) as pool:
+        out = describe_until_every_worker_answered(pool)
     assert {(dev, threads, visible) for dev, _, threads, visible in out} == {("cpu", 1, "")}
     assert len({pid for _, pid, _, _ in out}) == 2
 
@@ -86,13 +99,21 @@ def test_no_retry_means_first_failure_is_final(tmp_path):
     assert [out[i] for i in (0, 1, 2, 4, 5)] == [0, 1, 2, 4, 5]
 
 
-POSIX_ONLY = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="death by a POSIX signal (Windows ends a "
-                                "crashed process with an exit code: the 'exit' case)")
+POSIX_ONLY = pytest.mark.skipif(
+    not hasattr(signal, "SIGKILL"),
+    reason="death by a POSIX signal (Windows ends a crashed process with an exit code: the 'exit' case)",
+)
 
 
-@pytest.mark.parametrize(("how", "named"), [pytest.param("SIGKILL", "signal SIGKILL", marks=POSIX_ONLY),
-                                            pytest.param("SIGSEGV", "signal SIGSEGV", marks=POSIX_ONLY),
-                                            ("exit", "exit code 3")], ids=["SIGKILL", "SIGSEGV", "exit"])
+@pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        pytest.param("SIGKILL", "signal SIGKILL", marks=POSIX_ONLY),
+        pytest.param("SIGSEGV", "signal SIGSEGV", marks=POSIX_ONLY),
+        ("exit", "exit code 3"),
+    ],
+    ids=["SIGKILL", "SIGSEGV", "exit"],
+)
 def test_worker_killed_mid_item_loses_and_duplicates_nothing(tmp_path, how, named):
     items = [(x, 4, how, str(tmp_path)) for x in range(16)]
     with pytest.warns(WorkerDiedWarning, match=rf"{named}.*item 4"):
@@ -142,7 +163,7 @@ def test_unpicklable_item_is_reported_not_fatal():
 
 def test_pool_keeps_its_workers_across_maps_and_refuses_after_close():
     with WorkerPool(h.make_describe, CPU2, threads_per_worker=1) as pool:
-        first = {pid for _, pid, _, _ in pool.map(range(6), progress=False)}
+        first = {pid for _, pid, _, _ in describe_until_every_worker_answered(pool)}
         second = {pid for _, pid, _, _ in pool.map(range(6), progress=False)}
         assert second <= first and len(first) == 2
     with pytest.raises(RuntimeError, match="closed"):
@@ -204,33 +225,37 @@ def test_empty_items_still_check_the_worker_and_devices():
 
 @pytest.fixture
 def failing_start(monkeypatch):
-    """Process.start of the spawn context raising EMFILE from its ``fail_from``-th call on (0-based);
-    the processes that did start are listed, to check that they are stopped."""
-    import multiprocessing.context
+    """Starting a worker process raises EMFILE from the ``fail_from``-th start on (0-based); the
+    processes that did start are listed, to check that they are stopped."""
+    import subprocess
 
-    real_start = multiprocessing.context.SpawnProcess.start
+    from agents.placement import dp_proc
+
+    real_popen = subprocess.Popen
     state = {"fail_from": 0, "calls": 0, "started": []}
 
-    def start(self):
+    def popen(args, *a, **kw):
+        if list(args[1:3]) != ["-c", dp_proc.BOOT]:  # not a worker (the python= probe, say)
+            return real_popen(args, *a, **kw)
         state["calls"] += 1
         if state["calls"] > state["fail_from"]:
             raise OSError(24, "Too many open files")
-        real_start(self)
-        state["started"].append(self)
+        proc = real_popen(args, *a, **kw)
+        state["started"].append(proc)
+        return proc
 
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    monkeypatch.setattr(dp_proc.subprocess, "Popen", popen)
     return state
 
 
 def test_a_worker_that_cannot_start_raises_the_real_error(failing_start):
-    # shutdown used to join the never-started process: "AssertionError: can only join a started process"
     with pytest.raises(OSError, match="Too many open files"):
         dp_map(h.make_identity, [1, 2], CPU2, progress=False)
     failing_start.update(fail_from=1, calls=0)  # the first worker starts, the second cannot
     with pytest.raises(OSError, match="Too many open files"):
         WorkerPool(h.make_identity, CPU2)
     [first] = failing_start["started"]
-    assert not first.is_alive()  # the worker that did start was stopped
+    assert first.poll() is not None  # the worker that did start was stopped
 
 
 def test_a_restart_that_cannot_start_raises_the_real_error(failing_start):
@@ -238,7 +263,7 @@ def test_a_restart_that_cannot_start_raises_the_real_error(failing_start):
     with pytest.warns(WorkerDiedWarning, match="restarting"):
         with pytest.raises(OSError, match="Too many open files"):
             dp_map(h.make_always_die, range(3), ["cpu"], progress=False)
-    assert not failing_start["started"][0].is_alive()
+    assert failing_start["started"][0].poll() is not None
 
 
 @pytest.mark.timeout(180)
@@ -258,8 +283,14 @@ def test_a_script_without_a_main_guard_gets_the_real_error_in_its_workers(tmp_pa
         "print('ERROR:', out[0].error)\n"
     )
     path = os.pathsep.join([str(repo), str(Path(__file__).resolve().parent)])
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
-                          capture_output=True, text=True, timeout=170)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert "can only join a started process" not in proc.stderr
     assert "bootstrapping phase" in proc.stderr  # the workers' own error, printed by them
     assert "died before it was ready" in proc.stderr  # the parent's WorkerDiedWarning
@@ -268,8 +299,17 @@ def test_a_script_without_a_main_guard_gets_the_real_error_in_its_workers(tmp_pa
 
 
 def test_numpy_numbers_are_accepted_and_bools_are_not():
-    out = dp_map(h.make_identity, [1, 2], ["cpu"], threads_per_worker=np.int64(1), prefetch=np.int64(1),
-                 restarts=np.int64(0), retries=np.int64(0), item_timeout=np.float32(30.0), progress=False)
+    out = dp_map(
+        h.make_identity,
+        [1, 2],
+        ["cpu"],
+        threads_per_worker=np.int64(1),
+        prefetch=np.int64(1),
+        restarts=np.int64(0),
+        retries=np.int64(0),
+        item_timeout=np.float32(30.0),
+        progress=False,
+    )
     assert out == [1, 2]
     with pytest.raises(ValueError, match="retries"):
         dp_map(h.make_identity, [1], CPU2, retries=True)

@@ -1,0 +1,110 @@
+"""Worker shapes of :class:`~agents.placement.WorkerPool`: which devices each worker process gets.
+
+An entry of ``devices`` is one worker: ``"cpu"``, one GPU (``"cuda:2"``, ``2``, a ``torch.device``)
+or a list of GPUs (``["cuda:2", "cuda:3"]``) that become the worker's ``CUDA_VISIBLE_DEVICES``, so
+``device_map="auto"`` inside it spreads a model over them. Several single-GPU workers may share a
+GPU (small models); a GPU of a several-GPU worker belongs to that worker alone.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .devices import device_key, visible_device_token
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker's devices: ``cuda`` lists this process's GPU indices it gets (empty: a CPU worker).
+
+    ``label`` is how the parent names the worker in its output prefix and reports: ``"cpu:1"``
+    (CPU workers are numbered by their position), ``"cuda:2"``, or ``"cuda:2,3"`` for several GPUs;
+    a GPU shared by several workers gets ``"#<position>"`` after its second use.
+    """
+
+    label: str
+    cuda: tuple[int, ...]
+
+    @property
+    def canonical(self) -> str | list[str]:
+        """The entry as :func:`check_devices` returns it: ``"cpu"``, ``"cuda:k"`` or a list of those."""
+        if not self.cuda:
+            return "cpu"
+        keys = [f"cuda:{k}" for k in self.cuda]
+        return keys[0] if len(keys) == 1 else keys
+
+    def visible_devices(self, environ: dict[str, str] | None = None) -> str:
+        """The worker's ``CUDA_VISIBLE_DEVICES``: its GPUs as this process names them (``""``: none)."""
+        return ",".join(visible_device_token(k, environ) for k in self.cuda)
+
+
+def _is_group(entry: Any) -> bool:
+    return isinstance(entry, Sequence) and not isinstance(entry, (str, bytes))
+
+
+def _entry_keys(entry: Any, position: int) -> list[str]:
+    """The device keys of ``devices[position]``, checked on its own."""
+    if not _is_group(entry):
+        return [device_key(entry)]
+    if not entry:
+        raise ValueError(f"devices[{position}] is an empty list; a worker needs at least one device")
+    keys = [device_key(d, what=f"devices[{position}][{j}]") for j, d in enumerate(entry)]
+    if len(keys) > 1 and "cpu" in keys:
+        raise ValueError(
+            f"devices[{position}] = {keys} mixes 'cpu' with other devices; a worker runs on the CPU "
+            "or on one or more GPUs (give a CPU worker as 'cpu')"
+        )
+    twice = [k for k, n in collections.Counter(keys).items() if n > 1]
+    if twice:
+        raise ValueError(f"devices[{position}] = {keys} names {twice[0]} more than once")
+    return keys
+
+
+def worker_specs(devices: Any) -> list[WorkerSpec]:
+    """One :class:`WorkerSpec` per entry of ``devices``, or a ValueError/TypeError saying what is wrong.
+
+    Refused: an empty or non-list ``devices``, an unparsable device, an empty or mixed CPU/GPU
+    worker, a GPU named twice in one worker or shared by a several-GPU worker, and GPUs that this
+    process cannot see.
+    """
+    if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
+        raise ValueError(
+            "devices must be a non-empty list such as ['cuda:0', 'cuda:1'], ['cpu', 'cpu'] or "
+            f"[['cuda:0', 'cuda:1'], ['cuda:2', 'cuda:3']] (one entry per worker), got {devices!r}"
+        )
+    groups = [_entry_keys(entry, i) for i, entry in enumerate(devices)]
+    owners: dict[str, list[int]] = collections.defaultdict(list)
+    for i, keys in enumerate(groups):
+        for k in keys:
+            if k != "cpu":
+                owners[k].append(i)
+    for key, workers in owners.items():
+        if len(workers) > 1 and any(len(groups[w]) > 1 for w in workers):
+            raise ValueError(
+                f"{key} is in workers {workers} ({[groups[w] for w in workers]}); a worker with several "
+                "GPUs must have them to itself (only single-GPU workers may share a GPU)"
+            )
+    cuda = sorted({int(k.split(":")[1]) for k in owners})
+    if cuda and not torch.cuda.is_available():
+        raise ValueError(f"devices {groups} ask for CUDA, but torch.cuda.is_available() is False here")
+    if cuda and cuda[-1] >= torch.cuda.device_count():
+        raise ValueError(f"cuda:{cuda[-1]} requested but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    specs, seen = [], collections.Counter()
+    for i, keys in enumerate(groups):
+        indices = tuple(int(k.split(":")[1]) for k in keys if k != "cpu")
+        label = f"cpu:{i}" if not indices else "cuda:" + ",".join(str(k) for k in indices)
+        seen[label] += 1
+        specs.append(WorkerSpec(label if seen[label] == 1 else f"{label}#{i}", indices))
+    return specs
+
+
+def check_devices(devices: Any) -> list[str | list[str]]:
+    """The canonical form of a worker device list: ``"cpu"`` / ``"cuda:k"`` per single-device worker,
+    a list of those per several-GPU worker (``[["cuda:0", "cuda:1"], "cuda:2"]``); or the
+    ValueError/TypeError :func:`worker_specs` raises."""
+    return [s.canonical for s in worker_specs(devices)]
