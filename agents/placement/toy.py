@@ -1,13 +1,19 @@
-"""Tiny real models for the tests, the benchmark and the docs: random weights, built from configs.
+"""Tiny real models for the tests, the benchmark, the examples and the docs: random weights, from configs.
 
 The VLM-policy / SD3 / CLIP trio of seed 000 at toy size: a transformers GPT-2 language model as
 the prompt policy, a diffusers ``UNet2DModel`` + ``DDPMScheduler`` pipeline as the image generator
-and a transformers ``CLIPModel`` as the reward. No weights are downloaded. Needs the
-``[pipelines]`` extra (diffusers, transformers); they are imported only when a builder runs.
+and a transformers ``CLIPModel`` as the reward. For the examples (``examples/``), the same library
+classes a real job loads with ``from_pretrained``: a word-level tokenizer
+(``PreTrainedTokenizerFast``), a Stable Diffusion text-to-image pipeline and its
+InstructPix2Pix editing twin (diffusers), and a LLaVA vision-language model with its processor
+(transformers). No weights are downloaded. Needs the ``[pipelines]`` extra (diffusers,
+transformers); they are imported only when a builder runs.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,14 +71,24 @@ def tiny_ddpm(seed: int = 0, *, sample_size: int = 32) -> Any:
     return pipe
 
 
-def tiny_policy_lm(seed: int = 0, *, hidden: int = 64, layers: int = 2) -> Any:
-    """A random-weight transformers ``GPT2LMHeadModel`` (vocab 1000), in eval mode."""
+def tiny_policy_lm(seed: int = 0, *, hidden: int = 64, layers: int = 2, vocab_size: int = VOCAB) -> Any:
+    """A random-weight transformers ``GPT2LMHeadModel`` (bos 0, eos and pad 1), in eval mode.
+
+    Pass ``vocab_size=len(tiny_tokenizer())`` to generate only ids the tiny tokenizer can decode.
+    """
     from transformers import GPT2Config, GPT2LMHeadModel
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         config = GPT2Config(
-            vocab_size=VOCAB, n_embd=hidden, n_layer=layers, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=1
+            vocab_size=vocab_size,
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=4,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
         )
         return GPT2LMHeadModel(config).eval()
 
@@ -174,3 +190,172 @@ def random_clip_items(n: int, batch: int, image_size: int = 32, seed: int = 0) -
         }
         for _ in range(n)
     ]
+
+
+# ---- the examples' models: the classes a real job loads with from_pretrained, at toy size
+WORDS = (
+    "a an the of in on over under with and is there photo picture image painting drawing of cat dog bird "
+    "horse car house tree flower mountain river city street sky sea red blue green yellow black white "
+    "bright dark small big old new sunset night morning snow rain make it more less add remove turn into "
+    "style yes no user assistant ? : ."
+).split()
+SPECIALS = ("<s>", "</s>", "<unk>", "<image>")  # ids 0-3: bos, eos (also pad), unknown, image placeholder
+
+
+def tiny_tokenizer(*, padding_side: str = "right", max_length: int = PROMPT_LEN) -> Any:
+    """A word-level ``transformers.PreTrainedTokenizerFast`` over :data:`WORDS` (bos 0, eos and pad 1).
+
+    ``padding_side="right"`` (text encoders: CLIP, a diffusion pipeline's) adds ``<s> ... </s>``;
+    ``"left"`` (decoders: batched ``generate()``, the VLM's last-token scores) adds only ``<s>``.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    vocab = {t: i for i, t in enumerate(dict.fromkeys(SPECIALS + tuple(WORDS)))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    template = "<s> $A </s>" if padding_side == "right" else "<s> $A"
+    tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=[("<s>", 0), ("</s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="</s>",
+        unk_token="<unk>",
+        extra_special_tokens={"image_token": "<image>"},
+        padding_side=padding_side,
+        model_max_length=max_length,
+    )
+
+
+def tiny_sd_pipeline(seed: int = 0, *, edit: bool = False) -> Any:
+    """A random-weight diffusers ``StableDiffusionPipeline`` (32 px), or with ``edit`` the
+    ``StableDiffusionInstructPix2PixPipeline`` (image + instruction -> edited image); no safety checker."""
+    from diffusers import (
+        AutoencoderKL,
+        DDIMScheduler,
+        EulerAncestralDiscreteScheduler,
+        StableDiffusionInstructPix2PixPipeline,
+        StableDiffusionPipeline,
+        UNet2DConditionModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    tokenizer = tiny_tokenizer(padding_side="right")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        text = CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=PROMPT_LEN,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+        )
+        unet = UNet2DConditionModel(
+            sample_size=16,
+            in_channels=8 if edit else 4,  # InstructPix2Pix: the noisy latents + the input image's
+            out_channels=4,
+            layers_per_block=1,
+            block_out_channels=(16, 32),
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            cross_attention_dim=32,
+            attention_head_dim=8,
+            norm_num_groups=8,
+        )
+        vae = AutoencoderKL(
+            down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+            up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+            block_out_channels=(16, 32),
+            latent_channels=4,
+            norm_num_groups=8,
+            sample_size=32,
+        )
+        parts = dict(text_encoder=CLIPTextModel(text).eval(), unet=unet.eval(), vae=vae.eval(), tokenizer=tokenizer)
+    ddim = dict(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, steps_offset=1)
+    if edit:
+        pipe = StableDiffusionInstructPix2PixPipeline(
+            **parts,
+            scheduler=EulerAncestralDiscreteScheduler(**ddim),
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
+        )
+    else:
+        pipe = StableDiffusionPipeline(
+            **parts,
+            scheduler=DDIMScheduler(**ddim, clip_sample=False, set_alpha_to_one=False),
+            safety_checker=None,
+            feature_extractor=None,
+            requires_safety_checker=False,
+        )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def tiny_clip_processor() -> Any:
+    """A ``transformers.CLIPProcessor`` for :func:`tiny_clip`: 32 px images, the right-padded tiny tokenizer."""
+    from transformers import CLIPImageProcessorPil, CLIPProcessor
+
+    images = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    return CLIPProcessor(image_processor=images, tokenizer=tiny_tokenizer(padding_side="right"))
+
+
+def tiny_vlm(seed: int = 0) -> tuple[Any, Any]:
+    """A random-weight transformers ``LlavaForConditionalGeneration`` (CLIP vision tower, Llama text
+    model, 32 px images) and its ``LlavaProcessor`` (left padding): ``AutoModelForImageTextToText``'s kind."""
+    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+
+    tokenizer = tiny_tokenizer(padding_side="left", max_length=64)
+    images = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    # 16 patches + the CLS token the vision tower adds, which "default" feature selection drops again
+    processor = LlavaProcessor(
+        image_processor=images,
+        tokenizer=tokenizer,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        image_token="<image>",
+        num_additional_image_tokens=1,
+    )
+    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    vision.update(num_attention_heads=4, image_size=32, patch_size=8)
+    text = dict(model_type="llama", vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64)
+    text.update(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    text.update(bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlavaForConditionalGeneration(config).eval(), processor
+
+
+def save_random_images(folder: str | os.PathLike, n: int, *, size: int = 32, seed: int = 0) -> list[Path]:
+    """Write ``n`` random RGB PNGs (``size`` px) to ``folder`` as ``image-000.png``, ...; return their paths.
+
+    Stands in for a folder of real images; files already there are kept as they are.
+    """
+    import numpy as np
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(n):
+        pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        path = folder / f"image-{i:03d}.png"
+        if not path.exists():
+            Image.fromarray(pixels).save(path)
+        paths.append(path)
+    return paths
