@@ -52,7 +52,7 @@ from tests.portability_names import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("uavsim", "agents", "benchmarks", "tests")
+SCANNED = ("uavsim", "agents", "benchmarks", "tests", "examples")
 
 
 @dataclass(frozen=True)
