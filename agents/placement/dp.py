@@ -310,6 +310,19 @@ class WorkerPool:
                 self.close(timeout=2.0)
 
 
+def _all_journaled(journal: str | os.PathLike | Journal, job_key: str, items: list) -> list | None:
+    """Every item's result when ``journal`` holds them all (checking it is the right journal), else None."""
+    j = journal if isinstance(journal, Journal) else Journal(journal, job_key)
+    try:
+        if len(j) < len(items):
+            return None
+        found = [j.get(i, x) for i, x in enumerate(items)]
+    finally:
+        if j is not journal:
+            j.close()
+    return [value for _, value in found] if all(hit for hit, _ in found) else None
+
+
 def dp_map(
     make_worker: Callable[[torch.device], Callable[[Any], Any]],
     items: Iterable[Any],
@@ -325,7 +338,7 @@ def dp_map(
     retries: int = 1,
     on_error: Literal["raise", "collect"] = "raise",
     item_timeout: float | None = None,
-    journal: str | os.PathLike | None = None,
+    journal: str | os.PathLike | Journal | None = None,
     progress: bool = True,
     desc: str = "dp_map",
 ) -> list[Any]:
@@ -341,10 +354,9 @@ def dp_map(
     check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
     items = list(items)
     if journal is not None:
-        with Journal(journal, job_key_for(make_worker)) as j:
-            found = [j.get(i, x) for i, x in enumerate(items)]
-        if all(hit for hit, _ in found):
-            return [value for _, value in found]
+        done = _all_journaled(journal, job_key_for(make_worker), items)
+        if done is not None:
+            return done
     if not items:
         return []
     with WorkerPool(

@@ -15,7 +15,8 @@ import pool_helpers as ph
 import psutil
 import pytest
 
-from agents.placement import WorkerPool, dp_map
+from agents.placement import Journal, WorkerPool, dp_map
+from agents.placement.journal import job_key_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -46,6 +47,9 @@ def test_a_journal_that_holds_everything_starts_no_worker(tmp_path):
     with pytest.raises(ValueError, match="job_key"):  # another make_worker (a partial of another function)
         dp_map(make, items, ["cpu"], journal=journal, progress=False)
     assert dp_map(ph.make_logged_square, items, ["cpu"], journal=journal, progress=False) == [0, 1, 4, 9]
+    with Journal(journal, job_key_for(ph.make_logged_square)) as opened:  # an open journal: the caller's to close
+        assert dp_map(ph.make_logged_square, items, ["cpu"], journal=opened, progress=False) == [0, 1, 4, 9]
+        assert len(opened) == 4
     assert computed(log) == collections.Counter(range(4)) and not pid_log.exists()
 
 
