@@ -44,8 +44,8 @@ from uavsim import hardware
 
 SCHEMA_VERSION = 2
 TARGETS = {"overhead_us_per_item_max": 1000.0, "speedup_2_vs_1_min": 1.8, "ray_backend_vs_actor_pool_max": 1.25}
-QUICK = dict(reps=1, clip_items=12, clip_batch=8, echo_items=300, pipe_items=4, spin_s=0.3)
-FULL = dict(reps=3, clip_items=64, clip_batch=16, echo_items=3000, pipe_items=12, spin_s=1.0)
+QUICK = dict(reps=1, clip_items=12, clip_batch=8, echo_items=300, echo_batch_size=16, pipe_items=4, spin_s=0.3)
+FULL = dict(reps=3, clip_items=64, clip_batch=16, echo_items=3000, echo_batch_size=16, pipe_items=12, spin_s=1.0)
 
 
 def contender_specs(devices: list[str], quick: bool) -> list[dict[str, Any]]:
@@ -90,8 +90,9 @@ def cpu_ceiling(executor: concurrent.futures.Executor, n: int, iters: int) -> fl
 
 
 def same_results(outputs: dict[str, list], jobs: dict[str, list], reference: list | None) -> bool:
-    """The no-op items came back as sent, in order, and the CLIP scores equal the reference's."""
-    if outputs["echo"] != [payload for _, payload in jobs["echo"]]:
+    """The no-op items came back as sent, in order (batched too), and the CLIP scores equal the reference's."""
+    sent = [payload for _, payload in jobs["echo"]]
+    if any(outputs[job] != sent for job in ("echo", "echo_batched") if job in outputs):
         return False
     clip = outputs["clip"]
     return reference is None or (
@@ -106,7 +107,7 @@ def run_one(spec: dict, jobs: dict[str, list], row: dict, state: dict) -> None:
     if isinstance(contender, Accelerate):
         record, outputs = contender.measure()  # timed inside its own processes
     else:
-        record, outputs = measure(contender, jobs, warmup=jobs["clip"][:4])
+        record, outputs = measure(contender, jobs, jobs["clip"][:4], state["echo_batch_size"])
     state.setdefault("reference", outputs["clip"])  # the first row's scores: the local pool, 1 worker
     row["results_match"] = row.get("results_match", True) and same_results(outputs, jobs, state["reference"])
     for key, value in record.items():
@@ -141,6 +142,9 @@ def summarize(specs: list[dict], rows: dict[str, dict], cfg: dict) -> dict[str, 
             row[key] = statistics.median(row[f"{key}_all"])
         row["echo_items_per_s"] = cfg["echo_items"] / row["echo_s"]
         row["overhead_us_per_item"] = 1e6 * row["echo_s"] / cfg["echo_items"]
+        if "echo_batched_s_all" in row:
+            row["echo_batched_s"] = statistics.median(row["echo_batched_s_all"])
+            row["overhead_batched_us_per_item"] = 1e6 * row["echo_batched_s"] / cfg["echo_items"]
         row["clip_items_per_s"] = cfg["clip_items"] / row["clip_s"]
         row["clip_pairs_per_s"] = cfg["clip_items"] * cfg["clip_batch"] / row["clip_s"]
     ok = {k: r for k, r in rows.items() if "clip_s" in r}
@@ -193,7 +197,7 @@ def bench_contenders(devices: list[str], cfg: dict, quick: bool) -> dict[str, An
     jobs = make_jobs(cfg)
     n = len(devices)
     ceilings: list[float] = []
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"echo_batch_size": cfg["echo_batch_size"]}
     with contextlib.ExitStack() as stack:
         if devices[0] == "cpu":
             calib = concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))

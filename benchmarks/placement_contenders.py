@@ -52,6 +52,7 @@ def wait_for_workers(map_items: Any, n: int) -> None:
 class LocalPool:
     """``agents.placement.WorkerPool``: spawned processes, items dispatched one by one as workers free up."""
 
+    batches = True  # map(items, batch_size=k)
     how = "WorkerPool(make_worker, devices, threads_per_worker=t).map(items): spawned processes, prefetch 2"
 
     def __init__(self, devices: list[str], threads: int, cfg: dict):
@@ -63,8 +64,8 @@ class LocalPool:
         self.pool = WorkerPool(make, self.devices, threads_per_worker=self.threads, prefetch=2)
         wait_for_workers(self.map, len(self.devices))
 
-    def map(self, items: list) -> list:
-        return self.pool.map(items, progress=False)
+    def map(self, items: list, batch_size: int | None = None) -> list:
+        return self.pool.map(items, batch_size=batch_size, progress=False)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -188,6 +189,7 @@ def ray_backend() -> tuple[Any, str]:
 class RayBackend:
     """agents.placement's Ray backend: the local pool's interface, its workers as Ray actors."""
 
+    batches = True  # map(items, batch_size=k)
     how = "the local pool's interface on Ray actors (num_cpus=t each), prefetch 2: pool.map(items)"
 
     def __init__(self, devices: list[str], threads: int, cfg: dict):
@@ -201,25 +203,34 @@ class RayBackend:
         self.pool = self.pool_class(make, self.devices, threads_per_worker=self.threads, prefetch=2)
         wait_for_workers(self.map, len(self.devices))
 
-    def map(self, items: list) -> list:
-        return self.pool.map(items, progress=False)
+    def map(self, items: list, batch_size: int | None = None) -> list:
+        return self.pool.map(items, batch_size=batch_size, progress=False)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
 
 
-def measure(contender: Any, jobs: dict[str, list], warmup: list) -> tuple[dict[str, float], dict[str, list]]:
-    """``({"startup_s", "<job>_s" ...}, {"<job>": results})`` for one fresh contender (closed after)."""
+def measure(
+    contender: Any, jobs: dict[str, list], warmup: list, batch_size: int
+) -> tuple[dict[str, float], dict[str, list]]:
+    """``({"startup_s", "<job>_s" ...}, {"<job>": results})`` for one fresh contender (closed after).
+
+    A contender that takes ``batch_size`` (agents.placement's pools) also runs the no-op job in
+    batches of ``batch_size`` items: job ``echo_batched``.
+    """
     start = time.perf_counter()
     try:
         contender.start()
         record = {"startup_s": time.perf_counter() - start}
         contender.map(warmup)
         outputs = {}
-        for job, items in jobs.items():
+        runs = [(job, items, {}) for job, items in jobs.items()]
+        if getattr(contender, "batches", False):
+            runs.append(("echo_batched", jobs["echo"], {"batch_size": batch_size}))
+        for job, items, options in runs:
             start = time.perf_counter()
-            outputs[job] = contender.map(items)
+            outputs[job] = contender.map(items, **options)
             record[f"{job}_s"] = time.perf_counter() - start
     finally:
         contender.close()

@@ -19,14 +19,17 @@ import torch
 class BenchWorker:
     """Items are ``(kind, payload)``: ``("echo", x)`` returns x (the no-op item that measures
     overhead), ``("pid", _)`` returns the worker's process id (start-up barrier), ``("clip", batch)``
-    CLIP-scores a batch of image-text pairs with a tiny random-weight CLIP."""
+    CLIP-scores a batch of image-text pairs with a tiny random-weight CLIP. A list of items (what a
+    pool's ``batch_size=k`` hands over) gets the list of their results."""
 
     def __init__(self, device: torch.device | str, clip_image_size: int):
         from agents.placement import toy  # imports transformers: only in the workers
 
         self.clip = toy.make_clip_scorer(torch.device(device), image_size=clip_image_size)
 
-    def __call__(self, item: tuple[str, Any]) -> Any:
+    def __call__(self, item: tuple[str, Any] | list[tuple[str, Any]]) -> Any:
+        if isinstance(item, list):
+            return [self(one) for one in item]
         kind, payload = item
         if kind == "echo":
             return payload

@@ -79,6 +79,11 @@ def test_quick_benchmark_writes_its_results(tmp_path):
         for job in ("startup_s", "echo_s", "clip_s"):
             assert len(row[f"{job}_all"]) == cfg["reps"] and row[job] > 0, (key, job)
         assert row["overhead_us_per_item"] == pytest.approx(1e6 * row["echo_s"] / cfg["echo_items"])
+        # agents.placement's pools also run the no-op job in batches (batch_size=); the others have no such option
+        ours = key.startswith("local") or key == "ray-backend"
+        assert ("overhead_batched_us_per_item" in row) == ours, key
+        if ours:
+            assert row["overhead_batched_us_per_item"] == pytest.approx(1e6 * row["echo_batched_s"] / cfg["echo_items"])
         assert row["clip_items_per_s"] == pytest.approx(cfg["clip_items"] / row["clip_s"])
         assert row["clip_speedup_vs_local_1"] == pytest.approx(rows["local-1"]["clip_s"] / row["clip_s"])
     # the headline ratios are the run times they name, divided (no speed is asserted)
