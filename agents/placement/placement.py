@@ -59,8 +59,9 @@ def _capacities(devices, headroom) -> dict[str, int]:
     elif isinstance(devices, (str, torch.device)):
         raise TypeError("devices must be a list of devices or a {device: free bytes} dict, not one device")
     elif not isinstance(devices, Iterable):
-        raise TypeError(f"devices must be a list of devices, a {{device: free bytes}} dict or None, "
-                        f"got {type(devices).__name__}")
+        raise TypeError(
+            f"devices must be a list of devices, a {{device: free bytes}} dict or None, got {type(devices).__name__}"
+        )
     else:
         wanted = [device_key(d) for d in devices]
         inv = inventory()
@@ -207,8 +208,10 @@ def place_models(
     if sizes[stuck] > caps[widest]:
         where = f"the largest free space is {format_bytes(caps[widest])} on {widest} (after headroom)"
     elif gave_up:
-        where = (f"the greedy placement left no room for it and the exact search gave up after "
-                 f"{_SEARCH_BUDGET:,} partial assignments (an assignment may still exist: pin some models)")
+        where = (
+            f"the greedy placement left no room for it and the exact search gave up after "
+            f"{_SEARCH_BUDGET:,} partial assignments (an assignment may still exist: pin some models)"
+        )
     else:
         best = max(greedy_left, key=lambda d: greedy_left[d])
         where = (

@@ -54,8 +54,9 @@ def _check_gpu_exists(device: str | torch.device, name: str) -> None:
     if key == "cpu":
         return
     if not torch.cuda.is_available():
-        raise ValueError(f"stage {name!r} asks for {key}, but CUDA is not available here "
-                         "(torch.cuda.is_available() is False)")
+        raise ValueError(
+            f"stage {name!r} asks for {key}, but CUDA is not available here (torch.cuda.is_available() is False)"
+        )
     count = torch.cuda.device_count()
     if int(key.split(":")[1]) >= count:
         raise ValueError(f"stage {name!r} asks for {key}, but only {count} CUDA device(s) are visible")

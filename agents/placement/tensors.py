@@ -102,8 +102,10 @@ def _refuse_sample_lists(obj: Any, n: int, path: str = "batch") -> None:
             _refuse_sample_lists(v, n, f"{path}[{k!r}]")
     elif isinstance(obj, (list, tuple)):
         if len(obj) == n and not any(isinstance(v, (torch.Tensor, Mapping, list, tuple)) for v in obj):
-            raise ValueError(f"{path} is a {type(obj).__name__} of {n} values, as many as the batch's rows: "
-                             "per-sample data cannot be split with the tensors; pass it as a tensor, or keep it "
-                             "out of the batch")
+            raise ValueError(
+                f"{path} is a {type(obj).__name__} of {n} values, as many as the batch's rows: "
+                "per-sample data cannot be split with the tensors; pass it as a tensor, or keep it "
+                "out of the batch"
+            )
         for i, v in enumerate(obj):
             _refuse_sample_lists(v, n, f"{path}[{i}]")

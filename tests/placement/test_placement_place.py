@@ -207,7 +207,8 @@ def test_exact_search_keeps_spreading_and_finds_tight_fits(monkeypatch):
         rng.shuffle(items)
         placed = place_models(dict(items), {f"cuda:{d}": 80 for d in range(8)}, headroom=0.0)
         assert remaining_memory(dict(items), placed, {f"cuda:{d}": 80 for d in range(8)}) == {
-            f"cuda:{d}": 0 for d in range(8)}
+            f"cuda:{d}": 0 for d in range(8)
+        }
     # a search that runs out of budget says so instead of claiming that nothing fits
     monkeypatch.setattr(placement_module, "_SEARCH_BUDGET", 1)
     with pytest.raises(PlacementError, match="exact search gave up after 1 partial assignments"):
@@ -268,4 +269,5 @@ def test_numpy_unsigned_sizes_place_as_python_ints():
     sizes = {"m0": 44, "m1": 0, "m2": 68}
     as_uint64 = {k: np.uint64(v) for k, v in sizes.items()}
     assert place_models(as_uint64, {k: np.uint64(v) for k, v in free.items()}, headroom=0) == place_models(
-        sizes, free, headroom=0)
+        sizes, free, headroom=0
+    )

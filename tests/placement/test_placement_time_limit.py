@@ -20,7 +20,13 @@ def test_its_own_limit_wins(request):
 
 def test_a_test_past_its_limit_fails_instead_of_hanging(tmp_path):
     (tmp_path / "test_hangs.py").write_text(
-        "import time, pytest\n\n@pytest.mark.timeout(1)\ndef test_hangs():\n    time.sleep(60)\n")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=50)
+        "import time, pytest\n\n@pytest.mark.timeout(1)\ndef test_hangs():\n    time.sleep(60)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert proc.returncode == 1 and "Timeout" in proc.stdout, proc.stdout[-2000:]
