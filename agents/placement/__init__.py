@@ -8,10 +8,11 @@ transformers; ``agents.placement.toy`` (tiny models for tests and benchmarks) do
 
 from .devices import format_bytes
 from .dist import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
-from .dp import WorkerPool, dp_map
+from .dp import WorkerPool
 from .dp_types import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from .journal import Journal
 from .meminfo import DeviceMemory, Inventory, inventory, inventory_report, memory_in_use
+from .oneshot import dp_map
 from .oom import free_memory, is_oom_error, oom_backoff
 from .placement import PlacementError, place_models, remaining_memory, to_max_memory
 from .sizing import model_bytes

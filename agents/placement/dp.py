@@ -1,6 +1,6 @@
 """Data-parallel map: one worker process per device (or GPU set), items handed out dynamically.
 
-``dp_map(make_worker, items, devices)`` is the one-shot form; :class:`WorkerPool` keeps the
+``dp_map(make_worker, items, devices)`` (:mod:`.oneshot`) is the one-shot form; :class:`WorkerPool` keeps the
 workers (and the models they built) alive across several ``map`` / ``imap`` calls, which is what a
 trainer scoring a batch every iteration wants. Processes are started by :mod:`.dp_proc`, the
 child side lives in :mod:`.dp_worker`, one map's bookkeeping in :mod:`.dp_run`.
@@ -28,9 +28,15 @@ from .dp_slot import Slot, shutdown
 from .dp_types import DPMapError, ItemFailure, stream_failure
 from .journal import Journal, job_key_for
 
-__all__ = ["WorkerPool", "dp_map", "check_devices"]
+__all__ = ["WorkerPool", "check_devices"]
 
 Devices = Sequence[str | int | torch.device | Sequence[str | int | torch.device]]
+
+
+def refuse_ray_args(runtime_env: dict | None, address: str | None) -> None:
+    """The local backend has no use for Ray's arguments: a clear error rather than ignoring them."""
+    if runtime_env is not None or address is not None:
+        raise ValueError("runtime_env= and address= are the Ray backend's: pass backend='ray' with them")
 
 
 def _close_hub_after(slots: list[Slot], hub: Hub, timeout: float) -> None:
@@ -63,10 +69,26 @@ class WorkerPool:
             ready work meanwhile.
         python: The interpreter the workers run under (a venv's or conda env's ``python``, which
             must import this package and torch); checked when the pool is built. None: this one.
+        backend: ``"local"`` (worker processes on this machine) or ``"ray"``: the same pool as Ray
+            actors (:class:`~agents.placement.ray_pool.RayWorkerPool`), on this machine or a cluster.
+        runtime_env, address: Ray's, passed through (``backend="ray"`` only).
 
     A worker's output (print, logging, progress bars) is shown in this process's stdout and
     stderr, each line prefixed with the worker's device: ``[cuda:0] ...``, ``[cpu:1] ...``.
     """
+
+    def __new__(cls, *args: Any, backend: Literal["local", "ray"] = "local", **kwargs: Any):
+        # backend="ray": the same pool on Ray actors (agents.placement.ray_pool), built here so
+        # that WorkerPool(..., backend="ray") is all a user changes
+        if backend == "ray":
+            if kwargs.pop("python", None) is not None:
+                raise ValueError("python= is the local backend's; with backend='ray' give the actors runtime_env=")
+            from .ray_pool import RayWorkerPool
+
+            return RayWorkerPool(*args, **kwargs)
+        if backend != "local":
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -79,7 +101,11 @@ class WorkerPool:
         startup_timeout: float | None = None,
         stagger: bool = False,
         python: str | os.PathLike | None = None,
+        backend: Literal["local", "ray"] = "local",
+        runtime_env: dict | None = None,
+        address: str | None = None,
     ):
+        refuse_ray_args(runtime_env, address)
         args = check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
         self.python = check_python(python)
         self.devices = [s.canonical for s in args.specs]
@@ -308,74 +334,3 @@ class WorkerPool:
             if not clean:
                 # cut short mid-step (Ctrl-C, an internal error): the workers' state is unknown
                 self.close(timeout=2.0)
-
-
-def _all_journaled(journal: str | os.PathLike | Journal, job_key: str, items: list) -> list | None:
-    """Every item's result when ``journal`` holds them all (checking it is the right journal), else None."""
-    j = journal if isinstance(journal, Journal) else Journal(journal, job_key)
-    try:
-        if len(j) < len(items):
-            return None
-        found = [j.get(i, x) for i, x in enumerate(items)]
-    finally:
-        if j is not journal:
-            j.close()
-    return [value for _, value in found] if all(hit for hit, _ in found) else None
-
-
-def dp_map(
-    make_worker: Callable[[torch.device], Callable[[Any], Any]],
-    items: Iterable[Any],
-    devices: Devices,
-    *,
-    threads_per_worker: int | None = None,
-    prefetch: int = 2,
-    restarts: int = 1,
-    startup_timeout: float | None = None,
-    stagger: bool = False,
-    python: str | os.PathLike | None = None,
-    batch_size: int | None = None,
-    retries: int = 1,
-    on_error: Literal["raise", "collect"] = "raise",
-    item_timeout: float | None = None,
-    journal: str | os.PathLike | Journal | None = None,
-    progress: bool = True,
-    desc: str = "dp_map",
-) -> list[Any]:
-    """Map ``items`` over one worker process per ``devices`` entry; a :class:`WorkerPool` used for one ``map``.
-
-    See :class:`WorkerPool` for the pool's arguments and :meth:`WorkerPool.map` for the rest.
-    ``devices=["cpu", "cpu"]`` runs two CPU workers. With a ``journal`` that already holds every
-    item, no worker is started.
-    """
-    # every argument is checked even when there is nothing to map: a bad call fails the first
-    # time it runs, not on the first non-empty batch
-    a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
-    check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
-    items = list(items)
-    if journal is not None:
-        done = _all_journaled(journal, job_key_for(make_worker), items)
-        if done is not None:
-            return done
-    if not items:
-        return []
-    with WorkerPool(
-        make_worker,
-        devices,
-        threads_per_worker=threads_per_worker,
-        prefetch=prefetch,
-        restarts=restarts,
-        startup_timeout=startup_timeout,
-        stagger=stagger,
-        python=python,
-    ) as pool:
-        return pool.map(
-            items,
-            batch_size=a.batch_size,
-            retries=a.retries,
-            on_error=a.on_error,
-            item_timeout=a.item_timeout,
-            journal=journal,
-            progress=progress,
-            desc=desc,
-        )

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .dp_slot import Slot, kill, release
 from .dp_types import WorkerDiedWarning, WorkerInitError, describe_exit, last_line
 
-if TYPE_CHECKING:
-    from .dp_run import MapRun
+# `run` below is a dp_run.MapRun, which calls these: typed Any, since importing it back would be a cycle
+MapRun = Any
 
 
 def on_death(run: MapRun, slot: Slot) -> None:
