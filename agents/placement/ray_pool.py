@@ -17,7 +17,8 @@ from typing import Any, Literal
 import torch
 
 from .checks import check_int, is_int, is_real
-from .dp_types import DPMapError, ItemFailure
+from .dp_args import check_map_args
+from .dp_types import DPMapError, ItemFailure, stream_failure
 from .journal import Journal, job_key_for
 from .ray_run import RayMapRun, RaySlot
 from .ray_worker import RayWorker
@@ -57,16 +58,6 @@ def ray_gpus(entry: Any) -> int:
 
 def _label(entry: Any, gpus: int) -> str:
     return f"{gpus} GPUs" if isinstance(entry, (list, tuple)) else str(entry)
-
-
-def _check_map_args(retries: Any, on_error: Any, item_timeout: Any, batch_size: Any) -> tuple:
-    if on_error not in ("raise", "collect"):
-        raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
-    retries = check_int(retries, "retries", 0)
-    batch_size = check_int(batch_size, "batch_size", 1, allow_none=True)
-    if item_timeout is not None and (not is_real(item_timeout) or not item_timeout > 0):
-        raise ValueError(f"item_timeout must be a positive number of seconds or None, got {item_timeout!r}")
-    return retries, None if item_timeout is None else float(item_timeout), batch_size
 
 
 class RayWorkerPool:
@@ -216,9 +207,9 @@ class RayWorkerPool:
         ``on_error="raise"`` raises :class:`DPMapError` once every other item is done;
         ``"collect"`` returns :class:`ItemFailure` records in the failed positions.
         """
-        retries, item_timeout, batch_size = _check_map_args(retries, on_error, item_timeout, batch_size)
+        a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
         results: dict[int, Any] = {}
-        with self._run(items, retries, item_timeout, batch_size, journal, None, progress, desc) as run:
+        with self._run(items, a.retries, a.item_timeout, a.batch_size, journal, None, progress, desc) as run:
             for index, value in run.events():
                 results[index] = value
         out = [results[i] for i in range(len(results))]
@@ -246,9 +237,10 @@ class RayWorkerPool:
         ``on_error="raise"`` a failed item raises :class:`DPMapError` at its position, ending the
         iteration; ``"collect"`` yields its :class:`ItemFailure` and goes on.
         """
-        args = _check_map_args(retries, on_error, item_timeout, batch_size)
+        a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
+        args = (a.retries, a.item_timeout, a.batch_size)
         self._check_idle()
-        window = max(64, 4 * len(self._slots) * self.prefetch * (args[2] or 1))
+        window = max(64, 4 * len(self._slots) * self.prefetch * (a.batch_size or 1))
         return self._ordered(items, args, on_error, journal, window, progress, desc)
 
     def imap_unordered(
@@ -264,7 +256,8 @@ class RayWorkerPool:
         desc: str = "dp_map",
     ) -> Iterator[tuple[int, Any]]:
         """Like :meth:`imap`, but yields ``(index, result)`` as soon as each item finishes."""
-        args = _check_map_args(retries, on_error, item_timeout, batch_size)
+        a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
+        args = (a.retries, a.item_timeout, a.batch_size)
         self._check_idle()
         return self._unordered(items, args, on_error, journal, progress, desc)
 
@@ -276,13 +269,13 @@ class RayWorkerPool:
                 while run.floor in waiting:
                     value = waiting.pop(run.floor)
                     run.floor += 1
-                    _raise_if_failed(value, on_error)
+                    stream_failure(value, on_error)
                     yield value
 
     def _unordered(self, items, args, on_error, journal, progress, desc) -> Iterator[tuple[int, Any]]:
         with self._run(items, *args, journal, None, progress, desc) as run:
             for index, value in run.events():
-                _raise_if_failed(value, on_error)
+                stream_failure(value, on_error)
                 yield index, value
 
     def _run(self, items, retries, item_timeout, batch_size, journal, window, progress, desc) -> _RunContext:
@@ -333,16 +326,6 @@ class _RunContext:
         self._pool._active = False
         if self._own:
             self._journal.close()
-
-
-def _raise_if_failed(value: Any, on_error: str) -> None:
-    if on_error == "raise" and isinstance(value, ItemFailure):
-        err = DPMapError([value], [value])
-        err.args = (
-            f"item {value.index} failed on {value.device} after {value.attempts} attempt(s): {value.error}; "
-            f"the iteration stops here (on_error='collect' goes on past failures)\n{value.traceback}",
-        )
-        raise err
 
 
 def _check_room(cluster: dict, gpus: int, cpus: int) -> None:
