@@ -19,6 +19,7 @@ pytest.importorskip("transformers", reason="the benchmark needs the [pipelines] 
 from agents.placement import WorkerPool  # noqa: E402
 from benchmarks.placement import contender_specs, same_results  # noqa: E402
 from benchmarks.placement_contenders import ProcessPool, RayActorPool, Skip  # noqa: E402
+from benchmarks.placement_report import main as report_main  # noqa: E402
 from benchmarks.placement_report import markdown  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +108,9 @@ def test_quick_benchmark_writes_its_results(tmp_path):
     md = (tmp_path / f"{stem}.md").read_text()
     assert all(f"| {row['label']} |" in md for row in rows.values()) and "Stage pipeline" in md
     assert (tmp_path / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / f"{stem}.png").unlink()
+    report_main([str(tmp_path / f"{stem}.json")])  # the page and the plot, rendered again from the JSON alone
+    assert (tmp_path / f"{stem}.md").read_text() == md and (tmp_path / f"{stem}.png").exists()
     # the page also renders a run whose Ray rows were skipped
     for key in ("ray-actor-pool", "ray-backend"):
         rows[key] = {k: rows[key][k] for k in ("label", "workers", "threads_per_worker", "how")}
