@@ -1,6 +1,7 @@
 """The env benchmark's --quick mode runs every backend and writes JSON, Markdown and PNG (schema, not speed)."""
 
 import argparse
+import gc
 import json
 import sys
 
@@ -14,22 +15,24 @@ from benchmarks import env_throughput
 QUICK = ["--quick", "--repeats", "1", "--seconds", "0.02", "--threads", "1"]
 
 
-@pytest.fixture(autouse=True)
-def restore_threads():
-    """`main` sets torch's thread count (--threads) for the process: put it back for the tests after."""
+def run_main(argv: list[str]) -> dict:
+    """`env_throughput.main(argv)` with the test session's objects frozen (gc.freeze), and torch's
+    thread count (which main sets) put back after. `measure` runs gc.collect() before each of its
+    26 points; after the agents' tests it walked some 600k objects of theirs, 0.4 s a point, half
+    of this module's time. Frozen, it walks the benchmark's own objects, as in its own process."""
     threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
+    gc.freeze()
+    try:
+        return env_throughput.main(argv)
+    finally:
+        gc.unfreeze()
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     """One --quick run of every backend (paths, JSON payload), read by the schema and cost-model tests."""
-    threads = torch.get_num_threads()
-    try:
-        paths = env_throughput.main([*QUICK, "--out-dir", str(tmp_path_factory.mktemp("quick"))])
-    finally:
-        torch.set_num_threads(threads)
+    paths = run_main([*QUICK, "--out-dir", str(tmp_path_factory.mktemp("quick"))])
     return paths, json.loads(paths["json"].read_text())
 
 
@@ -109,7 +112,7 @@ def test_quick_and_subset_runs_never_take_the_full_runs_file_names(tmp_path, mon
         "model_bytes_per_env_step",
         lambda cfg, variants: {env_throughput.variant_name(v): 1.0 for v in variants},
     )
-    paths = env_throughput.main([*QUICK, "--out-dir", str(tmp_path), "--backends", "batched-cpu"])
+    paths = run_main([*QUICK, "--out-dir", str(tmp_path), "--backends", "batched-cpu"])
     assert paths["json"].name.endswith("-quick-subset.json")
     rows = json.loads(paths["json"].read_text())["results"]
     assert {r["backend"] for r in rows} == {"batched-cpu"}
