@@ -53,6 +53,7 @@ from benchmarks.common import (
 )
 from benchmarks.env_throughput_report import plot, table
 from uavsim import EnvConfig
+from uavsim.compile_compat import prepare_inductor
 from uavsim.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
 
@@ -154,6 +155,8 @@ def batched_runner(device: str, variant: str = "", compile_step: bool = False):
         from benchmarks.step_cost import staggered_env
 
         env = staggered_env(cfg, num_envs, EPISODE_LENGTH, device=device, **VARIANTS[variant])
+        if compile_step:
+            prepare_inductor()  # what inductor lowers wrong in the env's step (uavsim.compile_compat)
         step = torch.compile(env.step) if compile_step else env.step
         gen = torch.Generator(device=device).manual_seed(0)
         shape = (num_envs, cfg.num_uavs)

@@ -122,11 +122,9 @@ class UAVSwarmEnv:
         # Steps between two rebuilds of the prepared starts: no episode is shorter, so an episode
         # whose start was just used cannot end before its next start is built (next_step uses a
         # start one step after the episode ended: one step more).
-        self.prepare_period = {
-            "prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"),
-            "dense": 1,
-            "sparse": 0,
-        }[reset_mode]
+        self.prepare_period = {"prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"), "dense": 1}.get(
+            reset_mode, 0
+        )
         self._launch_can_end = launch_can_end(cfg)  # if not, next_step need not mask `terminated` at a restart
         self._buf: torch.Tensor | None = None  # [B, record bytes] uint8: the state
         self._v: dict[str, torch.Tensor] = {}
@@ -176,8 +174,9 @@ class UAVSwarmEnv:
         start_episodes(
             self._lay, self._start_tables, prep, self._env_key, next_episode(v["episode"]), self._first_start
         )
-        if self.autoreset_mode == "same_step":
-            self._prep_obs = self._observe(prep, self._b_index)[0]
+        if self.autoreset_mode == "same_step":  # compiled, into the env's own tensors: see `step`
+            obs = self._observe(prep, self._b_index)[0]
+            self._prep_obs = obs if prep is self._prep_buf else {k: self._prep_obs[k].copy_(x) for k, x in obs.items()}
         if prep is not self._prep_buf:
             self._prep_buf.copy_(prep)
         self._since_prepare = 0
@@ -253,8 +252,9 @@ class UAVSwarmEnv:
         if self._buf is None:
             raise RuntimeError("call reset() before step()")
         check_actions(actions, self.num_envs, self.num_uavs, self.num_actions, self.device, self.check_action_range)
-        # torch.compile cannot write a graph input through views of another dtype (the state's
-        # fields): compiled, the step works on a copy of the state and writes it back whole.
+        # torch.compile cannot write a graph input through views of another dtype (the state's fields): compiled,
+        # the step works on a copy of the state and writes it back whole, and keeps no graph output (a CUDA
+        # graph's next replay overwrites them).
         buf = self._buf.clone() if torch.compiler.is_compiling() else self._buf
         v = self._v if buf is self._buf else self._lay.record.views(buf)
         if self.autoreset_mode == "next_step":

@@ -310,15 +310,31 @@ def compile_rollout_step(
         ValueError: inductor cannot build kernels here (`agents.algo.ppo.check_compiler`).
     """
     from agents.algo.ppo import check_compiler
+    from uavsim.compile_compat import prepare_inductor
 
     if backend != "inductor":
-        return torch.compile(rollout_step, fullgraph=True, backend=backend), actor
+        step = torch.compile(rollout_step, fullgraph=True, backend=backend)
+        return (outputs_kept(step) if device.type == "cuda" else step), actor
     check_compiler(device, "train.compile_rollout")
+    prepare_inductor()  # what inductor lowers wrong in the env's step (uavsim.compile_compat)
     # the faster form on each (docs/performance.md, "Design choices, measured"); the env's rebuild of
     # prepared starts is a host-side branch: a few graphs, each captured once
     fused = device.type == "cuda" or dtype == torch.float32
     step = torch.compile(rollout_step, fullgraph=True, options=inductor_options(device))
-    return step, with_form(actor, Form.fused) if fused else actor
+    return (outputs_kept(step) if device.type == "cuda" else step), with_form(actor, Form.fused) if fused else actor
+
+
+def outputs_kept(step: RolloutStep) -> RolloutStep:
+    """`step` with its outputs copied out of the CUDA graphs' memory. Under no_grad each call of a
+    CUDA-graph function begins a new generation of cudagraph trees, whose replay overwrites the last
+    call's outputs, while the rollout feeds each step's observation and hidden state to the next
+    (on an H100, torch 2.11: "accessing tensor output of CUDAGraphs that has been overwritten")."""
+
+    def kept(*args):
+        obs, hidden = step(*args)
+        return {k: v.clone() for k, v in obs.items()}, hidden.clone() if hidden is not None else None
+
+    return kept
 
 
 def inductor_options(device: torch.device) -> dict[str, bool]:

@@ -220,3 +220,16 @@ def test_the_inductor_rollout_on_cuda_plays_the_eager_actions(make_config):
                 torch.testing.assert_close(snap_got[name], value, atol=1e-6, rtol=0)
             else:
                 assert torch.equal(value, snap_got[name]), name
+
+
+def test_outputs_kept_copies_what_the_next_cuda_graph_replay_overwrites():
+    """The observation and hidden state a captured step returns live in its CUDA graphs' memory, which
+    the next call's replay reuses: the learner gets copies (torch 2.11 on an H100 raised "accessing
+    tensor output of CUDAGraphs that has been overwritten" without them)."""
+    from agents.algo.rollout import outputs_kept
+
+    out_obs, out_hidden = {"local": torch.ones(2, 3), "state": torch.zeros(2, 4)}, torch.full((2, 3, 5), 2.0)
+    obs, hidden = outputs_kept(lambda *args: (out_obs, out_hidden))()
+    for got, returned in [(obs["local"], out_obs["local"]), (obs["state"], out_obs["state"]), (hidden, out_hidden)]:
+        assert torch.equal(got, returned) and got.data_ptr() != returned.data_ptr()
+    assert outputs_kept(lambda *args: (out_obs, None))()[1] is None
