@@ -71,8 +71,11 @@ def machine_info(device: str | None = None) -> dict[str, Any]:
 
 def hardware_label(info: dict[str, Any]) -> str:
     """How tables name the machine a figure holds for: "H100 80GB HBM3" or "2-core AMD EPYC (AVX2)"."""
-    if info.get("gpu"):
-        return str(info["gpu"])
+    return str(info["gpu"]) if info.get("gpu") else cpu_label(info)
+
+
+def cpu_label(info: dict[str, Any]) -> str:
+    """The host CPU alone, GPU or not: "2-core AMD EPYC (AVX512-BF16)"."""
     cores = info.get("usable_cores") or info.get("cpu_count")
     return f"{cores}-core {info['cpu']} ({info.get('cpu_class', 'CPU class not recorded')})"
 

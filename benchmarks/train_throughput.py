@@ -44,8 +44,8 @@ import torch
 from benchmarks.common import (
     RESULTS_DIR,
     TRAINER_CONFIG,
+    cpu_label,
     fmt_rate,
-    hardware_label,
     machine_info,
     out_dir_arg,
     profile_ops,
@@ -231,7 +231,7 @@ def table(payload: dict[str, Any]) -> str:
     lines = [
         f"# Training throughput ({'quick' if payload['quick'] else 'full'})",
         "",
-        f"CPU: {hardware_label(m)}, torch threads {s['threads']}"
+        f"CPU: {cpu_label(m)}, torch threads {s['threads']}"
         + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU")
         + f"; torch {m['torch']} "
         f"({m.get('torch_build', '?')} build); {m['date']}",

@@ -31,7 +31,7 @@ from agents.run.machine_defaults import CPU_NUM_ENVS
 from benchmarks.common import (
     RESULTS_DIR,
     TRAINER_CONFIG,
-    hardware_label,
+    cpu_label,
     machine_info,
     out_dir_arg,
     setup_host,
@@ -126,7 +126,7 @@ def table(payload: dict[str, Any]) -> str:
     lines = [
         f"# The update's matrix products ({'quick' if payload['quick'] else 'full'})",
         "",
-        f"CPU: {hardware_label(m)}; torch {m['torch']}; {m['date']}; minibatch "
+        f"CPU: {cpu_label(m)}; torch {m['torch']}; {m['date']}; minibatch "
         f"{s['minibatch']} agent-steps; median of {s['repeats']} repeats",
         "",
         "| dtype | layer | product | shape | "
