@@ -123,11 +123,11 @@ class UAVSwarmEnv:
         # whose start was just used cannot end before its next start is built (next_step uses a
         # start one step after the episode ended: one step more).
         self.prepare_period = {
-            "prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"),
+            "prepared": min_episode_length(cfg, self._start_tables.fewest_free) + (autoreset_mode == "next_step"),
             "dense": 1,
             "sparse": 0,
         }[reset_mode]
-        self._launch_can_end = launch_can_end(cfg)  # if not, next_step need not mask `terminated` at a restart
+        self._launch_can_end = launch_can_end(cfg, self._start_tables.fewest_free)  # next_step masks restarts if so
         self._buf: torch.Tensor | None = None  # [B, record bytes] uint8: the state
         self._v: dict[str, torch.Tensor] = {}
 
