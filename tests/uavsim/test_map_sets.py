@@ -112,3 +112,27 @@ def test_the_map_set_step_compiles_as_one_graph_and_plays_the_eager_episodes():
     assert counter.frame_count <= 3
     assert np.array_equal(played_maps(eager), played_maps(compiled))
     torch._dynamo.reset()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_map_set_on_cuda_matches_the_cpu_and_its_prepared_step_never_syncs():
+    cfg = EXAMPLES.replace(max_steps=30)
+    gen = torch.Generator().manual_seed(0)
+    actions = torch.randint(0, cfg.num_actions, (70, 64, cfg.num_uavs), generator=gen)
+    cpu = UAVSwarmEnv(cfg, num_envs=64, device="cpu", seed=5, check_action_range=False)
+    gpu = UAVSwarmEnv(cfg, num_envs=64, device="cuda", seed=5, check_action_range=False)
+    assert torch.equal(cpu.reset()["local"], gpu.reset()["local"].cpu())
+    gpu_actions = actions.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # 70 steps: every env restarts twice, on the set's maps
+    outs = []
+    try:
+        for a in gpu_actions:
+            obs, reward, *_ = gpu.step(a)
+            outs.append((obs["local"].clone(), reward.clone()))  # copies on the device: no sync
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for a, (local, reward) in zip(actions, outs):
+        obs, want, *_ = cpu.step(a)
+        assert torch.equal(obs["local"], local.cpu()) and torch.equal(want, reward.cpu())
