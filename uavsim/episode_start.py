@@ -1,10 +1,10 @@
 """Episode starts for the batched env: the first state of episodes, built straight into state records,
 and a lower bound on how soon an episode can end (what lets the env prepare starts ahead).
 
-`start_episodes` writes the start of episode ``episode[m]`` of environment ``m`` (its map: random
-rectangles, or one of a map set's maps held on the device; launch
-order, the launch footprint, zeroed counters: `uavsim.rules`, "Episode start") into the record
-views ``v`` of ``M`` environments, with no data-dependent shape and no host read.
+`start_episodes` writes the start of episode ``episode[m]`` of environment ``m`` (its map, random
+rectangles or one of a map set's held on the device; launch order, the launch footprint, zeroed
+counters: `uavsim.rules`, "Episode start") into the record views ``v`` of ``M`` environments, with
+no data-dependent shape and no host read.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def episode_bounds(cfg: EnvConfig, fewest_free: int | None = None) -> tuple[int,
     An episode ends by truncation after ``max_steps`` steps, or when ``covered >= target * free``
     (float32). The fewest covered cells that can end one, ``c_min``, is that of the map with the
     fewest free cells: ``fewest_free`` for a map set (`StartTables.fewest_free`); for random maps
-    (None), every obstacle of the largest size, none overlapping another or the launch
-    area. After ``t`` steps a UAV is at most ``t`` moves from the launch area, so the covered
+    (None), every obstacle of the largest size, none overlapping another or the launch area.
+    After ``t`` steps a UAV is at most ``t`` moves from the launch area, so the covered
     cells lie within the footprint of such cells: at most ``reach(t)`` of them; and each step
     covers at most ``num_uavs x`` (the most footprint cells one move brings in) new cells on top
     of the launch footprints. The bound is the first ``t`` at which both allow ``c_min``.
