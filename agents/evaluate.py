@@ -1,9 +1,15 @@
 """Evaluate a trained policy against the scripted baselines on the same episodes.
 
     python -m agents.evaluate RUN_DIR_OR_CKPT --episodes 256 --seed 12345 --out eval.json
+    python -m agents.evaluate RUN --env grid_height=48 grid_width=48 max_steps=400 --maps my_maps/
 
 Every policy plays episode 0 of environments 0 .. episodes-1 of a fresh `UAVSwarmEnv` with the
-given seed, so all of them see exactly the same maps. Written JSON:
+given seed, so all of them see exactly the same maps. The task is the run's env config, with
+`--env KEY=VALUE` overrides of any `EnvConfig` field and `--maps PATH`, a map set to play
+(`uavsim.maps`); an actor that cannot play the task (its one-hot agent id is sized to the training
+team, its window to its obs_radius) is an error saying so (`agents.evaluate_setup`). `meta` records
+the checkpoint, seed, env config, `env_overrides` and the map set's files with the episodes of each
+(`maps`, null without one). Written JSON:
 
     {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...}, "coordinated": {...},
      "paired_vs_greedy": {"policy": {...}, "policy_sampled": {...}},
@@ -40,10 +46,9 @@ import torch
 from tqdm import tqdm
 
 from agents.algo.action_noise import ActionNoise
-from agents.algo.layers import Form
-from agents.algo.networks import Actor, make_actor
+from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
-from agents.run import checkpoint as ckpt
+from agents.evaluate_setup import add_task_arguments, load_setup
 from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
@@ -329,28 +334,16 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=None, help="JSON file (default: RUN_DIR/eval.json, or beside a checkpoint kept outside a run)"
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    add_task_arguments(p)  # --env KEY=VALUE ..., --maps PATH
     args = p.parse_args(argv)
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
-    from agents.run.paths import file_problem
     from agents.run.process import pick_device
-    from agents.run.resume import owning_run_dir, saved_config
 
     try:
         device = pick_device(args.device, "--device")
-        path, payload = ckpt.load_latest(args.checkpoint)
-        cfg = saved_config(path, payload)
-        env_cfg = cfg.env_config()
-        actor = make_actor(env_cfg, cfg.model, form=Form.epilogue)
-        try:
-            actor.load_state_dict(payload["actor"])
-        except RuntimeError as err:
-            raise ckpt.CheckpointError(f"checkpoint {path}: its actor does not fit its config: {err}") from None
-        out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
-        problem = file_problem(out)
-        if problem:
-            raise ValueError(f"--out: {problem}")
+        path, payload, env_cfg, actor, out, task = load_setup(args)  # the task: the run's env, --env, --maps
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -366,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         "episodes": args.episodes,
         "seed": args.seed,
         "env": env_cfg.to_dict(),
+        **task,  # env_overrides, maps
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null

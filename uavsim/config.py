@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,6 +20,8 @@ class EnvConfig:
 
     Grid cells are addressed (row, col) with row 0 at the top. The launch area is the
     `launch_size` x `launch_size` square in the top-left corner, kept free of obstacles.
+    `maps`: None for random rectangles, or a map set to play instead (a map file or a folder of them,
+    `uavsim.maps`; checked when an env loads it): `num_obstacles` and the obstacle sizes are then unused.
     Besides the obvious ranges: `num_obstacles` <= the number of cells, `max_steps` < 2**31, and
     (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps within
     float32, so that no reward and no episode return can overflow.
@@ -41,6 +44,7 @@ class EnvConfig:
     near_miss_penalty: float = 0.05  # individual: ending a step in the same cell as another UAV
     target_coverage: float = 0.95  # terminated when covered / free cells >= this
     state_pool: int = 8  # the global state pools each map to state_pool x state_pool blocks
+    maps: str | None = None  # a map file or folder (uavsim.maps) instead of random obstacles
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -61,6 +65,10 @@ class EnvConfig:
                         f"EnvConfig.{f.name} must be finite in float32 (|x| <= {FLOAT32_MAX:.4g}), got {value!r}"
                     )
                 object.__setattr__(self, f.name, float(value))
+        if isinstance(self.maps, os.PathLike):
+            object.__setattr__(self, "maps", os.fspath(self.maps))  # kept as a string: YAML configs and --env
+        if self.maps is not None and not isinstance(self.maps, str):
+            raise TypeError(f"EnvConfig.maps must be a path (str) or None, got {type(self.maps).__name__}")
         self._check_ranges()
 
     def _check_ranges(self) -> None:
@@ -133,6 +141,7 @@ class EnvConfig:
             f"<= {FLOAT32_MAX:.4g}, or an episode's return overflows float32 (the sum is {per_step:.4g}, "
             f"max_steps {self.max_steps})",
         )
+        need(self.maps is None or self.maps.strip() != "", "maps", "None or a map file or folder (uavsim.maps)")
         need(self.state_pool >= 1, "state_pool", ">= 1")
         need(
             self.state_pool <= min(self.grid_height, self.grid_width),

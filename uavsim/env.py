@@ -119,13 +119,12 @@ class UAVSwarmEnv:
         self.local_obs_dim, self.state_dim = cfg.local_obs_dim, cfg.state_dim
         self.env_index = torch.arange(first_env_index, first_env_index + num_envs, device=self.device)
         self._build_tables()
-        # Steps between two rebuilds of the prepared starts: no episode is shorter, so an episode
-        # whose start was just used cannot end before its next start is built (next_step uses a
-        # start one step after the episode ended: one step more).
-        self.prepare_period = {"prepared": min_episode_length(cfg) + (autoreset_mode == "next_step"), "dense": 1}.get(
-            reset_mode, 0
-        )
-        self._launch_can_end = launch_can_end(cfg)  # if not, next_step need not mask `terminated` at a restart
+        # Steps between two rebuilds of the prepared starts (sparse: 0, never): no episode is shorter, so an
+        # episode whose start was just used cannot end before its next start is built (next_step uses a start
+        # one step after the episode ended: one step more).
+        fewest, period = self._start_tables.fewest_free, {"dense": 1, "sparse": 0}
+        self.prepare_period = period.get(reset_mode, min_episode_length(cfg, fewest) + (autoreset_mode == "next_step"))
+        self._launch_can_end = launch_can_end(cfg, fewest)  # if not, next_step need not mask `terminated` at a restart
         self._buf: torch.Tensor | None = None  # [B, record bytes] uint8: the state
         self._v: dict[str, torch.Tensor] = {}
 

@@ -1,9 +1,10 @@
 """Episode starts for the batched env: the first state of episodes, built straight into state records,
 and a lower bound on how soon an episode can end (what lets the env prepare starts ahead).
 
-`start_episodes` writes the start of episode ``episode[m]`` of environment ``m`` (maps, launch
-order, the launch footprint, zeroed counters: `uavsim.rules`, "Episode start") into the record
-views ``v`` of ``M`` environments, with no data-dependent shape and no host read.
+`start_episodes` writes the start of episode ``episode[m]`` of environment ``m`` (its map, random
+rectangles or one of a map set's held on the device; launch order, the launch footprint, zeroed
+counters: `uavsim.rules`, "Episode start") into the record views ``v`` of ``M`` environments, with
+no data-dependent shape and no host read.
 """
 
 from __future__ import annotations
@@ -17,34 +18,38 @@ import torch
 from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.dynamics import Layout, cover, edge_sets, into
+from uavsim.maps import load_map_set
 from uavsim.rng import draw_hash, episode_key, salted_draw
 
 
-def min_episode_length(cfg: EnvConfig) -> int:
+def min_episode_length(cfg: EnvConfig, fewest_free: int | None = None) -> int:
     """See `episode_bounds`: the fewest steps any episode of ``cfg`` takes (>= 1)."""
-    return episode_bounds(cfg)[0]
+    return episode_bounds(cfg, fewest_free)[0]
 
 
-def launch_can_end(cfg: EnvConfig) -> bool:
+def launch_can_end(cfg: EnvConfig, fewest_free: int | None = None) -> bool:
     """Whether the launch footprints alone can reach the target coverage on some map (`episode_bounds`)."""
-    return episode_bounds(cfg)[1]
+    return episode_bounds(cfg, fewest_free)[1]
 
 
 @functools.lru_cache(maxsize=64)
-def episode_bounds(cfg: EnvConfig) -> tuple[int, bool]:
+def episode_bounds(cfg: EnvConfig, fewest_free: int | None = None) -> tuple[int, bool]:
     """``(a length no episode can be shorter than (>= 1), whether the launch can already reach the
     target)``, whatever the map and actions.
 
     An episode ends by truncation after ``max_steps`` steps, or when ``covered >= target * free``
     (float32). The fewest covered cells that can end one, ``c_min``, is that of the map with the
-    fewest free cells (every obstacle of the largest size, none overlapping another or the launch
-    area). After ``t`` steps a UAV is at most ``t`` moves from the launch area, so the covered
+    fewest free cells: ``fewest_free`` for a map set (`StartTables.fewest_free`); for random maps
+    (None), every obstacle of the largest size, none overlapping another or the launch area.
+    After ``t`` steps a UAV is at most ``t`` moves from the launch area, so the covered
     cells lie within the footprint of such cells: at most ``reach(t)`` of them; and each step
     covers at most ``num_uavs x`` (the most footprint cells one move brings in) new cells on top
     of the launch footprints. The bound is the first ``t`` at which both allow ``c_min``.
     """
     h, w, ls = cfg.grid_height, cfg.grid_width, cfg.launch_size
     free_min = h * w - min(cfg.num_obstacles * cfg.obstacle_max_size**2, h * w - ls * ls)
+    if fewest_free is not None:  # a map set's maps are known
+        free_min = fewest_free
     target = float(np.float32(cfg.target_coverage))
     c_min = max(1, math.ceil(target * free_min * (1 - 2.0**-22)))  # float32 coverage rounds by < 2**-23
     dr = np.maximum(0, np.arange(h) - (ls - 1))[:, None]  # moves from the launch square, obstacles ignored
@@ -64,12 +69,19 @@ def episode_bounds(cfg: EnvConfig) -> tuple[int, bool]:
 
 
 class StartTables:
-    """The constant tables `start_episodes` needs, on the env's device."""
+    """The constant tables `start_episodes` needs, on the env's device; with a map set
+    (``EnvConfig.maps``), the set as ``maps [M, H, W]`` (1: obstacle) and its ``fewest_free`` cells."""
 
     def __init__(self, lay: Layout):
         cfg, dev = lay.cfg, lay.device
         k, h, w = cfg.num_obstacles, cfg.grid_height, cfg.grid_width
-        self.num_draws = rules.launch_draw(cfg, 0) + cfg.launch_size**2
+        self.maps, self.fewest_free = None, None
+        if cfg.maps is not None:  # read and checked once, here; the step never touches the files
+            map_set = load_map_set(cfg.maps, cfg)
+            self.maps = torch.as_tensor(map_set.blocked).to(lay.record.fields["pools"].dtype).to(dev)
+            self.fewest_free = int(map_set.free_cells.min())
+        self.launch_first = rules.launch_draw(cfg, 0)
+        self.num_draws = self.launch_first + cfg.launch_size**2
         self.draws = salted_draw(torch.arange(self.num_draws, device=dev))
         self.size_span = cfg.obstacle_max_size - cfg.obstacle_min_size + 1
         self.room = torch.tensor([h + 1, w + 1], device=dev)  # top row < H - h + 1, left col < W - w + 1
@@ -110,18 +122,12 @@ def start_episodes(
         first: `cover`'s scratch for ``M x num_uavs x footprint`` cells (allocated when None).
     """
     cfg, v = lay.cfg, lay.record.views(buf)
-    m, k, h, w = episode.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width
+    m, h, w = episode.shape[0], cfg.grid_height, cfg.grid_width
     d = draw_hash(episode_key(env_key, episode)[:, None], tab.draws)  # [M, draws] in [0, 2**32)
-    rect = d[:, : 4 * k].view(m, k, 4)
-    size = cfg.obstacle_min_size + ((rect[..., :2] * tab.size_span) >> 32)  # [M, K, (h, w)]
-    top_left = (rect[..., 2:] * (tab.room - size)) >> 32  # [M, K, (top, left)]
-    rows_cols = torch.stack([top_left, top_left + size], dim=-1)  # [M, K, (row, col), (start, end)]
-    corners = rows_cols[..., 0, :, None] * (w + 1) + rows_cols[..., 1, None, :]  # [M, K, 2, 2]
-    raster = torch.zeros(m, (h + 1) * (w + 1), dtype=tab.corner_signs.dtype, device=lay.device)
-    raster.scatter_add_(1, corners.view(m, 4 * k), tab.corner_signs.expand(m, -1))
-    raster = raster.view(m, h + 1, w + 1).cumsum(2, dtype=raster.dtype).cumsum(1, dtype=raster.dtype)
-    blocked = torch.empty(m, h, w, dtype=v["pools"].dtype, device=lay.device)  # 0/1, summed into the pools
-    torch.logical_and(raster[:, :h, :w] > 0, tab.outside_launch, out=blocked)
+    if tab.maps is None:
+        blocked = random_obstacles(lay, tab, d, v["pools"].dtype)
+    else:  # map below(draw MAP_DRAW, number of maps) of the set: one gather
+        blocked = tab.maps.index_select(0, (d[:, rules.MAP_DRAW] * tab.maps.shape[0]) >> 32)
 
     grid = v["grid"]
     grid.fill_(lay.blocked_value)
@@ -132,10 +138,27 @@ def start_episodes(
     pools[:, 0].index_add_(1, lay.block_of_cell, blocked.view(m, h * w))
 
     # Launch cell j's key is hash * L + j: a stable sort of the hashes orders them alike.
-    order = d[:, 4 * k :].argsort(dim=1, stable=True)[:, : cfg.num_uavs]
+    order = d[:, tab.launch_first :].argsort(dim=1, stable=True)[:, : cfg.num_uavs]
     cell = v["cell"]
     into(cell, torch.gather, lay.launch_cell.expand(m, -1), 1, order)
     grid.scatter_add_(1, cell, tab.uavs.expand(m, -1))
     cover(lay, v, (cell[:, :, None] + lay.foot).view(m, -1), first, out=v["covered"])
     v["episode"].copy_(episode)
     lay.record.span(buf, "ep_reward", "ep_counts").zero_()
+
+
+def random_obstacles(lay: Layout, tab: StartTables, d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[M, H, W]`` 0/1 in ``dtype``: the rules' rectangles of the draws ``d [M, draws]``, the
+    launch area cleared."""
+    cfg = lay.cfg
+    m, k, h, w = d.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width
+    rect = d[:, : 4 * k].view(m, k, 4)
+    size = cfg.obstacle_min_size + ((rect[..., :2] * tab.size_span) >> 32)  # [M, K, (h, w)]
+    top_left = (rect[..., 2:] * (tab.room - size)) >> 32  # [M, K, (top, left)]
+    rows_cols = torch.stack([top_left, top_left + size], dim=-1)  # [M, K, (row, col), (start, end)]
+    corners = rows_cols[..., 0, :, None] * (w + 1) + rows_cols[..., 1, None, :]  # [M, K, 2, 2]
+    raster = torch.zeros(m, (h + 1) * (w + 1), dtype=tab.corner_signs.dtype, device=lay.device)
+    raster.scatter_add_(1, corners.view(m, 4 * k), tab.corner_signs.expand(m, -1))
+    raster = raster.view(m, h + 1, w + 1).cumsum(2, dtype=raster.dtype).cumsum(1, dtype=raster.dtype)
+    blocked = torch.empty(m, h, w, dtype=dtype, device=lay.device)  # 0/1, summed into the pools
+    return torch.logical_and(raster[:, :h, :w] > 0, tab.outside_launch, out=blocked)

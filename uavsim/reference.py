@@ -14,6 +14,7 @@ import numpy as np
 
 from uavsim import rules
 from uavsim.config import EnvConfig
+from uavsim.maps import load_map_set
 from uavsim.rng import MAX_KEY, below, hash32
 
 
@@ -54,6 +55,7 @@ class ReferenceEnv:
         self._block = rules.block_of_cell(cfg)
         self._block_cells = rules.cells_per_block(cfg).astype(np.float32)
         self._scale = np.array([cfg.grid_height - 1, cfg.grid_width - 1], dtype=np.float32)
+        self._maps = load_map_set(cfg.maps, cfg).blocked if cfg.maps is not None else None  # [M, H, W] bool
 
     # -- episode start -----------------------------------------------------------------------
     def _draws(self, first: int, count: int) -> np.ndarray:
@@ -64,16 +66,7 @@ class ReferenceEnv:
         """Start the next episode; returns its first observation."""
         cfg, p = self.config, self.config.pad
         self.episode = (self.episode + 1) % MAX_KEY  # after 2**31 episodes the maps repeat, as in the batched env
-        lo, hi = cfg.obstacle_min_size, cfg.obstacle_max_size
-        grid = np.zeros((cfg.grid_height, cfg.grid_width), dtype=bool)
-        for k in range(cfg.num_obstacles):
-            d = self._draws(rules.obstacle_draw(k), 4).astype(np.int64)
-            h = lo + int(below(d[0], hi - lo + 1))
-            w = lo + int(below(d[1], hi - lo + 1))
-            top = int(below(d[2], cfg.grid_height - h + 1))
-            left = int(below(d[3], cfg.grid_width - w + 1))
-            grid[top : top + h, left : left + w] = True
-        grid[: cfg.launch_size, : cfg.launch_size] = False
+        grid = self._random_obstacles() if self._maps is None else self._map_of_set()
 
         # Padded grids: off-map cells are blocked, so windows and footprints never leave the array.
         self.blocked = np.ones((cfg.grid_height + 2 * p, cfg.grid_width + 2 * p), dtype=bool)
@@ -94,6 +87,24 @@ class ReferenceEnv:
         self.episode_collisions = 0
         self.episode_near_misses = 0
         return self._observe()
+
+    def _random_obstacles(self) -> np.ndarray:
+        cfg, lo, hi = self.config, self.config.obstacle_min_size, self.config.obstacle_max_size
+        grid = np.zeros((cfg.grid_height, cfg.grid_width), dtype=bool)
+        for k in range(cfg.num_obstacles):
+            d = self._draws(rules.obstacle_draw(k), 4).astype(np.int64)
+            h = lo + int(below(d[0], hi - lo + 1))
+            w = lo + int(below(d[1], hi - lo + 1))
+            top = int(below(d[2], cfg.grid_height - h + 1))
+            left = int(below(d[3], cfg.grid_width - w + 1))
+            grid[top : top + h, left : left + w] = True
+        grid[: cfg.launch_size, : cfg.launch_size] = False
+        return grid
+
+    def _map_of_set(self) -> np.ndarray:
+        """The map set's map for this episode: map ``below(draw MAP_DRAW, M)``, as it is."""
+        d = self._draws(rules.MAP_DRAW, 1)[0]
+        return self._maps[int(below(d, np.uint64(len(self._maps))))].copy()
 
     # -- dynamics ------------------------------------------------------------------------------
     def _cover(self, i: int) -> None:

@@ -20,6 +20,10 @@ Episode start (``seed``, ``env_index``, ``episode`` fix everything, through ``ua
       ``hash(draw 4*num_obstacles + j) * L + j`` (``L`` launch cells; keys are distinct). UAV ``n``
       starts on the launch cell with the ``n``-th smallest key, so starts are distinct.
     * Every UAV covers its sensor footprint (below). No reward is given for this.
+    * With a map set (``EnvConfig.maps``, `uavsim.maps`: ``M`` maps in the set's order) no
+      rectangles are drawn: the map is map ``below(draw 0, M)`` of the set (`MAP_DRAW`), as it is
+      (the set is checked to keep the launch area free), and launch cell ``j`` uses draw ``1 + j``.
+      ``num_obstacles`` and the obstacle sizes play no part.
 
 Step (all UAVs act at once)
     * Action ``a`` moves a UAV by ``MOVES[a]`` (0 hovers; 1-4 N, S, W, E; with ``moves=8`` also
@@ -108,9 +112,12 @@ def obstacle_draw(k: int) -> int:
     return 4 * k
 
 
+MAP_DRAW = 0  # with a map set: the draw that picks the episode's map
+
+
 def launch_draw(cfg: EnvConfig, j: int) -> int:
-    """Draw index of launch cell ``j``'s ordering key."""
-    return 4 * cfg.num_obstacles + j
+    """Draw index of launch cell ``j``'s ordering key (after the obstacles' draws, or the map's)."""
+    return (MAP_DRAW + 1 if cfg.maps is not None else 4 * cfg.num_obstacles) + j
 
 
 def mean_return(episode_reward: np.ndarray) -> np.float32:

@@ -1,5 +1,7 @@
 """Step-exact equivalence: env i of a batch plays exactly ReferenceEnv(seed, env_index=i)."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -48,6 +50,11 @@ LARGE = EnvConfig(
     moves=8,
     state_pool=8,
 )
+MAPS = Path(__file__).resolve().parents[2] / "examples" / "maps"
+EXAMPLE_MAPS = EnvConfig(maps=str(MAPS))  # the default task on the example map set
+# a map set of SMALL_8_MOVES's size (tests/uavsim/maps): rooms, a ring, and a pocket whose launch
+# footprints already meet the target (one-step episodes)
+SMALL_MAP_SET = SMALL_8_MOVES.replace(maps=str(Path(__file__).resolve().parent / "maps"))
 
 
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
@@ -59,8 +66,10 @@ LARGE = EnvConfig(
         (SMALL_8_MOVES, 7, 11, 400),  # many terminations and truncations
         (TALL_SPARSE, 3, 2**31 - 1, 300),  # non-square grid, uneven pooling blocks, largest seed
         (LARGE, 2, 5, 90),
+        (EXAMPLE_MAPS, 4, 0, 450),  # map sets: each episode plays one of the set's maps
+        (SMALL_MAP_SET, 7, 11, 300),
     ],
-    ids=["default", "small-8-moves", "tall", "large"],
+    ids=["default", "small-8-moves", "tall", "large", "example-maps", "small-map-set"],
 )
 def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autoreset_mode):
     ended = run_lockstep(cfg, num_envs, seed, steps, reset_mode, autoreset_mode=autoreset_mode)
@@ -69,9 +78,10 @@ def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autor
 
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
 @pytest.mark.parametrize("reset_mode", RESET_MODES)
-def test_equivalence_through_partial_resets(reset_mode, autoreset_mode):
+@pytest.mark.parametrize("cfg", [SMALL_8_MOVES, SMALL_MAP_SET], ids=["small-8-moves", "small-map-set"])
+def test_equivalence_through_partial_resets(cfg, reset_mode, autoreset_mode):
     ended = run_lockstep(
-        SMALL_8_MOVES, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1, autoreset_mode=autoreset_mode
+        cfg, 6, 3, 240, reset_mode, partial_reset_every=17, action_seed=1, autoreset_mode=autoreset_mode
     )
     assert ended > 0
 

@@ -1,0 +1,138 @@
+"""What `python -m agents.evaluate` sets up before it plays: the checkpoint's actor, the output path,
+and the task, which is the run's env config with `--env KEY=VALUE` overrides and `--maps PATH`.
+
+`--env` takes any `uavsim.EnvConfig` field and checks it as training checks `env.KEY=VALUE`
+overrides (`agents.config.load_config`): an unknown key or a bad value is a ValueError naming it.
+`--maps` sets `EnvConfig.maps`: every policy plays the same maps of that set (`uavsim.maps`).
+
+The trained actor plays a task only where its input and output keep their shape: the local window
+(`obs_radius`), the actions (`moves`), the one-hot agent id sized to the training team
+(`num_uavs`, when `model.agent_id`), the shared map's blocks (`state_pool`, when
+`model.actor_shared_map`). The grid's size, the team's size without an agent id, rewards, steps and
+maps may change. A task it cannot play is a ValueError that says why, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from agents.algo.layers import Form
+from agents.algo.networks import Actor, make_actor
+from agents.config import Config, ModelConfig, check_config, load_config
+from agents.run import checkpoint as ckpt
+from agents.run.paths import file_problem
+from agents.run.resume import owning_run_dir, saved_config
+from uavsim.config import EnvConfig
+from uavsim.maps import load_map_set, map_indices
+
+ENV_KEYS = tuple(f.name for f in dataclasses.fields(EnvConfig))
+
+
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--env KEY=VALUE ...` and `--maps PATH`."""
+    parser.add_argument(
+        "--env",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides of the run's env config, any EnvConfig field (e.g. --env grid_height=48 grid_width=48); "
+        "baselines play the same task",
+    )
+    parser.add_argument(
+        "--maps",
+        default=None,
+        metavar="PATH",
+        help="play a map set: a map file or a folder of them (.txt, .npy, .png; uavsim.maps) of the env's grid size",
+    )
+
+
+def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config:
+    """The run's config ``cfg`` with ``--env`` items and ``--maps`` applied to its env section, checked.
+
+    Raises:
+        ValueError, TypeError: an item that is not KEY=VALUE, a key that is no EnvConfig field, a bad value.
+    """
+    for item in env_items:
+        key = item.split("=", 1)[0].strip()
+        if "=" not in item or not key:
+            raise ValueError(f"--env {item!r}: expected KEY=VALUE (e.g. num_uavs=16)")
+        if key not in ENV_KEYS:  # env.num_envs too: evaluation plays --episodes environments
+            raise ValueError(f"--env {item!r}: unknown env key {key!r}; EnvConfig keys: {', '.join(ENV_KEYS)}")
+    cfg = load_config(None, [f"env.{item}" for item in env_items], base=cfg)
+    if maps is not None:  # set as is: a path is no YAML scalar (`#`, `: ` and quotes would be read as syntax)
+        cfg.env.maps = maps
+        check_config(cfg)
+    return cfg
+
+
+def check_actor_fits(trained: EnvConfig, task: EnvConfig, model: ModelConfig) -> None:
+    """A ValueError naming what differs where the actor trained on ``trained`` cannot play ``task``."""
+    problems = []
+    if task.local_obs_dim != trained.local_obs_dim:
+        problems.append(
+            f"its input is a local window of obs_radius={trained.obs_radius} ({trained.local_obs_dim} floats), "
+            f"not obs_radius={task.obs_radius}"
+        )
+    if task.num_actions != trained.num_actions:
+        problems.append(f"it chooses among moves={trained.moves} moves, not moves={task.moves}")
+    if model.agent_id and task.num_uavs != trained.num_uavs:
+        problems.append(
+            f"its input ends with a one-hot agent id sized to the training team of num_uavs={trained.num_uavs} "
+            f"(model.agent_id=true), so it cannot tell {task.num_uavs} UAVs apart"
+        )
+    if model.actor_shared_map and task.state_pool != trained.state_pool:
+        problems.append(f"it reads the shared map in state_pool={trained.state_pool} blocks, not {task.state_pool}")
+    if problems:
+        raise ValueError(
+            "the checkpoint's actor cannot play this task: "
+            + "; ".join(problems)
+            + " (evaluate with those keys as trained; grid size, rewards, steps and maps may change)"
+        )
+
+
+def maps_meta(env_cfg: EnvConfig, episodes: int, seed: int) -> dict | None:
+    """What the evaluation JSON records of a map set: its source, its files and how many of the
+    ``episodes`` (episode 0 of environments 0 .. episodes-1 of ``seed``) play each; None without one."""
+    if env_cfg.maps is None:
+        return None
+    maps = load_map_set(env_cfg.maps, env_cfg)  # also reports a bad set before any episode runs
+    picked = map_indices(seed, np.arange(episodes), 0, len(maps))
+    return {
+        "source": env_cfg.maps,
+        "files": [str(f) for f in maps.files],
+        "episodes_per_map": np.bincount(picked, minlength=len(maps)).tolist(),
+    }
+
+
+def load_setup(args: argparse.Namespace) -> tuple[Path, dict, EnvConfig, Actor, Path, dict]:
+    """``(checkpoint file, its payload, the task, the actor on the CPU, the JSON path, the task's
+    meta)`` for `agents.evaluate`'s parsed ``args``.
+
+    Raises:
+        ValueError, TypeError: a bad checkpoint, task (`with_task`, `check_actor_fits`, a bad map set)
+            or output path.
+    """
+    path, payload = ckpt.load_latest(args.checkpoint)
+    cfg = saved_config(path, payload)
+    trained = cfg.env_config()
+    cfg = with_task(cfg, args.env, args.maps)
+    env_cfg = cfg.env_config()
+    check_actor_fits(trained, env_cfg, cfg.model)
+    actor = make_actor(env_cfg, cfg.model, form=Form.epilogue)
+    try:
+        actor.load_state_dict(payload["actor"])
+    except RuntimeError as err:
+        raise ckpt.CheckpointError(f"checkpoint {path}: its actor does not fit its config: {err}") from None
+    out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
+    problem = file_problem(out)
+    if problem:
+        raise ValueError(f"--out: {problem}")
+    overrides = [*args.env, *([f"maps={args.maps}"] if args.maps is not None else [])]
+    meta = {"env_overrides": overrides, "maps": maps_meta(env_cfg, args.episodes, args.seed)}
+    return path, payload, env_cfg, actor, out, meta

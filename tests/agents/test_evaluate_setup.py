@@ -1,0 +1,129 @@
+"""`python -m agents.evaluate RUN --env KEY=VALUE ... --maps PATH`: the run's task with overrides,
+checked like the training config's; every policy on the same task and maps; the meta records
+them; an actor that cannot play the task (a one-hot id sized to the training team) says why."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agents import evaluate, train_mappo
+from agents.evaluate_setup import check_actor_fits, with_task
+from tests.agents.conftest import TINY, tiny_config
+from uavsim.env import UAVSwarmEnv
+from uavsim.maps import load_map_set
+from uavsim.scripted import make_scripted
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny trained run (8x8 grid, 2 UAVs, launch 2x2, local actor with a one-hot agent id)."""
+    run = tmp_path_factory.mktemp("evaluate_setup") / "run"
+    threads = torch.get_num_threads()
+    assert train_mappo.main([*TINY, "train.total_env_steps=32", f"run.dir={run}"]) == 0
+    torch.set_num_threads(threads)  # the run set its own
+    return run
+
+
+def write_maps(folder, count=3, size=8):
+    """``count`` maps of ``size`` x ``size``: a wall of growing length, the 2x2 launch area free."""
+    folder.mkdir()
+    for i in range(count):
+        rows = ["." * size for _ in range(size)]
+        rows[4] = "#" * (2 + i) + "." * (size - 2 - i)
+        (folder / f"map{i}.txt").write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def test_env_overrides_are_checked_like_config_overrides():
+    cfg = tiny_config()
+    task = with_task(cfg, ["grid_height=10", "grid_width=12", "max_steps=30"], None)
+    assert (task.env.grid_height, task.env.grid_width, task.env.max_steps) == (10, 12, 30)
+    assert task.env_config().num_uavs == cfg.env.num_uavs  # the rest is the run's
+    with pytest.raises(ValueError, match=r"--env 'bogus=3': unknown env key 'bogus'; EnvConfig keys: grid_height"):
+        with_task(cfg, ["bogus=3"], None)
+    with pytest.raises(ValueError, match=r"unknown env key 'num_envs'"):  # --episodes sets the batch
+        with_task(cfg, ["num_envs=3"], None)
+    with pytest.raises(ValueError, match=r"--env 'grid_height': expected KEY=VALUE"):
+        with_task(cfg, ["grid_height"], None)
+    with pytest.raises(TypeError, match=r"config key 'env.num_uavs'.*'abc'"):
+        with_task(cfg, ["num_uavs=abc"], None)
+    with pytest.raises(ValueError, match=r"EnvConfig.launch_size must be <= the smaller grid side \(8\)"):
+        with_task(cfg, ["launch_size=9"], None)
+    assert with_task(cfg, [], "my maps/#1").env.maps == "my maps/#1"  # a path, not a YAML scalar
+
+
+def test_the_actor_plays_other_grids_but_not_other_teams_with_its_one_hot_id():
+    trained = tiny_config().env_config()
+    model = tiny_config().model
+    check_actor_fits(trained, trained.replace(grid_height=48, grid_width=40, max_steps=99), model)
+    with pytest.raises(ValueError, match=r"one-hot agent id sized to the training team of num_uavs=2"):
+        check_actor_fits(trained, trained.replace(num_uavs=4), model)
+    check_actor_fits(trained, trained.replace(num_uavs=4), tiny_config("model.agent_id=false").model)
+    with pytest.raises(ValueError, match=r"local window of obs_radius=2 \(78 floats\), not obs_radius=1"):
+        check_actor_fits(trained, trained.replace(obs_radius=1), model)
+    with pytest.raises(ValueError, match=r"moves=4 moves, not moves=8"):
+        check_actor_fits(trained, trained.replace(moves=8), model)
+    shared = tiny_config("model.actor_shared_map=true").model
+    with pytest.raises(ValueError, match=r"state_pool=4 blocks, not 2"):
+        check_actor_fits(trained, trained.replace(state_pool=2), shared)
+
+
+def test_evaluate_with_env_overrides_plays_the_larger_grid_and_records_them(tiny_run, tmp_path):
+    out = tmp_path / "eval.json"
+    argv = [str(tiny_run), "--episodes", "3", "--seed", "5", "--out", str(out)]
+    assert evaluate.main([*argv, "--env", "grid_height=10", "grid_width=12", "--env", "max_steps=9"]) == 0
+    result = json.loads(out.read_text())
+    meta = result["meta"]
+    assert meta["env_overrides"] == ["grid_height=10", "grid_width=12", "max_steps=9"] and meta["maps"] is None
+    assert (meta["env"]["grid_height"], meta["env"]["grid_width"], meta["env"]["max_steps"]) == (10, 12, 9)
+    assert all(len(result["coverage_curve"][name]["mean"]) == 10 for name in evaluate.POLICIES)
+
+
+def test_evaluate_on_user_maps_plays_every_policy_on_them(tiny_run, tmp_path):
+    maps = write_maps(tmp_path / "maps")
+    out = tmp_path / "eval.json"
+    assert evaluate.main([str(tiny_run), "--episodes", "6", "--seed", "5", "--out", str(out), "--maps", str(maps)]) == 0
+    result = json.loads(out.read_text())
+    meta = result["meta"]
+    assert meta["env"]["maps"] == str(maps) and meta["env_overrides"] == [f"maps={maps}"]
+    assert meta["maps"]["files"] == [str(maps / f"map{i}.txt") for i in range(3)]
+    assert sum(meta["maps"]["episodes_per_map"]) == 6
+    # the baselines played the map set: the greedy planner on the same env gives the same results
+    env_cfg = tiny_config(f"env.maps={maps}").env_config()
+    env = UAVSwarmEnv(env_cfg, num_envs=6, seed=5)
+    greedy = make_scripted("greedy", env, 5)
+    assert evaluate.summarize(evaluate.run_episodes(env, lambda obs: greedy(env))) == result["greedy"]
+    blocked = env.state["cells"].view(6, 12, 12)[:, 2:-2, 2:-2] == 2  # pad 2 around the 8x8 map
+    assert all(any(np.array_equal(b, m) for m in load_map_set(maps, env_cfg).blocked) for b in blocked.numpy())
+
+
+def test_evaluate_refuses_tasks_the_actor_cannot_play_and_bad_maps(tiny_run, tmp_path, capsys):
+    argv = [str(tiny_run), "--episodes", "2", "--out", str(tmp_path / "eval.json")]
+    assert evaluate.main([*argv, "--env", "num_uavs=3"]) == 2
+    err = capsys.readouterr().err
+    assert "error: the checkpoint's actor cannot play this task" in err and "training team of num_uavs=2" in err
+    assert evaluate.main([*argv, "--env", "no_such_key=1"]) == 2
+    assert "unknown env key 'no_such_key'" in capsys.readouterr().err
+    big = write_maps(tmp_path / "big", count=1, size=10)
+    assert evaluate.main([*argv, "--maps", str(big)]) == 2
+    assert "map0.txt is 10x10 cells" in capsys.readouterr().err
+    assert evaluate.main([*argv, "--maps", str(big), "--env", "grid_height=10", "grid_width=10"]) == 0
+    assert not (tmp_path / "nowhere").exists()
+    assert evaluate.main([*argv, "--maps", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist: expected a map file or a folder" in capsys.readouterr().err
+
+
+def test_a_run_trained_on_a_map_set_is_evaluated_on_it(tmp_path):
+    maps = write_maps(tmp_path / "maps")
+    run = tmp_path / "run"
+    threads = torch.get_num_threads()
+    assert train_mappo.main([*TINY, "train.total_env_steps=32", f"run.dir={run}", f"env.maps={maps}"]) == 0
+    torch.set_num_threads(threads)
+    out = tmp_path / "eval.json"
+    assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 0
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["env"]["maps"] == str(maps) and meta["env_overrides"] == [] and len(meta["maps"]["files"]) == 3
