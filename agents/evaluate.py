@@ -41,9 +41,8 @@ from tqdm import tqdm
 
 from agents.algo.action_noise import ActionNoise
 from agents.algo.layers import Form
-from agents.algo.networks import Actor, make_actor
+from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
-from agents.run import checkpoint as ckpt
 from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
@@ -333,20 +332,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
+    from agents.run.learner_state import trained_actor
     from agents.run.paths import file_problem
     from agents.run.process import pick_device
-    from agents.run.resume import owning_run_dir, saved_config
+    from agents.run.resume import owning_run_dir
 
     try:
         device = pick_device(args.device, "--device")
-        path, payload = ckpt.load_latest(args.checkpoint)
-        cfg = saved_config(path, payload)
+        path, payload, cfg, actor = trained_actor(args.checkpoint, Form.epilogue)
         env_cfg = cfg.env_config()
-        actor = make_actor(env_cfg, cfg.model, form=Form.epilogue)
-        try:
-            actor.load_state_dict(payload["actor"])
-        except RuntimeError as err:
-            raise ckpt.CheckpointError(f"checkpoint {path}: its actor does not fit its config: {err}") from None
         out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
         problem = file_problem(out)
         if problem:
