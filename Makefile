@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh clone:  `make train`  and  `make test`.
 # Each creates .venv and installs what it needs first (once; again when pyproject.toml changes):
 #   make train       the project itself (torch, torchrl, tensorboard, ...)
-#   make test        + the dev, peers, pipelines and ray extras (pytest, VMAS, PettingZoo, diffusers, transformers, Ray)
+#   make test        + the dev, peers, pipelines, ray and export extras (pytest, VMAS, PettingZoo, diffusers, transformers, Ray, ONNX)
 #   make bench       + the peers, pipelines and ray extras (VMAS, diffusers, transformers, Ray)
 # torch is installed first so that pip never swaps in a different build. Which build `torch==2.13.0`
 # resolves to depends on pip's indexes: from PyPI it is the CUDA build on Linux x86-64 and the CPU
@@ -28,7 +28,7 @@ comma := ,
 .PHONY: setup train test lint demo bench
 setup: $(call stamp,)
 train demo: $(call stamp,)
-test lint: $(call stamp,dev$(comma)peers$(comma)pipelines$(comma)ray)
+test lint: $(call stamp,dev$(comma)peers$(comma)pipelines$(comma)ray$(comma)export)
 bench: $(call stamp,peers$(comma)pipelines$(comma)ray)
 
 $(VENV_PY):

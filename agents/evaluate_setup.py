@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from agents.algo.layers import Form
-from agents.algo.networks import Actor, make_actor
+from agents.algo.networks import Actor
 from agents.config import Config, ModelConfig, check_config, load_config
-from agents.run import checkpoint as ckpt
+from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
-from agents.run.resume import owning_run_dir, saved_config
+from agents.run.resume import owning_run_dir
 from uavsim.config import EnvConfig
 from uavsim.maps import load_map_set, map_indices
 
@@ -69,6 +69,13 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
         cfg.env.maps = maps
         check_config(cfg)
     return cfg
+
+
+def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config:
+    """`with_task`, and a ValueError where the actor trained on ``cfg``'s task cannot play the new one."""
+    task = with_task(cfg, env_items, maps)
+    check_actor_fits(cfg.env_config(), task.env_config(), task.model)
+    return task
 
 
 def check_actor_fits(trained: EnvConfig, task: EnvConfig, model: ModelConfig) -> None:
@@ -118,17 +125,10 @@ def load_setup(args: argparse.Namespace) -> tuple[Path, dict, EnvConfig, Actor, 
         ValueError, TypeError: a bad checkpoint, task (`with_task`, `check_actor_fits`, a bad map set)
             or output path.
     """
-    path, payload = ckpt.load_latest(args.checkpoint)
-    cfg = saved_config(path, payload)
-    trained = cfg.env_config()
-    cfg = with_task(cfg, args.env, args.maps)
+    path, payload, cfg, actor = trained_actor(
+        args.checkpoint, Form.epilogue, task=lambda saved: fitted_task(saved, args.env, args.maps)
+    )
     env_cfg = cfg.env_config()
-    check_actor_fits(trained, env_cfg, cfg.model)
-    actor = make_actor(env_cfg, cfg.model, form=Form.epilogue)
-    try:
-        actor.load_state_dict(payload["actor"])
-    except RuntimeError as err:
-        raise ckpt.CheckpointError(f"checkpoint {path}: its actor does not fit its config: {err}") from None
     out = Path(args.out) if args.out else (owning_run_dir(path) or path.parent) / "eval.json"
     problem = file_problem(out)
     if problem:

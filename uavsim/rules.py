@@ -67,11 +67,17 @@ from uavsim.config import EnvConfig
 FREE, COVERED, BLOCKED = 0, 1, 2
 
 _MOVES_8 = np.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1], [-1, -1], [-1, 1], [1, -1], [1, 1]], dtype=np.int64)
+_ACTION_NAMES_8 = ("hover", "north", "south", "west", "east", "northwest", "northeast", "southwest", "southeast")
 
 
 def move_table(cfg: EnvConfig) -> np.ndarray:
     """``[num_actions, 2]`` int64 (d_row, d_col) of each action."""
     return _MOVES_8[: cfg.num_actions].copy()
+
+
+def action_names(cfg: EnvConfig) -> list[str]:
+    """The name of each action, in ``move_table``'s order (north: row - 1)."""
+    return list(_ACTION_NAMES_8[: cfg.num_actions])
 
 
 def footprint_offsets(cfg: EnvConfig) -> np.ndarray:

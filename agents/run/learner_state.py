@@ -3,16 +3,22 @@
 `learner_state` gathers it (a collective under torchrun: every rank calls it; rank 0 saves) and
 checks that the data-parallel replicas still hold identical parameters; `load_learner_state`
 restores it into a freshly built learner and says clearly when the checkpoint does not fit.
+`trained_actor` builds the actor alone from a checkpoint (`agents.evaluate`, `agents.export`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from agents.config import to_dict
+from agents.algo.layers import Form
+from agents.algo.networks import Actor, make_actor
+from agents.config import Config, to_dict
 from agents.run import checkpoint as ckpt
+from agents.run.resume import saved_config
 
 if TYPE_CHECKING:
     from agents.algo.learner import Learner
@@ -136,3 +142,33 @@ def _load_hidden(learner: Learner, own: dict) -> None:
     if not torch.isfinite(hidden).all():
         raise ValueError("hidden states hold non-finite values")
     learner.hidden.copy_(hidden)
+
+
+def trained_actor(
+    path_or_run: str | Path, form: Form = Form.chain, task: Callable[[Config], Config] | None = None
+) -> tuple[Path, dict, Config, Actor]:
+    """The actor of the checkpoint `path_or_run` names (a file, or a run directory's newest), built
+    from the config saved with it, on the CPU, in evaluation mode.
+
+    Args:
+        path_or_run: a checkpoint file or a run directory.
+        form: how its no-grad calls compute the first layers (`Form`).
+        task: the saved config to the one the actor is built for and returned (evaluation on
+            another task: `agents.evaluate_setup.fitted_task`); None keeps it.
+
+    Returns:
+        `(checkpoint path, payload, config, actor)`.
+
+    Raises:
+        CheckpointError: no checkpoint there, an unreadable one, a config this code cannot use, or
+            an actor that does not fit its config.
+    """
+    path, payload = ckpt.load_latest(path_or_run)
+    cfg = saved_config(path, payload)
+    cfg = cfg if task is None else task(cfg)
+    actor = make_actor(cfg.env_config(), cfg.model, form=form)
+    try:
+        actor.load_state_dict(payload["actor"])
+    except RuntimeError as err:
+        raise ckpt.CheckpointError(f"checkpoint {path}: its actor does not fit its config: {err}") from None
+    return path, payload, cfg, actor.eval()

@@ -1,6 +1,6 @@
 """One smoke run per entry point, through a subprocess with a tiny budget, and what they leave
 behind: resolved config, checkpoints, TensorBoard tags (CleanRL names + ours), evaluation JSON,
-GIF and PNG."""
+GIF and PNG, the exported actor and its sidecar."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_train_then_evaluate_through_the_command_line(tmp_path):
     assert compare[0].shape == (14 + 96, 4 * 96 + 3 * 4, 3) and str(out.with_name("result_compare.gif")) in proc.stdout
 
 
-def test_a_recurrent_run_trains_and_evaluates_through_the_command_line(tmp_path):
+def test_a_recurrent_run_trains_evaluates_and_exports_through_the_command_line(tmp_path):
     run_dir = tmp_path / "run"
     proc = run("agents.train_mappo", *TINY_RUN, f"run.dir={run_dir}", "model.recurrent=true", "train.chunk_length=8")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -152,6 +152,11 @@ def test_a_recurrent_run_trains_and_evaluates_through_the_command_line(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert 0.0 < result["policy_sampled"]["mean_coverage"] <= 1.0 and result["meta"]["env_steps"] == 1024
+    proc = run("agents.export", str(run_dir), "--format", "torchscript")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sidecar = json.loads((run_dir / "actor.json").read_text())
+    assert [i["name"] for i in sidecar["inputs"]] == ["local", "agent_id", "hidden"] and sidecar["env_steps"] == 1024
+    assert (run_dir / "actor.pt").is_file() and f"wrote {run_dir / 'actor.pt'}" in proc.stdout
 
 
 def test_play_shows_the_coordinated_planner(tmp_path):
@@ -192,6 +197,10 @@ def test_command_line_errors_are_clear(tmp_path):
         ("agents.evaluate", str(tmp_path / "nothing")): "neither a checkpoint file nor a run directory",
         ("agents.evaluate", str(tmp_path / "nothing"), "--device", "gpu"): (
             "--device must be auto, cpu, cuda or cuda:N, got 'gpu'"
+        ),
+        ("agents.export", str(tmp_path / "nothing")): "neither a checkpoint file nor a run directory",
+        ("agents.export", str(tmp_path / "nothing"), "--format", "tflite"): (
+            "unknown format 'tflite': expected one of onnx, torchscript"
         ),
         ("agents.train_mappo", f"run.dir={tmp_path / 'a_file'}"): "exists and is not a directory",
         ("agents.train_mappo", "--config", str(tmp_path / "bad.yaml")): "is not valid YAML",
