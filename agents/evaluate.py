@@ -48,7 +48,7 @@ from tqdm import tqdm
 from agents.algo.action_noise import ActionNoise
 from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
-from agents.evaluate_setup import add_task_arguments, load_setup
+from agents.evaluate_setup import SPLITS, add_protocol_arguments, add_task_arguments, load_setup, split_defaults
 from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
@@ -328,14 +328,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m agents.evaluate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("checkpoint", help="a run directory (its newest checkpoint) or a checkpoint file")
-    p.add_argument("--episodes", type=int, default=256)
-    p.add_argument("--seed", type=int, default=12345)
+    add_protocol_arguments(p)  # --split, --episodes, --seed
     p.add_argument(
         "--out", default=None, help="JSON file (default: RUN_DIR/eval.json, or beside a checkpoint kept outside a run)"
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     add_task_arguments(p)  # --env KEY=VALUE ..., --maps PATH
     args = p.parse_args(argv)
+    split_defaults(args)
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
         return 2
@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         "env_steps": payload["env_steps"],
         "episodes": args.episodes,
         "seed": args.seed,
+        "split": args.split if (args.seed, args.episodes) == SPLITS[args.split] else None,
         "env": env_cfg.to_dict(),
         **task,  # env_overrides, maps
     }
@@ -378,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         r = results[name]
         print(
             f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
-            f"reached {r['target_reached']:.2f}  collisions {r['mean_collisions']:.1f}  return {r['mean_return']:.3f}"
+            f"reached 95 % on {r['target_reached']:.1%} of maps  collisions {r['mean_collisions']:.1f}  "
+            f"return {r['mean_return']:.3f}"
         )
     for base in ("greedy", "coordinated"):
         for name, d in results[f"paired_vs_{base}"].items():

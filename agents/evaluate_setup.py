@@ -71,6 +71,31 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
     return cfg
 
 
+# The two map sets of the protocol (docs/training.md, "Protocol"): recipes are chosen on the
+# validation maps; the figures a README reports come from the test maps, played once a recipe is
+# fixed. No training run uses these seeds (training envs take `seed`, 0 to 4 in the presets' runs).
+SPLITS = {"validation": (12345, 256), "test": (20261126, 512)}  # split: (env seed, maps)
+
+
+def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
+    """``--split``, ``--episodes`` and ``--seed``: which maps a policy is scored on."""
+    p.add_argument(
+        "--split",
+        choices=list(SPLITS),
+        default="validation",
+        help="validation: seed 12345, 256 maps (choose recipes here); test: seed 20261126, 512 maps (report these)",
+    )
+    p.add_argument("--episodes", type=int, default=None, help="maps to play (default: the split's)")
+    p.add_argument("--seed", type=int, default=None, help="the maps' env seed (default: the split's)")
+
+
+def split_defaults(args: argparse.Namespace) -> None:
+    """Fill ``args.seed`` and ``args.episodes`` left unset from ``args.split``."""
+    seed, episodes = SPLITS[args.split]
+    args.seed = seed if args.seed is None else args.seed
+    args.episodes = episodes if args.episodes is None else args.episodes
+
+
 def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config:
     """`with_task`, and a ValueError where the actor trained on ``cfg``'s task cannot play the new one."""
     task = with_task(cfg, env_items, maps)

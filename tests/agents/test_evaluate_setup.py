@@ -127,3 +127,26 @@ def test_a_run_trained_on_a_map_set_is_evaluated_on_it(tmp_path):
     assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 0
     meta = json.loads(out.read_text())["meta"]
     assert meta["env"]["maps"] == str(maps) and meta["env_overrides"] == [] and len(meta["maps"]["files"]) == 3
+
+
+def test_the_protocol_splits_fill_what_is_not_given():
+    """--split picks the maps (validation: where recipes are chosen; test: where figures are
+    reported); an explicit --seed or --episodes wins."""
+    import argparse
+
+    from agents.evaluate_setup import SPLITS, add_protocol_arguments, split_defaults
+
+    p = argparse.ArgumentParser()
+    add_protocol_arguments(p)
+    for argv, want in [
+        ([], (12345, 256)),
+        (["--split", "test"], (20261126, 512)),
+        (["--split", "test", "--episodes", "64"], (20261126, 64)),
+        (["--seed", "7"], (7, 256)),
+    ]:
+        args = p.parse_args(argv)
+        split_defaults(args)
+        assert (args.seed, args.episodes) == want, argv
+    assert SPLITS["test"][1] >= 512 and SPLITS["test"][0] != SPLITS["validation"][0]
+    with pytest.raises(SystemExit):
+        p.parse_args(["--split", "train"])
