@@ -354,9 +354,9 @@ class UAVSwarmEnv:
     # -- state, checkpointing and rendering ---------------------------------------------------------
     @property
     def state(self) -> dict[str, torch.Tensor]:
-        """The state in the rules' terms (`uavsim.state_checks.STATE_KEYS`), ``[B, ...]``: views of
-        the live state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0
-        / COVERED 1 / BLOCKED 2) and ``pos`` ([B, N, 2] int16 (row, col)), computed on each access."""
+        """The state in the rules' terms (`uavsim.state_checks.state_keys`), ``[B, ...]``: views of the live
+        state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0 / COVERED 1 /
+        BLOCKED 2), ``pos`` ([B, N, 2] int16 (row, col)) and ``memory`` ([B, N, H * W]), computed on access."""
         if self._buf is None:
             raise RuntimeError("call reset() before reading the state")
         return rules_state(self._lay, self._v, self._pending)
