@@ -135,7 +135,9 @@ class Layout:
         self.center = center.to(dev)
         self.max_steps = torch.tensor(cfg.max_steps, dtype=torch.float32, device=dev)
         self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
-        self.memory = None if cfg.comm_radius is None else MemoryTables(self)
+        self.memory = None
+        if cfg.comm_radius is not None:
+            self.memory = MemoryTables(cfg, self.ws, self.record.fields["pools"].dtype, dev)
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
         """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""

@@ -18,34 +18,44 @@ the launch. The memory lives in the state record, so it resets with the episode.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from uavsim import rules
-
-if TYPE_CHECKING:
-    from uavsim.dynamics import Layout
+from uavsim.config import EnvConfig
 
 SEEN = 4  # memory code bit: the cell was seen; below it the packed grid's code (FREE 0, COVERED 1, BLOCKED 3)
 KNOWN_BLOCKED, KNOWN_COVERED = SEEN | 3, SEEN | 1  # pooled into the local observation, in this order
 
 
 class MemoryTables:
-    """The constants memory needs on the layout's device."""
+    """The constants memory needs on the device: ``row_stride``, the packed grid's (`Layout.ws`);
+    ``count_dtype``, the per-block counts' (the global state's pools')."""
 
-    def __init__(self, lay: Layout):
-        cfg, dev = lay.cfg, lay.device
+    def __init__(self, cfg: EnvConfig, row_stride: int, count_dtype: torch.dtype, device: torch.device):
         offsets = rules.window_offsets(cfg)
-        self.window = torch.as_tensor(offsets[:, 0] * lay.ws + offsets[:, 1], device=dev)  # [win^2] grid offsets
+        self.window = torch.as_tensor(offsets[:, 0] * row_stride + offsets[:, 1], device=device)  # [win^2]
         self.radius = cfg.comm_radius
         # Past the map every pair is in range: one max over the UAVs instead of the [M, N, N] mask.
         self.everyone = cfg.comm_radius >= max(cfg.grid_height, cfg.grid_width) - 1
-        self.codes = torch.tensor([KNOWN_BLOCKED, KNOWN_COVERED], dtype=torch.uint8, device=dev)[:, None, None]
-        self.count_dtype = lay.record.fields["pools"].dtype
+        self.codes = torch.tensor([KNOWN_BLOCKED, KNOWN_COVERED], dtype=torch.uint8, device=device)[:, None, None]
+        self.count_dtype = count_dtype
 
 
-def sense_and_share(lay: Layout, v: dict[str, torch.Tensor]) -> None:
+class GridLayout(Protocol):
+    """What memory reads of `uavsim.dynamics.Layout` (which imports this module: named, not imported)."""
+
+    cfg: EnvConfig
+    ws: int
+    count_bits: int
+    block_of_cell: torch.Tensor
+    memory: MemoryTables | None
+
+    def positions(self, cell: torch.Tensor) -> torch.Tensor: ...
+
+
+def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
     """Each UAV writes its window into its memory, then merges the memories of the UAVs in range
     (one hop), in place. ``v``: the state record's field views (``memory [M, N, G]`` uint8). A
     no-op without memory (``comm_radius`` None)."""
@@ -68,7 +78,7 @@ def sense_and_share(lay: Layout, v: dict[str, torch.Tensor]) -> None:
     memory.copy_(torch.where(in_range[..., None], memory[:, None], zero).amax(2))  # every UAV's, at once
 
 
-def map_cells(lay: Layout, memory: torch.Tensor) -> torch.Tensor:
+def map_cells(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
     """``[M, N, H, W]`` view of the map cells of memories ``[M, N, G]`` (a view of the state record)."""
     cfg, p = lay.cfg, lay.cfg.pad
     start = p + p * lay.ws
@@ -76,11 +86,12 @@ def map_cells(lay: Layout, memory: torch.Tensor) -> torch.Tensor:
     return rows[..., : cfg.grid_width]
 
 
-def known_counts(lay: Layout, memory: torch.Tensor) -> torch.Tensor:
+def known_counts(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
     """``[M, N, 2, P^2]``: how many cells of each pooled block each UAV knows blocked, then known
     covered (the observation divides them by the block's cells). ``memory``: ``[M, N, G]`` uint8."""
     m, n, _ = memory.shape
-    known = torch.eq(map_cells(lay, memory)[:, :, None], lay.memory.codes)  # [M, N, 2, H, W]
-    known = known.to(lay.memory.count_dtype).view(m, n, 2, -1)
-    counts = torch.zeros(m, n, 2, lay.cfg.state_pool**2, dtype=known.dtype, device=memory.device)
-    return counts.index_add_(3, lay.block_of_cell, known)
+    cfg, dtype = lay.cfg, lay.memory.count_dtype
+    known = torch.empty(m, n, 2, cfg.grid_height, cfg.grid_width, dtype=dtype, device=memory.device)
+    torch.eq(map_cells(lay, memory)[:, :, None], lay.memory.codes, out=known)  # 0/1 in the counts' dtype
+    counts = torch.zeros(m, n, 2, cfg.state_pool**2, dtype=dtype, device=memory.device)
+    return counts.index_add_(3, lay.block_of_cell, known.view(m, n, 2, -1))
