@@ -204,8 +204,6 @@ def test_recurrent_chunks_must_tile_the_rollout_and_the_minibatches():
 
 
 def test_env_comm_radius_passes_through_as_an_optional_int():
-    from agents.config import load_config
-
     assert load_config(overrides=["env.comm_radius=3"]).env_config().comm_radius == 3
     assert load_config(overrides=["env.comm_radius=null"]).env_config().comm_radius is None
     with pytest.raises(ValueError, match="comm_radius"):
