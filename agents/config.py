@@ -64,7 +64,7 @@ class Activation(str, enum.Enum):
     relu = "relu"
 
 
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "str | None": str | None}
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "str | None": str | None, "int | None": int | None}
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # what `run.device` (and `agents.evaluate --device`) accept
 

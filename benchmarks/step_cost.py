@@ -7,7 +7,8 @@ Counts, with `benchmarks.op_count.OpCounter` (a `TorchDispatchMode`; its docstri
 the aten ops that would each launch a kernel and the bytes of their operands, per call of:
 
     env.step[<mode>]   `UAVSwarmEnv.step` in each reset / autoreset / observation-dtype mode
-                       (`ENV_MODES`), with the trainer's settings (`check_action_range=False`);
+                       (`ENV_MODES`), and with onboard memory (`MEMORY_MODES`), with the trainer's
+                       settings (`check_action_range=False`);
     policy step        `Actor.act` (agents.algo.networks) with the trainer config's networks, fp32 and bf16;
     rollout step       one iteration of `agents.algo.learner.collect`'s loop: policy step, storage
                        writes, env.step, episode statistics (trainer config, bf16);
@@ -63,6 +64,9 @@ ENV_MODES = [  # "prepared" with same_step autoreset and float32 observations is
         {"reset_mode": "prepared", "autoreset_mode": "next_step", "obs_dtype": torch.bfloat16},
     ),
 ]
+
+# (path name, EnvConfig.comm_radius): the default path with onboard memory (uavsim.memory); 64 is past the map.
+MEMORY_MODES = [(f"env.step[prepared, memory, comm_radius={r}]", r) for r in (0, 4, 64)]
 
 
 # -- counting ----------------------------------------------------------------------------------------
@@ -157,8 +161,10 @@ def random_actions(cfg: EnvConfig, num_envs: int, calls: int, device: torch.devi
 
 
 def env_paths(args) -> dict[str, dict[str, Any]]:
-    cfg, out = EnvConfig(), {}
-    for name, kwargs in ENV_MODES:
+    out = {}
+    modes = [(name, EnvConfig(), kwargs) for name, kwargs in ENV_MODES]
+    modes += [(name, EnvConfig(comm_radius=r), {"reset_mode": "prepared"}) for name, r in MEMORY_MODES]
+    for name, cfg, kwargs in modes:
         env = staggered_env(cfg, args.num_envs, args.episode_length, **kwargs)
         steps = whole_periods(args.steps, env)
         actions = random_actions(cfg, args.num_envs, steps, env.device)

@@ -45,6 +45,9 @@ class EnvConfig:
     target_coverage: float = 0.95  # terminated when covered / free cells >= this
     state_pool: int = 8  # the global state pools each map to state_pool x state_pool blocks
     maps: str | None = None  # a map file or folder (uavsim.maps) instead of random obstacles
+    # None: no onboard memory; else each UAV remembers what its window saw and merges its memory with
+    # the UAVs within this Chebyshev distance (cells) once per step (uavsim.memory; 0: its own only)
+    comm_radius: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -67,6 +70,13 @@ class EnvConfig:
                 object.__setattr__(self, f.name, float(value))
         if isinstance(self.maps, os.PathLike):
             object.__setattr__(self, "maps", os.fspath(self.maps))  # kept as a string: YAML configs and --env
+        if self.comm_radius is not None:
+            if not isinstance(self.comm_radius, numbers.Integral) or isinstance(self.comm_radius, bool):
+                raise TypeError(
+                    f"EnvConfig.comm_radius must be an int or None, got {type(self.comm_radius).__name__} "
+                    f"{self.comm_radius!r}"
+                )
+            object.__setattr__(self, "comm_radius", int(self.comm_radius))
         if self.maps is not None and not isinstance(self.maps, str):
             raise TypeError(f"EnvConfig.maps must be a path (str) or None, got {type(self.maps).__name__}")
         self._check_ranges()
@@ -142,6 +152,7 @@ class EnvConfig:
             f"max_steps {self.max_steps})",
         )
         need(self.maps is None or self.maps.strip() != "", "maps", "None or a map file or folder (uavsim.maps)")
+        need(self.comm_radius is None or self.comm_radius >= 0, "comm_radius", "None or >= 0 (cells)")
         need(self.state_pool >= 1, "state_pool", ">= 1")
         need(
             self.state_pool <= min(self.grid_height, self.grid_width),
@@ -186,8 +197,13 @@ class EnvConfig:
         return max(1, self.obs_radius, self.sensor_radius)
 
     @property
+    def memory_obs_dim(self) -> int:
+        """The pooled memory's share of the local observation: known blocked and known covered per block."""
+        return 0 if self.comm_radius is None else 2 * self.state_pool**2
+
+    @property
     def local_obs_dim(self) -> int:
-        return 3 * self.window**2 + 3
+        return 3 * self.window**2 + 3 + self.memory_obs_dim
 
     @property
     def state_dim(self) -> int:

@@ -22,6 +22,7 @@ import torch
 
 from uavsim import rules
 from uavsim.config import EnvConfig
+from uavsim.memory import MemoryTables, known_counts
 from uavsim.record import Field, Record
 from uavsim.rng import MAX_KEY
 
@@ -93,6 +94,8 @@ class Layout:
             Field("t", narrowest_int(cfg.max_steps), ()),
             Field("ep_counts", narrowest_int(n * cfg.max_steps), (2,)),  # collisions, near misses
         ]
+        if cfg.comm_radius is not None:  # each UAV's memory codes, in the grid's layout (uavsim.memory)
+            fields.append(Field("memory", torch.uint8, (n, self.grid_cells)))
         # The grid comes last, after at least `origin_shift` cells' worth of bytes: a window's
         # top-left cell (a UAV's cell - origin_shift) is then an offset from the grid's row start,
         # so a strided view of the row indexes windows by the UAV cells themselves.
@@ -132,6 +135,9 @@ class Layout:
         self.center = center.to(dev)
         self.max_steps = torch.tensor(cfg.max_steps, dtype=torch.float32, device=dev)
         self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
+        self.memory = None
+        if cfg.comm_radius is not None:
+            self.memory = MemoryTables(cfg, self.ws, self.record.fields["pools"].dtype, dev)
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
         """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
@@ -285,10 +291,13 @@ def observe(
     into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, (seen >> lay.count_bits)[:, :, None, :], lay.channel_codes)
     into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
     cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
-    into(local[..., -3:-1].view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
-    state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(local[..., -3:-1])
+    rc, time = local[..., 3 * w2 : 3 * w2 + 2], local[..., 3 * w2 + 2]  # the pooled memory follows them
+    into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
+    state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(rc)
     into(state[:, : 2 * p2].view(m, 2, p2), torch.div, v["pools"], lay.block_cells)
     into(state[:, -2], torch.div, v["t"], lay.max_steps)
-    local[..., -1].copy_(state[:, -2:-1])
+    time.copy_(state[:, -2:-1])
     state[:, -1].copy_(coverage)
+    if lay.memory is not None:
+        into(local[..., 3 * w2 + 3 :].view(m, n, 2, p2), torch.div, known_counts(lay, v["memory"]), lay.block_cells)
     return {"local": local, "state": state}, seen[:, :, w2 // 2]

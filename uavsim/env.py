@@ -3,10 +3,9 @@
 The rules are those of `uavsim.rules`; `uavsim.reference.ReferenceEnv` is the same task in NumPy
 and environment ``i`` here plays exactly the episodes of ``ReferenceEnv(cfg, seed, env_index=i)``.
 
-State: one row of bytes per environment (`uavsim.record`), updated in place, with a typed view
-per field (`uavsim.dynamics.Layout`): the packed grid (cell codes and UAV counts), each UAV's cell,
-per-block counts, and counters in the narrowest exact integer types. ``env.state`` shows it in
-the rules' terms (see `state`).
+State: one row of bytes per environment (`uavsim.record`), updated in place, a typed view per field
+(`uavsim.dynamics.Layout`): the packed grid (cell codes and UAV counts), each UAV's cell (and memory),
+per-block counts, counters in the narrowest exact integer types; ``env.state`` in the rules' terms.
 
 Autoreset (``autoreset_mode``, Gymnasium's names):
     "same_step"  an environment whose episode ends is reset inside that ``step``: ``obs`` is the
@@ -39,6 +38,7 @@ from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the ada
 from uavsim.dynamics import Layout, into, newly_covered, observe
 from uavsim.env_checks import check_actions, check_choice, check_mask
 from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
+from uavsim.memory import sense_and_share
 from uavsim.record import as_words, swap_rows
 from uavsim.rng import MAX_KEY, env_key
 from uavsim.state_checks import checked_state, rules_state, state_record, state_spec
@@ -317,6 +317,7 @@ class UAVSwarmEnv:
         into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
         grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
         cell.copy_(moved_to)
+        sense_and_share(lay, v)  # the UAVs' memories, if the config has them (uavsim.memory)
         newly = fresh.sum(1)
         v["covered"] += newly
         v["t"] += 1 if restarted is None else ~restarted
@@ -353,9 +354,9 @@ class UAVSwarmEnv:
     # -- state, checkpointing and rendering ---------------------------------------------------------
     @property
     def state(self) -> dict[str, torch.Tensor]:
-        """The state in the rules' terms (`uavsim.state_checks.STATE_KEYS`), ``[B, ...]``: views of
-        the live state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0
-        / COVERED 1 / BLOCKED 2) and ``pos`` ([B, N, 2] int16 (row, col)), computed on each access."""
+        """The state in the rules' terms (`uavsim.state_checks.state_keys`), ``[B, ...]``: views of the live
+        state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0 / COVERED 1 /
+        BLOCKED 2), ``pos`` ([B, N, 2] int16 (row, col)) and ``memory`` ([B, N, H * W]), computed on access."""
         if self._buf is None:
             raise RuntimeError("call reset() before reading the state")
         return rules_state(self._lay, self._v, self._pending)

@@ -19,6 +19,7 @@ from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.dynamics import Layout, cover, edge_sets, into
 from uavsim.maps import load_map_set
+from uavsim.memory import sense_and_share
 from uavsim.rng import draw_hash, episode_key, salted_draw
 
 
@@ -145,6 +146,9 @@ def start_episodes(
     cover(lay, v, (cell[:, :, None] + lay.foot).view(m, -1), first, out=v["covered"])
     v["episode"].copy_(episode)
     lay.record.span(buf, "ep_reward", "ep_counts").zero_()
+    if lay.memory is not None:  # what the UAVs see at launch, shared once, as after every step
+        v["memory"].zero_()
+    sense_and_share(lay, v)
 
 
 def random_obstacles(lay: Layout, tab: StartTables, d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -82,6 +82,8 @@ class ReferenceEnv:
 
         for i in range(cfg.num_uavs):
             self._cover(i)
+        self.memory = np.zeros((cfg.num_uavs, *self.blocked.shape), dtype=np.uint8)  # rules: "Onboard memory"
+        self._sense_and_share()
         self.t = 0
         self.episode_reward = np.zeros(cfg.num_uavs, dtype=np.float32)
         self.episode_collisions = 0
@@ -112,6 +114,23 @@ class ReferenceEnv:
         row, col = self.pos[i] + p
         area = (slice(row - s, row + s + 1), slice(col - s, col + s + 1))
         self.covered[area] |= self._disk & ~self.blocked[area]
+
+    def _sense_and_share(self) -> None:
+        """Each UAV writes its window into its memory (code 4 + covered + 3 * blocked), then (comm_radius
+        > 0) takes the max of the memories of the UAVs within Chebyshev distance comm_radius (itself included)."""
+        cfg, p, r = self.config, self.config.pad, self.config.obs_radius
+        if cfg.comm_radius is None:
+            return
+        for i in range(cfg.num_uavs):
+            row, col = self.pos[i] + p
+            area = (slice(row - r, row + r + 1), slice(col - r, col + r + 1))
+            self.memory[i][area] = 4 + self.covered[area] + 3 * self.blocked[area]
+        if cfg.comm_radius == 0:  # own memory only, even for UAVs on the same cell
+            return
+        sensed = self.memory.copy()  # one hop: everyone merges what was sensed this step
+        for i in range(cfg.num_uavs):
+            in_range = np.abs(self.pos - self.pos[i]).max(axis=1) <= cfg.comm_radius
+            self.memory[i] = sensed[in_range].max(axis=0)
 
     def _check_actions(self, actions: Any) -> np.ndarray:
         a = np.asarray(actions)
@@ -148,6 +167,7 @@ class ReferenceEnv:
         for i in range(cfg.num_uavs):
             self._cover(i)
         newly = int(self.covered.sum()) - before
+        self._sense_and_share()
         self.t += 1
 
         free = np.float32(self.free_cells)
@@ -193,13 +213,21 @@ class ReferenceEnv:
             local[i, 2 * win * win : 3 * win * win] = others.ravel()
         positions = self.pos.astype(np.float32) / self._scale  # [N, 2]
         time = np.float32(self.t) / np.float32(cfg.max_steps)
-        local[:, -3:-1] = positions
-        local[:, -1] = time
+        scalars = 3 * win * win  # row, col, time; then the pooled memory
+        local[:, scalars : scalars + 2] = positions
+        local[:, scalars + 2] = time
 
         interior = (slice(p, p + cfg.grid_height), slice(p, p + cfg.grid_width))
         pools = cfg.state_pool**2
         blocked = np.bincount(self._block, weights=self.blocked[interior].ravel(), minlength=pools)
         covered = np.bincount(self._block, weights=self.covered[interior].ravel(), minlength=pools)
+        if cfg.comm_radius is not None:  # per UAV: known blocked (code 7), then known covered (5), per block
+            for i in range(n):
+                for k, code in enumerate((7, 5)):
+                    known = np.bincount(self._block, weights=self.memory[i][interior].ravel() == code, minlength=pools)
+                    local[i, scalars + 3 + k * pools : scalars + 3 + (k + 1) * pools] = (
+                        known.astype(np.float32) / self._block_cells
+                    )
         coverage = np.float32(self.covered.sum()) / np.float32(self.free_cells)
         state = np.concatenate(
             [

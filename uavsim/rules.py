@@ -44,11 +44,21 @@ Step (all UAVs act at once)
       reward sums, summed in float64 (``mean_return``): exact for a few float32 values, whatever
       the order of the additions.
 
-Local observation of UAV ``i`` (float32, ``local_obs_dim = 3 * window^2 + 3``)
+Local observation of UAV ``i`` (float32, ``local_obs_dim = 3 * window^2 + 3``, + the memory below)
     Three egocentric ``window x window`` channels (``window = 2 * obs_radius + 1``, rows then
     columns, ``dr`` and ``dc`` from ``-obs_radius`` to ``obs_radius``), then three scalars:
     ``[blocked (obstacle or off-map: 1), covered (1), other UAVs (count in the cell, self excluded),
     row / (H - 1), col / (W - 1), t / max_steps]``.
+
+Onboard memory (``comm_radius`` not None; `uavsim.memory`)
+    Each UAV remembers a code per map cell: 0 unknown, else 4 + the cell's state when last seen
+    (free 4, covered 5, blocked 7). At the episode start after the launch, and every step after
+    the moves and the coverage: each UAV writes the cells of its observation window (their state
+    now) into its memory; then each takes the element-wise max of the memories (just written) of
+    the UAVs within Chebyshev distance ``comm_radius`` of it, itself included (one hop per step;
+    ``comm_radius`` 0: none, not even on a shared cell). Its local observation then ends with
+    ``[known blocked cells / cells per block (P^2), known covered cells / cells per block (P^2)]``
+    (``local_obs_dim`` grows by ``2 * P^2``; blocks as in the global state).
 
 Global state (float32, ``state_dim = 2 * P^2 + 2 * N + 2`` with ``P = state_pool``)
     Cell ``(r, c)`` belongs to block ``(r * P // H, c * P // W)``. The state is

@@ -15,6 +15,7 @@ import torch
 
 from uavsim import rules
 from uavsim.config import EnvConfig
+from uavsim.memory import SEEN, map_cells
 from uavsim.rng import MAX_KEY
 from uavsim.rules import BLOCKED, COVERED, FREE
 
@@ -35,6 +36,12 @@ STATE_KEYS = (
     "ep_near_misses",
     "reset_pending",
 )
+MEMORY_KEY = "memory"  # also in the state when EnvConfig.comm_radius is not None: [B, N, H * W] uint8 codes
+
+
+def state_keys(cfg: EnvConfig) -> tuple[str, ...]:
+    """The state's keys for ``cfg``: `STATE_KEYS`, and `MEMORY_KEY` with onboard memory."""
+    return STATE_KEYS if cfg.comm_radius is None else (*STATE_KEYS, MEMORY_KEY)
 
 
 class StateOwner(Protocol):
@@ -52,8 +59,8 @@ class StateOwner(Protocol):
 
 
 def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The state of record views ``v`` (and next_step's ``pending`` flags) keyed by `STATE_KEYS`."""
-    return {
+    """The state of record views ``v`` (and next_step's ``pending`` flags) keyed by `state_keys`."""
+    state = {
         "cells": lay.decode(v["grid"]),
         "pos": lay.positions(v["cell"]),
         "t": v["t"],
@@ -67,12 +74,16 @@ def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) 
         "ep_near_misses": v["ep_counts"][:, 1],
         "reset_pending": pending,
     }
+    if lay.memory is not None:  # the map cells of each UAV's memory (the border's codes are never read)
+        b, n = pending.shape[0], lay.cfg.num_uavs
+        state[MEMORY_KEY] = map_cells(lay, v["memory"]).reshape(b, n, -1)
+    return state
 
 
 def state_spec(lay: Layout, num_envs: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
     """``{key: (dtype, shape)}`` of each tensor of `rules_state` for ``num_envs`` environments."""
     b, n, p2, f = num_envs, lay.cfg.num_uavs, lay.cfg.state_pool**2, lay.record.fields
-    return {
+    spec = {
         "cells": (torch.uint8, (b, lay.cells)),
         "pos": (torch.int16, (b, n, 2)),
         "t": (f["t"].dtype, (b,)),
@@ -86,6 +97,9 @@ def state_spec(lay: Layout, num_envs: int) -> dict[str, tuple[torch.dtype, tuple
         "ep_near_misses": (f["ep_counts"].dtype, (b,)),
         "reset_pending": (torch.bool, (b,)),
     }
+    if lay.memory is not None:
+        spec[MEMORY_KEY] = (torch.uint8, (b, n, lay.cfg.grid_height * lay.cfg.grid_width))
+    return spec
 
 
 def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -100,6 +114,9 @@ def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
     v["ep_counts"][:, 1].copy_(s["ep_near_misses"])
     for k in ("t", "episode", "covered", "free", "ep_reward"):
         v[k].copy_(s[k])
+    if lay.memory is not None:
+        v["memory"].zero_()
+        map_cells(lay, v["memory"]).copy_(s[MEMORY_KEY].view(map_cells(lay, v["memory"]).shape))
     return buf
 
 
@@ -123,8 +140,9 @@ def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tenso
         if d.get(key) != value:
             raise ValueError(f"env state mismatch in {key!r}: checkpoint has {d.get(key)!r}, this env has {value!r}")
     state = d.get("state")
-    if not isinstance(state, dict) or set(state) != set(STATE_KEYS):
-        raise ValueError(f"env state must hold the tensors {sorted(STATE_KEYS)}")
+    keys = state_keys(env.config)
+    if not isinstance(state, dict) or set(state) != set(keys):
+        raise ValueError(f"env state must hold the tensors {sorted(keys)}")
     for k, (dtype, shape) in env.state_spec().items():
         v = state[k]
         if not isinstance(v, torch.Tensor) or tuple(v.shape) != shape or v.dtype != dtype:
@@ -132,7 +150,7 @@ def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tenso
                 f"env state {k!r}: expected {dtype} {shape}, "
                 f"got {getattr(v, 'dtype', type(v).__name__)} {tuple(getattr(v, 'shape', ()))}"
             )
-    state = {k: state[k].to(env.device) for k in STATE_KEYS}
+    state = {k: state[k].to(env.device) for k in keys}
     _check_ranges(env, state)
     bad = [k for k, ok in _counts_agree(env, lay, state).items() if not ok]
     if bad:
@@ -192,7 +210,7 @@ def _counts_agree(env: StateOwner, lay: Layout, state: dict[str, torch.Tensor]) 
     footprints = cell[:, :, None] + foot[:, 0] * (cfg.grid_width + 2 * p) + foot[:, 1]
     flat = state["cells"]
     most = state["t"].long() * cfg.num_uavs
-    return {
+    agree = {
         "cells (border)": bool((border == BLOCKED).all()),
         "free": bool((state["free"] == inside.shape[1] - blocked.sum(1)).all() and (state["free"] > 0).all()),
         "covered": bool((state["covered"] == covered.sum(1)).all()),
@@ -205,3 +223,9 @@ def _counts_agree(env: StateOwner, lay: Layout, state: dict[str, torch.Tensor]) 
         "ep_collisions": bool(((state["ep_collisions"] >= 0) & (state["ep_collisions"] <= most)).all()),
         "ep_near_misses": bool(((state["ep_near_misses"] >= 0) & (state["ep_near_misses"] <= most)).all()),
     }
+    if MEMORY_KEY in state:  # a remembered cell is unknown, or its truth, or free where it is covered now
+        truth = (SEEN + (inside == COVERED).to(torch.uint8) + 3 * (inside == BLOCKED).to(torch.uint8))[:, None]
+        memory = state[MEMORY_KEY]
+        ok = (memory == 0) | (memory == truth) | ((memory == SEEN) & (truth == SEEN + 1))
+        agree[MEMORY_KEY] = bool(ok.all())
+    return agree

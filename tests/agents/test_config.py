@@ -201,3 +201,10 @@ def test_recurrent_chunks_must_tile_the_rollout_and_the_minibatches():
     # feed-forward runs do not cut the rollout into chunks: any chunk_length is left alone
     cfg = load_config(None, ["train.num_steps=15", "train.num_minibatches=1", "train.chunk_length=4"])
     assert cfg.train.num_steps == 15
+
+
+def test_env_comm_radius_passes_through_as_an_optional_int():
+    assert load_config(overrides=["env.comm_radius=3"]).env_config().comm_radius == 3
+    assert load_config(overrides=["env.comm_radius=null"]).env_config().comm_radius is None
+    with pytest.raises(ValueError, match="comm_radius"):
+        load_config(overrides=["env.comm_radius=-2"]).env_config()

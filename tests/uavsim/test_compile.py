@@ -27,11 +27,21 @@ def outputs(step_out):
     ]
 
 
-@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
 @pytest.mark.parametrize(
-    "reset_mode, obs_dtype", [("prepared", torch.float32), ("dense", torch.float32), ("prepared", torch.bfloat16)]
+    "autoreset_mode, reset_mode, obs_dtype, comm_radius",
+    [
+        *(
+            (autoreset, reset, dtype, None)
+            for autoreset in AUTORESET_MODES
+            for reset, dtype in (("prepared", torch.float32), ("dense", torch.float32), ("prepared", torch.bfloat16))
+        ),
+        ("same_step", "prepared", torch.float32, 3),  # onboard memory, shared within 3 cells
+        ("next_step", "prepared", torch.bfloat16, 64),  # shared with everyone (past the map)
+    ],
 )
-def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(reset_mode, obs_dtype, autoreset_mode):
+def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(
+    reset_mode, obs_dtype, autoreset_mode, comm_radius
+):
     import torch._dynamo
 
     torch._dynamo.reset()
@@ -43,7 +53,8 @@ def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(reset_mode,
         obs_dtype=obs_dtype,
         check_action_range=False,
     )  # the range check reads the actions back: trainers turn it off
-    eager, compiled = UAVSwarmEnv(SMALL, **kwargs), UAVSwarmEnv(SMALL, **kwargs)
+    cfg = SMALL.replace(comm_radius=comm_radius)
+    eager, compiled = UAVSwarmEnv(cfg, **kwargs), UAVSwarmEnv(cfg, **kwargs)
     eager.reset(), compiled.reset()
     assert compiled.prepare_period == {"prepared": 6, "dense": 1}[reset_mode] + (
         autoreset_mode == "next_step" and reset_mode == "prepared"

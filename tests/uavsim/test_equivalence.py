@@ -125,3 +125,26 @@ def test_episode_return_and_the_episode_counter_match_the_reference_exactly_at_t
         r_obs = ref.reset()
         assert int(env.state["episode"][0]) == ref.episode == (MAX_KEY - 1 + step) % MAX_KEY
         assert np.array_equal(obs["state"][0].numpy(), r_obs["state"])
+
+
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
+@pytest.mark.parametrize("comm_radius", [None, 0, 3, 64], ids=["no-memory", "own-memory", "radius-3", "everyone"])
+def test_memory_and_sharing_match_the_reference(comm_radius, reset_mode, autoreset_mode):
+    # The pooled memory in obs["local"] after every step, reset and partial reset; 64 is past the map.
+    cfg = SMALL_8_MOVES.replace(comm_radius=comm_radius, num_uavs=4)
+    ended = run_lockstep(cfg, 5, 7, 120, reset_mode, partial_reset_every=13, autoreset_mode=autoreset_mode)
+    assert ended >= 5
+
+
+@pytest.mark.parametrize(
+    "cfg, obs_dtype",
+    [
+        (EnvConfig(comm_radius=4), torch.float32),  # the default task, memory sharing within 4 cells
+        (TALL_SPARSE.replace(comm_radius=2), torch.bfloat16),  # uneven pooling blocks, narrow observations
+        (SMALL_MAP_SET.replace(comm_radius=3), torch.float32),
+    ],
+    ids=["default", "tall-bf16", "small-map-set"],
+)
+def test_memory_matches_the_reference_on_other_tasks(cfg, obs_dtype):
+    assert run_lockstep(cfg, 3, 1, 240, "prepared", obs_dtype=obs_dtype) >= 3

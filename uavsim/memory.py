@@ -1,0 +1,97 @@
+"""Onboard memory (``EnvConfig.comm_radius`` not None): what each UAV has seen, shared in range.
+
+Each UAV keeps one byte per cell of the packed grid (`uavsim.dynamics`, same layout and cell
+indices), holding a memory code (`uavsim.rules`, "Onboard memory"): 0 unknown, else `SEEN` plus
+the cell's packed code when last seen (FREE 0, COVERED 1, BLOCKED 3), so 4 free, 5 covered,
+7 blocked. A cell's truth only grows (coverage never decreases, obstacles never move), so a fresh
+sighting overwrites, and the merge of two memories is their element-wise max (which on these
+codes is also their bitwise OR).
+
+Every step, after the moves and the coverage, each UAV *senses*: its observation window's cells
+are written into its memory (the window its local observation shows, so the memory holds exactly
+what its observations held). Then it *shares*, one hop: its memory becomes the max of the
+memories, just sensed, of the UAVs within Chebyshev distance ``comm_radius`` of it (itself
+included; ``comm_radius`` 0 shares nothing, not even between UAVs on one cell). Information thus
+travels one hop per step. The episode's start does the same after
+the launch. The memory lives in the state record, so it resets with the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from uavsim import rules
+from uavsim.config import EnvConfig
+
+SEEN = 4  # memory code bit: the cell was seen; below it the packed grid's code (FREE 0, COVERED 1, BLOCKED 3)
+KNOWN_BLOCKED, KNOWN_COVERED = SEEN | 3, SEEN | 1  # pooled into the local observation, in this order
+
+
+class MemoryTables:
+    """The constants memory needs on the device: ``row_stride``, the packed grid's (`Layout.ws`);
+    ``count_dtype``, the per-block counts' (the global state's pools')."""
+
+    def __init__(self, cfg: EnvConfig, row_stride: int, count_dtype: torch.dtype, device: torch.device):
+        offsets = rules.window_offsets(cfg)
+        self.window = torch.as_tensor(offsets[:, 0] * row_stride + offsets[:, 1], device=device)  # [win^2]
+        self.radius = cfg.comm_radius
+        # Past the map every pair is in range: one max over the UAVs instead of the [M, N, N] mask.
+        self.everyone = cfg.comm_radius >= max(cfg.grid_height, cfg.grid_width) - 1
+        self.codes = torch.tensor([KNOWN_BLOCKED, KNOWN_COVERED], dtype=torch.uint8, device=device)[:, None, None]
+        self.count_dtype = count_dtype
+
+
+class GridLayout(Protocol):
+    """What memory reads of `uavsim.dynamics.Layout` (which imports this module: named, not imported)."""
+
+    cfg: EnvConfig
+    ws: int
+    count_bits: int
+    block_of_cell: torch.Tensor
+    memory: MemoryTables | None
+
+    def positions(self, cell: torch.Tensor) -> torch.Tensor: ...
+
+
+def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
+    """Each UAV writes its window into its memory, then merges the memories of the UAVs in range
+    (one hop), in place. ``v``: the state record's field views (``memory [M, N, G]`` uint8). A
+    no-op without memory (``comm_radius`` None)."""
+    if lay.memory is None:
+        return
+    memory, cell, grid = v["memory"], v["cell"], v["grid"]
+    m, n = cell.shape
+    window = cell[:, :, None] + lay.memory.window  # [M, N, win^2] grid cells, distinct per UAV
+    seen = (grid.gather(1, window.view(m, -1)) >> lay.count_bits).to(torch.uint8).view(m, n, -1)
+    memory.scatter_(2, window, seen.bitwise_or_(SEEN))  # the truth now: never less than what was remembered
+    if lay.memory.radius == 0:
+        return
+    if lay.memory.everyone:
+        memory.copy_(memory.amax(1, keepdim=True).expand_as(memory))
+        return
+    pos = lay.positions(cell)  # [M, N, 2] int16
+    distance = (pos[:, :, None, :] - pos[:, None, :, :]).abs().amax(-1)  # [M, N, N] Chebyshev
+    in_range = distance <= lay.memory.radius
+    zero = torch.zeros((), dtype=torch.uint8, device=memory.device)
+    memory.copy_(torch.where(in_range[..., None], memory[:, None], zero).amax(2))  # every UAV's, at once
+
+
+def map_cells(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
+    """``[M, N, H, W]`` view of the map cells of memories ``[M, N, G]`` (a view of the state record)."""
+    cfg, p = lay.cfg, lay.cfg.pad
+    start = p + p * lay.ws
+    rows = memory[..., start : start + cfg.grid_height * lay.ws].unflatten(-1, (cfg.grid_height, lay.ws))
+    return rows[..., : cfg.grid_width]
+
+
+def known_counts(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
+    """``[M, N, 2, P^2]``: how many cells of each pooled block each UAV knows blocked, then known
+    covered (the observation divides them by the block's cells). ``memory``: ``[M, N, G]`` uint8."""
+    m, n, _ = memory.shape
+    cfg, dtype = lay.cfg, lay.memory.count_dtype
+    known = torch.empty(m, n, 2, cfg.grid_height, cfg.grid_width, dtype=dtype, device=memory.device)
+    torch.eq(map_cells(lay, memory)[:, :, None], lay.memory.codes, out=known)  # 0/1 in the counts' dtype
+    counts = torch.zeros(m, n, 2, cfg.state_pool**2, dtype=dtype, device=memory.device)
+    return counts.index_add_(3, lay.block_of_cell, known.view(m, n, 2, -1))
