@@ -56,8 +56,10 @@ def check_sizes(section) -> None:
     have one length. Raises ValueError naming the key."""
     for key in SIZE_KEYS:
         values = _values(section, key)
-        if not values or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
-            raise ValueError(f"config key 'env.{key}' must be an int or a non-empty list of ints, got {values!r}")
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise TypeError(f"config key 'env.{key}' must be an int or a list of ints, got {getattr(section, key)!r}")
+        if not values:
+            raise ValueError(f"config key 'env.{key}' must be an int or a non-empty list of ints, got []")
         if len(set(values)) != len(values):
             raise ValueError(f"config key 'env.{key}' lists a value twice: {values!r}")
     heights, widths = _values(section, "grid_height"), _values(section, "grid_width")

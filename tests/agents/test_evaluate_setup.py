@@ -127,3 +127,13 @@ def test_a_run_trained_on_a_map_set_is_evaluated_on_it(tmp_path):
     assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 0
     meta = json.loads(out.read_text())["meta"]
     assert meta["env"]["maps"] == str(maps) and meta["env_overrides"] == [] and len(meta["maps"]["files"]) == 3
+
+
+def test_a_size_agnostic_actor_plays_other_teams_and_grids_also_from_a_mixed_run():
+    sizes = ("env.num_uavs=[2,3]", "env.grid_height=[8,10]", "env.grid_width=[8,10]")
+    mixed = tiny_config("model.size_agnostic=true", "model.agent_id=false", *sizes)
+    bigger = mixed.env_config().replace(num_uavs=16, launch_size=4, grid_height=48, grid_width=48)
+    check_actor_fits(mixed.env_config(), bigger, mixed.model)
+    task = with_task(mixed, ["num_uavs=16", "launch_size=4"], None)  # a scalar replaces the list
+    assert [(c.num_uavs, c.grid_height) for c in task.env_configs()] == [(16, 8), (16, 10)]
+    assert task.env_config().grid_height == 10  # still two map sizes: the largest is played
