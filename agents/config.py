@@ -16,20 +16,19 @@ plus `num_envs`. Counts of time are environment steps: one step of one environme
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 from omegaconf.nodes import BooleanNode, EnumNode
 
+from agents.env_section import AUTO, EnvSection, check_mixed, check_sizes, env_configs, is_mixed, largest, split_envs
 from uavsim.config import EnvConfig
 
 
@@ -64,24 +63,7 @@ class Activation(str, enum.Enum):
     relu = "relu"
 
 
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "str | None": str | None, "int | None": int | None}
-
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # what `run.device` (and `agents.evaluate --device`) accept
-
-AUTO = "auto"  # the value of a key the machine decides at start (`agents.run.machine_defaults`)
-
-
-def _env_section() -> type:
-    """`EnvSection`: `num_envs` plus every `EnvConfig` field with the same type and default."""
-    # num_envs: an int, or "auto" (chosen for the device at start)
-    env_fields: list[tuple[str, Any, Any]] = [("num_envs", int | str, field(default=AUTO))]
-    for f in dataclasses.fields(EnvConfig):
-        kind = f.type if isinstance(f.type, str) else f.type.__name__
-        env_fields.append((f.name, _TYPES[kind], field(default=f.default)))
-    return dataclasses.make_dataclass("EnvSection", env_fields)
-
-
-EnvSection = _env_section()
 
 
 @dataclass
@@ -91,6 +73,9 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
+    # inputs that do not depend on the team or the map size (needs agent_id=false): the mappo
+    # critic sees the UAVs as a density map instead of a list of positions; allows mixed sizes
+    size_agnostic: bool = False
     # the actor also sees the shared coverage map (pooled map + heading); on in shared_map.yaml
     actor_shared_map: bool = False
     recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
@@ -173,9 +158,16 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
 
     def env_config(self) -> EnvConfig:
-        d = dataclasses.asdict(self.env)
-        d.pop("num_envs")
-        return EnvConfig.from_dict(d)
+        """The task; a mixed-size run's largest group (`agents.env_section.largest`)."""
+        return largest(self.env_configs())
+
+    def env_configs(self) -> list[EnvConfig]:
+        """Each group's task (`agents.env_section`): one for a single-size run."""
+        return env_configs(self.env)
+
+    def group_num_envs(self) -> list[int]:
+        """Environments of each group (`agents.env_section.split_envs`)."""
+        return split_envs(self.num_envs, len(self.env_configs()))
 
     @property
     def resolved(self) -> bool:
@@ -195,8 +187,9 @@ class Config:
 
     @property
     def batch_size(self) -> int:
-        """Samples per iteration: num_steps x num_envs x num_uavs (one sample per agent-step)."""
-        return self.train.num_steps * self.num_envs * self.env.num_uavs
+        """Samples per iteration: num_steps x num_envs x num_uavs, summed over groups (one per agent-step)."""
+        groups = zip(self.group_num_envs(), self.env_configs())
+        return self.train.num_steps * sum(b * c.num_uavs for b, c in groups)
 
     @property
     def minibatch_size(self) -> int:
@@ -372,10 +365,17 @@ def check_config(cfg: Config) -> None:
     need(r.eval_envs >= 1, "run.eval_envs", ">= 1")
     need(DEVICE_PATTERN.fullmatch(r.device) is not None, "run.device", "auto, cpu, cuda or cuda:N")
     need(r.dir is None or r.dir.strip() != "", "run.dir", "a directory, or null for runs/mappo-<seed>-<time>")
+    check_sizes(cfg.env)
     try:
-        cfg.env_config()  # EnvConfig's own range checks
+        cfg.env_configs()  # EnvConfig's own range checks, for every group
     except (TypeError, ValueError) as err:
         raise type(err)(f"config section 'env': {err}") from None
+    if m.size_agnostic:
+        need(
+            not m.agent_id, "model.agent_id", "false with model.size_agnostic=true (a one-hot id is sized to the team)"
+        )
+    if is_mixed(cfg.env):
+        check_mixed(cfg)
     need(t.chunk_length >= 1, "train.chunk_length", ">= 1")
     if m.recurrent:
         need(
@@ -383,7 +383,7 @@ def check_config(cfg: Config) -> None:
             "train.chunk_length",
             f"a divisor of train.num_steps={t.num_steps} (the rollout is cut into whole chunks)",
         )
-    if cfg.env.num_envs != AUTO:  # else checked once the machine has chosen it
+    if cfg.env.num_envs != AUTO and not is_mixed(cfg.env):  # else checked once the machine has chosen it
         need(
             cfg.env_steps_per_iteration % t.num_minibatches == 0,
             "train.num_minibatches",

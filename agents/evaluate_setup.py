@@ -8,8 +8,10 @@ overrides (`agents.config.load_config`): an unknown key or a bad value is a Valu
 The trained actor plays a task only where its input and output keep their shape: the local window
 (`obs_radius`), the actions (`moves`), the one-hot agent id sized to the training team
 (`num_uavs`, when `model.agent_id`), the shared map's blocks (`state_pool`, when
-`model.actor_shared_map`). The grid's size, the team's size without an agent id, rewards, steps and
-maps may change. A task it cannot play is a ValueError that says why, before anything runs.
+`model.actor_shared_map`). The grid's size, the team's size without an agent id (a
+`model.size_agnostic` run's actor: any team and map), rewards, steps and maps may change. A task it
+cannot play is a ValueError that says why, before anything runs. A mixed-size run's task is its
+largest group (`agents.config.Config.env_config`) unless `--env` sets the sizes.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def check_actor_fits(trained: EnvConfig, task: EnvConfig, model: ModelConfig) ->
     if model.agent_id and task.num_uavs != trained.num_uavs:
         problems.append(
             f"its input ends with a one-hot agent id sized to the training team of num_uavs={trained.num_uavs} "
-            f"(model.agent_id=true), so it cannot tell {task.num_uavs} UAVs apart"
+            f"(model.agent_id=true), so it cannot tell {task.num_uavs} UAVs apart (a run with "
+            "model.size_agnostic=true model.agent_id=false plays any team)"
         )
     if model.actor_shared_map and task.state_pool != trained.state_pool:
         problems.append(f"it reads the shared map in state_pool={trained.state_pool} blocks, not {task.state_pool}")

@@ -47,7 +47,7 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: dict[str, float]) -> dict:
     it_time = t["env"] + t["learn"]
     steps = learner.steps_per_iteration
-    agent_steps = steps * learner.env.num_uavs
+    agent_steps = learner.agent_steps_per_iteration
     out = {
         "charts/episodic_return": ep["return"],
         "charts/episodic_length": ep["length"],

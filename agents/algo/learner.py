@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from agents.algo.action_noise import ActionNoise
+from agents.algo.compiled import compile_loss
 from agents.algo.gae import compute_gae
 from agents.algo.layers import Form
-from agents.algo.networks import Actor, Critic, make_actor
-from agents.algo.ppo import Batch, LossFn, clone_logprobs, compile_loss, make_optimizer, minibatch_loss, update
+from agents.algo.networks import Actor, Critic, make_actor, make_critic
+from agents.algo.ppo import Batch, LossFn, clone_logprobs, make_optimizer, minibatch_loss, update
 from agents.algo.precision import amp_dtype, make_autocast
 from agents.algo.replicas import Replicas
 from agents.algo.rollout import (
@@ -32,6 +33,18 @@ from agents.algo.rollout import (
 from agents.algo.value_norm import ValueNorm
 from agents.config import Amp, Config, TrainConfig
 from uavsim.env import UAVSwarmEnv
+
+
+@dataclass
+class SizeGroup:
+    """A mixed-size run's environments of one size beyond the first (`agents.env_section`): what
+    the learner holds of its own group, with the same names."""
+
+    env: UAVSwarmEnv
+    storage: Storage
+    action_noise: ActionNoise
+    obs: dict[str, torch.Tensor]
+    hidden: torch.Tensor | None
 
 
 @dataclass
@@ -60,6 +73,18 @@ class Learner:
     iteration: int = 0
     env_steps: int = 0  # counted over all ranks
     bad_iterations: int = 0  # consecutive bad iterations (agents.run.control.iteration_problem)
+    more_groups: list[SizeGroup] = dataclasses.field(default_factory=list)  # a mixed-size run's other sizes
+
+    @property
+    def groups(self) -> list[Learner | SizeGroup]:
+        """Every size group: the learner itself (its `env`, `storage`, ...) and `more_groups`."""
+        return [self, *self.more_groups]
+
+    @property
+    def agent_steps_per_iteration(self) -> int:
+        """Agent-steps (samples) one iteration adds over all ranks."""
+        per_rank = sum(g.storage.actions.numel() for g in self.groups)
+        return per_rank * self.replicas.world_size
 
     @property
     def steps_per_iteration(self) -> int:
@@ -95,19 +120,27 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
     # Rank r plays environments [r * B, (r + 1) * B) of the seed: disjoint episode streams.
     # Observations in the AMP dtype: exactly the float32 ones cast (uavsim tests it), which the
     # networks' autocast and the storage would cast them to anyway, at a third less traffic per step.
-    env = UAVSwarmEnv(
-        cfg.env_config(),
-        num_envs=cfg.env.num_envs,
-        device=device,
-        seed=cfg.seed,
-        first_env_index=replicas.rank * cfg.env.num_envs,
-        check_action_range=False,
-        obs_dtype=amp_dtype(cfg.train.amp),
-    )
+    # A mixed-size run's groups play disjoint environment indices too (one after the other).
+    group_envs, first = cfg.group_num_envs(), replicas.rank * cfg.env.num_envs
+    envs = []
+    for env_cfg, num_envs in zip(cfg.env_configs(), group_envs):
+        envs.append(
+            UAVSwarmEnv(
+                env_cfg,
+                num_envs=num_envs,
+                device=device,
+                seed=cfg.seed,
+                first_env_index=first,
+                check_action_range=False,
+                obs_dtype=amp_dtype(cfg.train.amp),
+            )
+        )
+        first += num_envs
+    env = envs[0]
     init_gen = torch.Generator().manual_seed(cfg.seed)
     # Form.epilogue: the rollout's and evaluation's no-grad calls fuse bias and ReLU into each GEMM
     actor = make_actor(env.config, cfg.model, init_gen, Form.epilogue).to(device)
-    critic = Critic(env.state_dim, env.local_obs_dim, env.num_uavs, cfg.model, init_gen, Form.epilogue).to(device)
+    critic = make_critic(env.config, cfg.model, init_gen, Form.epilogue).to(device)
     rollout_fn, policy = rollout_step, actor
     if cfg.train.compile_rollout:
         rollout_fn, policy = compile_rollout_step(device, actor=actor, dtype=amp_dtype(cfg.train.amp))
@@ -134,7 +167,15 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         clone=make_actor(env.config, cfg.model, init_gen).to(device).requires_grad_(False)
         if cfg.train.clone_kl_coef > 0
         else None,  # its weights: the warm start's clone, or the checkpoint's
+        more_groups=[size_group(cfg, other, actor) for other in envs[1:]],
     )
+
+
+def size_group(cfg: Config, env: UAVSwarmEnv, actor: Actor) -> SizeGroup:
+    """A mixed-size run's group of `env`, reset, with its storage, noise and hidden state."""
+    hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device) if actor.recurrent else None
+    noise = ActionNoise(cfg.seed, env.env_index, env.num_uavs)
+    return SizeGroup(env, allocate_storage(cfg, env), noise, env.reset(), hidden)
 
 
 def allocate_storage(cfg: Config, env) -> Storage:
@@ -161,20 +202,15 @@ def learning_rates(tc: TrainConfig, iteration: int, iterations: int) -> dict[str
 
 # -- one iteration ---------------------------------------------------------------------------------
 @torch.no_grad()
-def rollout_once(learner: Learner, agent: torch.Tensor, t: torch.Tensor) -> None:
+def rollout_once(
+    learner: Learner, agent: torch.Tensor, t: torch.Tensor, group: Learner | SizeGroup | None = None
+) -> None:
     """One step of `collect`: `learner.rollout_fn` into storage row `t` (0-dim int64 on the device,
-    advanced in place) for agents `agent [B * N]`, advancing the learner's observation and hidden state."""
-    learner.obs, learner.hidden = learner.rollout_fn(
-        learner.env,
-        learner.policy,
-        learner.storage,
-        learner.stats,
-        learner.action_noise,
-        learner.autocast,
-        agent,
-        learner.obs,
-        learner.hidden,
-        t,
+    advanced in place) for agents `agent [B * N]`, advancing the observation and hidden state of
+    `group` (None: the learner's own)."""
+    g = learner if group is None else group
+    g.obs, g.hidden = learner.rollout_fn(
+        g.env, learner.policy, g.storage, learner.stats, g.action_noise, learner.autocast, agent, g.obs, g.hidden, t
     )
 
 
@@ -187,31 +223,49 @@ def collect(learner: Learner) -> None:
     uses where the step was truncated or the rollout ends. The critic evaluates all stored
     observations after the steps, in a few large calls (the same numbers as per step).
     """
-    env, s = learner.env, learner.storage
-    agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-    t = torch.zeros((), dtype=torch.int64, device=env.device)
-    for _ in range(s.actions.shape[0]):
-        rollout_once(learner, agent, t)
-    values_of_steps(learner.critic, learner.value_norm, s.local, s.state, learner.autocast, s.values)
-    values_of_steps(learner.critic, learner.value_norm, s.final_local, s.final_state, learner.autocast, s.next_values)
+    for group in learner.groups:  # a mixed-size run's groups one after the other (a handful)
+        env, s = group.env, group.storage
+        agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+        t = torch.zeros((), dtype=torch.int64, device=env.device)
+        for _ in range(s.actions.shape[0]):
+            rollout_once(learner, agent, t, group)
+        critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
+        values_of_steps(critic, norm, s.local, s.state, autocast, s.values)
+        values_of_steps(critic, norm, s.final_local, s.final_state, autocast, s.next_values)
 
 
-def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
+def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
     """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
-    the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`."""
-    s, tc = learner.storage, learner.cfg.train
-    advantages, returns = compute_gae(
-        s.rewards, s.values, s.next_values, s.terminated, s.truncated, tc.gamma, tc.gae_lambda
-    )
+    the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`; a
+    mixed-size run's batches (one per group, advantages normalized over all) and returns flattened
+    `[sum of T * B * N]`."""
+    tc = learner.cfg.train
+    gae = [
+        compute_gae(s.rewards, s.values, s.next_values, s.terminated, s.truncated, tc.gamma, tc.gae_lambda)
+        for s in (g.storage for g in learner.groups)
+    ]
+    mixed = len(gae) > 1
+    returns = torch.cat([r.reshape(-1) for _, r in gae]) if mixed else gae[0][1]
     learner.value_norm.update(returns, reduce=learner.replicas.mean if learner.replicas.active else None)
-    b_advantages = advantages.reshape(-1)
+    b_advantages = torch.cat([a.reshape(-1) for a, _ in gae]) if mixed else gae[0][0].reshape(-1)
     if tc.norm_adv:
         b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
-    recurrent = learner.actor.recurrent
+    sizes = [a.numel() for a, _ in gae]
+    batches = [
+        group_batch(learner, g, adv, r) for g, adv, (_, r) in zip(learner.groups, b_advantages.split(sizes), gae)
+    ]
+    if learner.clone is not None:
+        batches[0].clone_logprobs = clone_logprobs(learner.clone, batches[0], learner.autocast, tc.num_minibatches)
+    return (batches if mixed else batches[0]), returns
+
+
+def group_batch(learner: Learner, group: Learner | SizeGroup, advantages: torch.Tensor, returns: torch.Tensor) -> Batch:
+    """The flattened batch of one size group's storage (`advantages [T*B*N]`, `returns [T, B, N]`)."""
+    s, recurrent = group.storage, learner.actor.recurrent
     if recurrent:  # step t began an episode where step t - 1 ended one (t = 0: the stored state says so)
         starts = torch.zeros_like(s.terminated)
         starts[1:] = s.terminated[:-1] | s.truncated[:-1]
-    batch = Batch(
+    return Batch(
         local=s.local.reshape(-1, s.local.shape[-1]),
         state=s.state.reshape(-1, s.state.shape[-1]),
         heading=s.heading.reshape(-1, s.heading.shape[-1]),
@@ -219,15 +273,12 @@ def prepare_batch(learner: Learner) -> tuple[Batch, torch.Tensor]:
         logprobs=s.logprobs.reshape(-1),
         values=learner.value_norm.normalize(s.values).reshape(-1),
         returns=learner.value_norm.normalize(returns).reshape(-1),
-        advantages=b_advantages,
-        num_agents=learner.env.num_uavs,
-        num_envs=learner.env.num_envs,
+        advantages=advantages,
+        num_agents=group.env.num_uavs,
+        num_envs=group.env.num_envs,
         hidden=s.hidden.view(-1, *s.hidden.shape[2:]) if recurrent else None,
         starts=starts.view(-1) if recurrent else None,
     )
-    if learner.clone is not None:
-        batch.clone_logprobs = clone_logprobs(learner.clone, batch, learner.autocast, tc.num_minibatches)
-    return batch, returns
 
 
 def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase: None) -> dict[str, torch.Tensor]:
@@ -265,9 +316,10 @@ def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase
     )
     mark("end")
 
+    values = torch.cat([g.storage.values.reshape(-1) for g in learner.groups]).view_as(returns)
     var_y = returns.var()
     metrics["explained_variance"] = torch.where(
-        var_y > 0, 1 - (returns - learner.storage.values).var() / var_y, torch.full_like(var_y, float("nan"))
+        var_y > 0, 1 - (returns - values).var() / var_y, torch.full_like(var_y, float("nan"))
     )
     metrics["value_norm_mean"], value_norm_var = learner.value_norm.mean_var()
     metrics["value_norm_std"] = value_norm_var.sqrt()

@@ -10,6 +10,12 @@ in both places, and the global state's share of a first layer is computed once p
              with `model.recurrent`: encoder -> GRU (hidden state [H] per UAV) -> head
     Critic : [global state (S), local obs (L), one-hot agent id (N)]    -> value  (mappo)
              [local obs (L), one-hot agent id (N)]                      -> value  (ippo)
+             [team state (3 P^2 + 2), local obs (L)]                    -> value  (mappo, `model.size_agnostic`)
+
+With `model.size_agnostic` (and `model.agent_id=false`) no input depends on the team's size `N` or
+the map's: the actor's local window is the same on any map, and the critic sees the UAVs as a
+density map over the state's `P x P` blocks (`team_state`) instead of a list of N positions. One set
+of parameters then plays, and trains on, any team and map size (mixed training: `agents.env_section`).
 
 The critic's input is MAPPO's "agent-specific global state": the global state concatenated with
 the agent's own observation, so one shared critic can tell the agents' values apart. The critic
@@ -213,6 +219,8 @@ class Critic(nn.Module):
         cfg: the model config.
         generator: the initialisation's random generator (None: torch's default).
         form: how its no-grad calls compute the first layers (`Form`).
+        state_pool: `P`, the state's pooled map side; with `cfg.size_agnostic` the critic reads the
+            state as `team_state` (any `S`: any team size).
     """
 
     def __init__(
@@ -223,9 +231,13 @@ class Critic(nn.Module):
         cfg: ModelConfig,
         generator: torch.Generator | None = None,
         form: Form = Form.chain,
+        state_pool: int = 0,
     ):
         super().__init__()
         self.centralized = cfg.critic == CriticKind.mappo
+        self.state_pool = state_pool if cfg.size_agnostic else 0  # > 0: the state as `team_state`
+        if self.state_pool:
+            state_dim = 3 * state_pool**2 + 2
         dims = [state_dim, local_dim] if self.centralized else [local_dim]
         self.net = MLP(dims, num_agents if cfg.agent_id else 0, cfg, 1, 1.0, generator)
         self.net.first.form = Form(form)
@@ -245,10 +257,33 @@ class Critic(nn.Module):
             `value [M]` float32, on the normalized scale when value normalization is on.
         """
         if self.centralized:
+            state = team_state(state, self.state_pool) if self.state_pool else state
             value = self.net([state, local], agent, [state_repeat, 1])
         else:
             value = self.net([local], agent, [1])
         return value.squeeze(-1).float()
+
+
+def make_critic(
+    env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None, form: Form = Form.chain
+) -> Critic:
+    """The critic for a task (with `cfg.size_agnostic`, for every task of its `state_pool`)."""
+    return Critic(env_cfg.state_dim, env_cfg.local_obs_dim, env_cfg.num_uavs, cfg, generator, form, env_cfg.state_pool)
+
+
+def team_state(state: torch.Tensor, pool: int) -> torch.Tensor:
+    """`[F, 3 P^2 + 2]` of global states `[F, S]` (`S = 2 P^2 + 2 N + 2`, any N): the pooled map
+    (blocked and covered fractions), the fraction of the UAVs in each of its `P x P` blocks, the
+    time and the coverage. A UAV's block is read from its normalized position (row / (H - 1),
+    col / (W - 1)): `floor(x P)`, the env's block but for a cell at the edge of two."""
+    p2 = pool * pool
+    num_uavs = (state.shape[1] - 2 * p2 - 2) // 2
+    position = state[:, 2 * p2 : 2 * p2 + 2 * num_uavs].view(-1, num_uavs, 2).float()
+    block_rc = (position * pool).long().clamp_(0, pool - 1)
+    block = block_rc[..., 0] * pool + block_rc[..., 1]  # [F, N]
+    share = torch.full(block.shape, 1.0 / num_uavs, dtype=state.dtype, device=state.device)
+    density = torch.zeros(state.shape[0], p2, dtype=state.dtype, device=state.device).scatter_add_(1, block, share)
+    return torch.cat([state[:, : 2 * p2], density, state[:, -2:]], dim=1)
 
 
 def log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

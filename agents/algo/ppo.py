@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -297,43 +296,12 @@ LossFn = Callable[
 ]
 
 
-def check_compiler(device: torch.device, key: str = "train.compile") -> None:
-    """Fail early, naming the config `key` and the fix, where `torch.compile` cannot build kernels on
-    `device`: raises ValueError without a C++ compiler on the CPU, Triton or a C compiler on CUDA."""
-    if device.type == "cpu":
-        from torch._inductor import cpp_builder
-
-        try:
-            cpp_builder.get_cpp_compiler()
-        except Exception as err:  # inductor raises its own error types for a missing compiler
-            raise ValueError(
-                f"{key}=true on the CPU needs a C++ compiler for torch.compile "
-                f"(inductor found none: {err}); install g++ or set {key}=false"
-            ) from None
-    elif device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton() or not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
-            raise ValueError(
-                f"{key}=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
-                f"with one); install them or set {key}=false"
-            )
-
-
-def compile_loss(device: torch.device) -> LossFn:
-    """`minibatch_loss` through `torch.compile` for `device` (`train.compile`): the forward in one
-    graph, the backward in another. Static shapes, so it compiles once (a few seconds). Raises
-    `check_compiler`'s ValueError here, rather than a compiler error at the first update."""
-    check_compiler(device)
-    return torch.compile(minibatch_loss, dynamic=False)
-
-
 def update(
     actor: Actor,
     critic: Critic,
     optimizer: torch.optim.Adam,
     scaler: torch.amp.GradScaler,
-    batch: Batch,
+    batch: Batch | list[Batch],
     cfg: TrainConfig,
     generator: torch.Generator,
     autocast: Callable[[], contextlib.AbstractContextManager],
@@ -345,7 +313,9 @@ def update(
 
     Args:
         actor, critic, optimizer, scaler, sync_gradients: as `optimizer_step`'s.
-        batch: the flattened rollout (`agents.algo.learner.prepare_batch`).
+        batch: the flattened rollout (`agents.algo.learner.prepare_batch`); a mixed-size run's, one
+            per size group: each minibatch then takes its share of every group's steps, and its
+            loss is the groups' losses weighted by their agent-steps (the mean over all its rows).
         cfg: the train config.
         generator: draws the minibatches.
         autocast: the networks' autocast factory.
@@ -355,24 +325,32 @@ def update(
         Means over the minibatches that stepped, 0-dim device tensors, and two counts (`COUNTS`):
         `skipped_updates` (non-finite loss or gradient) and `nonfinite_losses`.
     """
-    recurrent = batch.hidden is not None
+    batches = batch if isinstance(batch, list) else [batch]
+    recurrent = batches[0].hidden is not None
     # the units a minibatch draws: chunks of one environment's steps, or single environment steps;
     # each minibatch takes all agents of its steps
-    n = batch.num_sequences if recurrent else batch.state.shape[0]
-    mb_size = n // cfg.num_minibatches
-    device = batch.actions.device
+    units = [b.num_sequences if recurrent else b.state.shape[0] for b in batches]
+    agent_steps = [u * b.num_agents for u, b in zip(units, batches)]
+    weights = [a / sum(agent_steps) for a in agent_steps]  # Python floats: no host read
+    device = batches[0].actions.device
     sums: dict[str, torch.Tensor] = {}
 
     def add(name: str, value: torch.Tensor) -> None:
         sums[name] = sums[name] + value if name in sums else value.detach().clone()
 
+    def group_loss(b: Batch, steps: torch.Tensor) -> tuple[torch.Tensor, LossStats]:
+        if recurrent:
+            steps = chunk_steps(steps, cfg.chunk_length, b.num_envs)
+        return loss_fn(actor, critic, b, steps, cfg, autocast)
+
     for _epoch in range(cfg.update_epochs):
-        perm = torch.randperm(n, generator=generator, device=device)
-        for start in range(0, n, mb_size):
-            steps = perm[start : start + mb_size]
-            if recurrent:
-                steps = chunk_steps(steps, cfg.chunk_length, batch.num_envs)
-            loss, stats = loss_fn(actor, critic, batch, steps, cfg, autocast)
+        perms = [torch.randperm(u, generator=generator, device=device) for u in units]
+        for k in range(cfg.num_minibatches):
+            parts = [
+                group_loss(b, perm[k * (u // cfg.num_minibatches) : (k + 1) * (u // cfg.num_minibatches)])
+                for b, perm, u in zip(batches, perms, units)
+            ]
+            loss, stats = parts[0] if len(parts) == 1 else weighted(parts, weights)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             actor_norm, critic_norm, skipped = optimizer_step(
@@ -397,3 +375,12 @@ def update(
 
 
 COUNTS = ("skipped_updates", "nonfinite_losses")  # `update`'s statistics that are counts, not means
+
+
+def weighted(parts: list[tuple[torch.Tensor, LossStats]], weights: list[float]) -> tuple[torch.Tensor, LossStats]:
+    """The size groups' `(loss, stats)` summed with `weights` (their shares of the minibatch's rows)."""
+    total = {
+        name: sum(w * vars(st)[name] for (_, st), w in zip(parts, weights)) if value is not None else None
+        for name, value in vars(parts[0][1]).items()
+    }
+    return sum(w * loss for (loss, _), w in zip(parts, weights)), LossStats(**total)

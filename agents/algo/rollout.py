@@ -307,9 +307,9 @@ def compile_rollout_step(
         and on a CPU in float32, `actor` itself for a CPU's bf16.
 
     Raises:
-        ValueError: inductor cannot build kernels here (`agents.algo.ppo.check_compiler`).
+        ValueError: inductor cannot build kernels here (`agents.algo.compiled.check_compiler`).
     """
-    from agents.algo.ppo import check_compiler
+    from agents.algo.compiled import check_compiler
     from uavsim.compile_compat import prepare_inductor
 
     if backend != "inductor":

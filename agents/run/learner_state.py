@@ -21,7 +21,7 @@ from agents.run import checkpoint as ckpt
 from agents.run.resume import saved_config
 
 if TYPE_CHECKING:
-    from agents.algo.learner import Learner
+    from agents.algo.learner import Learner, SizeGroup
 
 
 def _rank_state(learner: Learner) -> dict:
@@ -40,6 +40,17 @@ def _rank_state(learner: Learner) -> dict:
     }
     if learner.hidden is not None:
         out["hidden"] = learner.hidden.cpu()
+    if learner.more_groups:  # a mixed-size run's other groups, the same items each
+        out["more_groups"] = [_group_state(g) for g in learner.more_groups]
+    return out
+
+
+def _group_state(group: SizeGroup) -> dict:
+    env = group.env.state_dict()
+    env["state"] = {k: v.cpu() for k, v in env["state"].items()}
+    out = {"env": env, "action": group.action_noise.state_dict()}
+    if group.hidden is not None:
+        out["hidden"] = group.hidden.cpu()
     return out
 
 
@@ -121,16 +132,25 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
             raise ValueError("its action noise is not a state dict of agents.algo.action_noise")
         learner.action_noise.load_state_dict(own["rng"]["action"])
         learner.minibatch_gen.set_state(own["rng"]["minibatch"])
+        saved_groups = own.get("more_groups", [])
+        if len(saved_groups) != len(learner.more_groups):
+            raise ValueError(f"it holds {len(saved_groups) + 1} size group(s), this run {len(learner.groups)}")
+        for group, saved in zip(learner.more_groups, saved_groups):
+            group.env.load_state_dict(saved["env"])
+            if group.hidden is not None:
+                _load_hidden(group, saved)
+            group.action_noise.load_state_dict(saved["action"])
         torch.set_rng_state(own["rng"]["torch"])
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         raise ckpt.CheckpointError(f"checkpoint {source} does not match this learner: {err}") from None
     learner.env_steps, learner.iteration = int(payload["env_steps"]), int(payload["iteration"])
     learner.bad_iterations = int(payload.get("bad_iterations", 0))
-    learner.obs = learner.env.observe()  # the observation is a function of the environment state
+    for group in learner.groups:  # the observation is a function of the environment state
+        group.obs = group.env.observe()
 
 
-def _load_hidden(learner: Learner, own: dict) -> None:
-    """The recurrent actor's hidden states `[B, N, H]` of this rank's environments."""
+def _load_hidden(learner: Learner | SizeGroup, own: dict) -> None:
+    """The recurrent actor's hidden states `[B, N, H]` of this rank's environments (of one size group)."""
     hidden = own.get("hidden")
     if not isinstance(hidden, torch.Tensor):
         raise ValueError("it holds no hidden states for the recurrent actor")

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from agents.algo.compiled import compile_loss
 from agents.algo.learner import build_learner, collect, prepare_batch, read_metrics, train_iteration
-from agents.algo.ppo import chunk_steps, compile_loss, minibatch_loss
+from agents.algo.ppo import chunk_steps, minibatch_loss
 from tests.agents.conftest import needs_compiler
 
 

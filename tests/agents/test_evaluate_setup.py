@@ -150,3 +150,13 @@ def test_the_protocol_splits_fill_what_is_not_given():
     assert SPLITS["test"][1] >= 512 and SPLITS["test"][0] != SPLITS["validation"][0]
     with pytest.raises(SystemExit):
         p.parse_args(["--split", "train"])
+
+
+def test_a_size_agnostic_actor_plays_other_teams_and_grids_also_from_a_mixed_run():
+    sizes = ("env.num_uavs=[2,3]", "env.grid_height=[8,10]", "env.grid_width=[8,10]")
+    mixed = tiny_config("model.size_agnostic=true", "model.agent_id=false", *sizes)
+    bigger = mixed.env_config().replace(num_uavs=16, launch_size=4, grid_height=48, grid_width=48)
+    check_actor_fits(mixed.env_config(), bigger, mixed.model)
+    task = with_task(mixed, ["num_uavs=16", "launch_size=4"], None)  # a scalar replaces the list
+    assert [(c.num_uavs, c.grid_height) for c in task.env_configs()] == [(16, 8), (16, 10)]
+    assert task.env_config().grid_height == 10  # still two map sizes: the largest is played

@@ -68,16 +68,19 @@ def host_reads_raise(monkeypatch):
 
 def dense_env_learner(cfg, device):
     learner = build_learner(cfg, device)
-    # The CPU default "sparse" autoreset uses nonzero(); "dense" is the GPU path: test that one.
-    learner.env = UAVSwarmEnv(
-        cfg.env_config(),
-        num_envs=cfg.env.num_envs,
-        device=device,
-        seed=cfg.seed,
-        check_action_range=False,
-        reset_mode="dense",
-    )
-    learner.obs = learner.env.reset()
+    # The CPU default "sparse" autoreset uses nonzero(); "dense" is the GPU path: test that one
+    # (in every size group of a mixed-size run).
+    for group in learner.groups:
+        group.env = UAVSwarmEnv(
+            group.env.config,
+            num_envs=group.env.num_envs,
+            device=device,
+            seed=cfg.seed,
+            first_env_index=int(group.env.env_index[0]),
+            check_action_range=False,
+            reset_mode="dense",
+        )
+        group.obs = group.env.reset()
     return learner
 
 
@@ -113,8 +116,19 @@ NEAR_CLONE = (
 )  # PPO + KL to a clone
 
 
+MIXED_SIZES = (  # mixed-size training: two team sizes x two map sizes
+    "model.size_agnostic=true",
+    "model.agent_id=false",
+    "env.num_uavs=[2,3]",
+    "env.grid_height=[8,10]",
+    "env.grid_width=[8,10]",
+)
+
+
 @pytest.mark.parametrize("amp", ["off", "bf16", "fp16"])
-@pytest.mark.parametrize("extra", [(), RECURRENT, NEAR_CLONE], ids=["feed_forward", "recurrent", "near_clone"])
+@pytest.mark.parametrize(
+    "extra", [(), RECURRENT, NEAR_CLONE, MIXED_SIZES], ids=["feed_forward", "recurrent", "near_clone", "mixed_sizes"]
+)
 def test_training_iterations_make_no_host_reads(make_config, monkeypatch, amp, extra):
     cfg = make_config(f"train.amp={amp}", "env.max_steps=5", *extra)  # several autoresets per rollout
     learner = dense_env_learner(cfg, torch.device("cpu"))

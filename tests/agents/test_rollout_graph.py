@@ -124,7 +124,7 @@ def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one(
     """The trainer config's bf16 policy step as `train.compile_rollout` compiles it on CUDA
     (`Form.fused`, its options), here with inductor's C++ kernels: the eager actions,
     log-probabilities within 1e-4, headings within one float32 rounding."""
-    from agents.algo.ppo import check_compiler
+    from agents.algo.compiled import check_compiler
     from agents.algo.rollout import inductor_options
     from benchmarks.step_cost import learner_for
 

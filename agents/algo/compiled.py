@@ -1,0 +1,41 @@
+"""`train.compile`: the minibatch loss through `torch.compile`, and the check that this machine can
+build its kernels (also for `train.compile_rollout`)."""
+
+from __future__ import annotations
+
+import shutil
+
+import torch
+
+from agents.algo.ppo import LossFn, minibatch_loss
+
+
+def check_compiler(device: torch.device, key: str = "train.compile") -> None:
+    """Fail early, naming the config `key` and the fix, where `torch.compile` cannot build kernels on
+    `device`: raises ValueError without a C++ compiler on the CPU, Triton or a C compiler on CUDA."""
+    if device.type == "cpu":
+        from torch._inductor import cpp_builder
+
+        try:
+            cpp_builder.get_cpp_compiler()
+        except Exception as err:  # inductor raises its own error types for a missing compiler
+            raise ValueError(
+                f"{key}=true on the CPU needs a C++ compiler for torch.compile "
+                f"(inductor found none: {err}); install g++ or set {key}=false"
+            ) from None
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton() or not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+            raise ValueError(
+                f"{key}=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
+                f"with one); install them or set {key}=false"
+            )
+
+
+def compile_loss(device: torch.device) -> LossFn:
+    """`minibatch_loss` through `torch.compile` for `device` (`train.compile`): the forward in one
+    graph, the backward in another. Static shapes, so it compiles once (a few seconds). Raises
+    `check_compiler`'s ValueError here, rather than a compiler error at the first update."""
+    check_compiler(device)
+    return torch.compile(minibatch_loss, dynamic=False)

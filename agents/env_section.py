@@ -1,0 +1,127 @@
+"""The config's `env` section, and the groups of a mixed-size run.
+
+`EnvSection` is `num_envs` plus every `uavsim.EnvConfig` field with its type and default (generated,
+so the two never drift). `num_uavs`, `grid_height` and `grid_width` may also be lists (mixed
+training, `model.size_agnostic` only): one run then trains on every group of
+
+    groups = product(num_uavs values, map sizes),  map sizes = zip(grid_height, grid_width)
+
+(a scalar side pairs with every value of the other), e.g. `num_uavs=[6, 8, 12]`,
+`grid_height=grid_width=[28, 32, 36]`: 9 groups. Each group is one `UAVSwarmEnv`; `split_envs`
+shares `env.num_envs` between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import field
+from typing import Any
+
+from uavsim.config import EnvConfig
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "str | None": str | None, "int | None": int | None}
+
+AUTO = "auto"  # the value of a key the machine decides at start (`agents.run.machine_defaults`)
+
+SIZE_KEYS = ("num_uavs", "grid_height", "grid_width")  # the keys that may be lists
+
+
+def _env_section() -> type:
+    """`EnvSection`: `num_envs` plus every `EnvConfig` field with the same type and default (`Any`
+    for `SIZE_KEYS`, an int or a list of ints, which `check_sizes` checks)."""
+    # num_envs: an int, or "auto" (chosen for the device at start)
+    env_fields: list[tuple[str, Any, Any]] = [("num_envs", int | str, field(default=AUTO))]
+    for f in dataclasses.fields(EnvConfig):
+        kind = Any if f.name in SIZE_KEYS else _TYPES[f.type if isinstance(f.type, str) else f.type.__name__]
+        env_fields.append((f.name, kind, field(default=f.default)))
+    return dataclasses.make_dataclass("EnvSection", env_fields)
+
+
+EnvSection = _env_section()
+
+
+def _values(section, key: str) -> list[int]:
+    value = getattr(section, key)
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def is_mixed(section) -> bool:
+    """Whether any of `SIZE_KEYS` holds a list (of more than one value)."""
+    return any(len(_values(section, key)) > 1 for key in SIZE_KEYS)
+
+
+def check_sizes(section) -> None:
+    """Each of `SIZE_KEYS` is an int or a non-empty list of distinct ints, and two map-size lists
+    have one length. Raises ValueError naming the key."""
+    for key in SIZE_KEYS:
+        values = _values(section, key)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+            raise TypeError(f"config key 'env.{key}' must be an int or a list of ints, got {getattr(section, key)!r}")
+        if not values:
+            raise ValueError(f"config key 'env.{key}' must be an int or a non-empty list of ints, got []")
+        if len(set(values)) != len(values):
+            raise ValueError(f"config key 'env.{key}' lists a value twice: {values!r}")
+    heights, widths = _values(section, "grid_height"), _values(section, "grid_width")
+    if len(heights) > 1 and len(widths) > 1 and len(heights) != len(widths):
+        raise ValueError(
+            "config keys 'env.grid_height' and 'env.grid_width' are paired into map sizes: two lists "
+            f"need one length, got {heights!r} and {widths!r}"
+        )
+
+
+def group_sizes(section) -> list[tuple[int, int, int]]:
+    """`(num_uavs, grid_height, grid_width)` of each group, in the module docstring's order."""
+    heights, widths = _values(section, "grid_height"), _values(section, "grid_width")
+    count = max(len(heights), len(widths))
+    maps = [(heights[i % len(heights)], widths[i % len(widths)]) for i in range(count)]
+    return [(n, h, w) for n, (h, w) in itertools.product(_values(section, "num_uavs"), maps)]
+
+
+def env_configs(section) -> list[EnvConfig]:
+    """Each group's `EnvConfig` (one for a single-size run). Raises EnvConfig's errors."""
+    base = dataclasses.asdict(section)
+    base.pop("num_envs")
+    return [
+        EnvConfig.from_dict({**base, "num_uavs": n, "grid_height": h, "grid_width": w})
+        for n, h, w in group_sizes(section)
+    ]
+
+
+def largest(configs: list[EnvConfig]) -> EnvConfig:
+    """The group with the most UAVs and, among those, the largest map: every per-environment size
+    (storage, state, memory) of a mixed run is at most its."""
+    return max(configs, key=lambda c: (c.num_uavs, c.grid_height * c.grid_width))
+
+
+def split_envs(num_envs: int, groups: int) -> list[int]:
+    """`num_envs` shared by `groups` as evenly as possible, the first groups taking one more:
+    10 over 3 -> [4, 3, 3]."""
+    return [num_envs // groups + (g < num_envs % groups) for g in range(groups)]
+
+
+def check_mixed(cfg) -> None:
+    """What a mixed-size run (lists in `env`, `agents.env_section`) needs; ValueError naming the key."""
+    m, groups = cfg.model, len(cfg.env_configs())
+    if not m.size_agnostic:
+        raise ValueError(
+            "config keys 'env.num_uavs' / 'env.grid_height' / 'env.grid_width' may be lists only with "
+            "model.size_agnostic=true (and model.agent_id=false): the networks' inputs must not depend on the sizes"
+        )
+    if m.actor_shared_map:
+        raise ValueError("config key 'model.actor_shared_map' must be false with mixed sizes (heading per map size)")
+    if cfg.imitation.teacher != "none":  # a str enum
+        raise ValueError("config key 'imitation.teacher' must be none with mixed sizes (cloning plays one task)")
+    if cfg.env.num_envs == AUTO:
+        return  # checked once the machine has chosen it
+    if cfg.env.num_envs < groups:
+        raise ValueError(f"config key 'env.num_envs' must be >= the {groups} size groups, got {cfg.env.num_envs}")
+    t = cfg.train
+    for envs in set(cfg.group_num_envs()):  # each group's minibatches take whole steps (or chunks) of it
+        units = t.num_steps // t.chunk_length * envs if m.recurrent else t.num_steps * envs
+        if units % t.num_minibatches:
+            raise ValueError(
+                f"config key 'train.num_minibatches' must divide each size group's "
+                f"{'sequences' if m.recurrent else 'num_steps*envs'} ({units} for a group of {envs} of "
+                f"env.num_envs={cfg.env.num_envs} over {groups} groups), got {t.num_minibatches}"
+            )

@@ -1,0 +1,65 @@
+"""Mixed-size training's cost: agent-steps per second of whole training iterations (collection +
+update) of a mixed-size config against single-size ones, side by side in one process.
+
+    python -m benchmarks.mixed_sizes                       # configs/size_agnostic.yaml's sizes
+    python -m benchmarks.mixed_sizes --iterations 3 --rounds 2
+
+Every config is `configs/default.yaml` with `model.size_agnostic=true model.agent_id=false` (and the
+one-hot default itself, for reference), the same `env.num_envs`, one thread; the configs take turns
+(`--rounds` rounds of `--iterations` timed iterations each, after one warm-up iteration each), so
+a drift of the machine's speed touches them alike. Prints the median agent-steps/s of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from agents.algo.learner import build_learner, read_metrics, train_iteration
+from agents.config import load_config
+from agents.run.machine_defaults import resolve
+
+AGNOSTIC = ["model.size_agnostic=true", "model.agent_id=false"]
+CONFIGS = {
+    "default (one-hot id, 10 UAVs, 32x32)": [],
+    "size-agnostic, 8 UAVs, 32x32": [*AGNOSTIC, "env.num_uavs=8"],
+    "size-agnostic, 10 UAVs, 32x32": [*AGNOSTIC],
+    "mixed [6,8,12] x [28,32,36]": [
+        *AGNOSTIC,
+        "env.num_uavs=[6,8,12]",
+        "env.grid_height=[28,32,36]",
+        "env.grid_width=[28,32,36]",
+    ],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=63, help="env.num_envs (63: 7 per group of the 9)")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    common = [f"env.num_envs={args.num_envs}", "train.amp=off", "run.torch_threads=1"]
+    learners = {}
+    for name, overrides in CONFIGS.items():
+        cfg, _ = resolve(load_config("configs/default.yaml", [*common, *overrides]), device)
+        learners[name] = build_learner(cfg, device)
+        read_metrics(train_iteration(learners[name]))  # warm-up
+    rates: dict[str, list[float]] = {name: [] for name in learners}
+    for _ in range(args.rounds):
+        for name, learner in learners.items():
+            for _ in range(args.iterations):
+                start = time.perf_counter()
+                read_metrics(train_iteration(learner))
+                rates[name].append(learner.agent_steps_per_iteration / (time.perf_counter() - start))
+    for name, values in rates.items():
+        print(f"{name:40s} {statistics.median(values):9.0f} agent-steps/s  ({len(values)} iterations)")
+
+
+if __name__ == "__main__":
+    main()
