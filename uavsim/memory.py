@@ -73,9 +73,10 @@ def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
         return
     pos = lay.positions(cell)  # [M, N, 2] int16
     distance = (pos[:, :, None, :] - pos[:, None, :, :]).abs().amax(-1)  # [M, N, N] Chebyshev
-    in_range = distance <= lay.memory.radius
-    zero = torch.zeros((), dtype=torch.uint8, device=memory.device)
-    memory.copy_(torch.where(in_range[..., None], memory[:, None], zero).amax(2))  # every UAV's, at once
+    in_range = (distance <= lay.memory.radius).to(torch.uint8)
+    # every UAV's at once; a product, not torch.where: 0.54 ms against 11.7 ms for 64 envs x 10 UAVs
+    # on one thread of the 2-core AMD EPYC (broadcast uint8 `where` is slow there), the same bytes
+    memory.copy_((memory[:, None] * in_range[..., None]).amax(2))
 
 
 def map_cells(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
