@@ -111,12 +111,12 @@ def test_missing_triton_or_c_compiler_on_cuda_is_a_clear_error(monkeypatch):
     # checked before anything touches the GPU, so this runs without one
     import torch.utils._triton as triton_utils
 
-    import agents.algo.ppo as ppo
+    import agents.algo.compiled as compiled
 
     monkeypatch.setattr(triton_utils, "has_triton", lambda: False)
     with pytest.raises(ValueError, match="train.compile=true on CUDA needs Triton and a C compiler"):
         compile_loss(torch.device("cuda", 0))
     monkeypatch.setattr(triton_utils, "has_triton", lambda: True)
-    monkeypatch.setattr(ppo.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="needs Triton and a C compiler"):
         compile_loss(torch.device("cuda", 0))

@@ -148,12 +148,12 @@ def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one(
 def test_compile_rollout_step_compiles_the_fused_form_where_it_is_faster(make_config, monkeypatch):
     # inductor: the actor in the fused form on CUDA (with CUDA graphs) and on the CPU in float32,
     # the actor as built for a CPU's bf16; another backend: the actor as built, no options
-    from agents.algo import ppo, rollout
+    from agents.algo import compiled, rollout
 
     actor = build_learner(make_config(*ROLLOUT), torch.device("cpu")).actor
     calls, policies = [], []
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: calls.append((fn, kwargs)) or fn)
-    monkeypatch.setattr(ppo, "check_compiler", lambda device, key: None)  # no Triton needed to wire it
+    monkeypatch.setattr(compiled, "check_compiler", lambda device, key: None)  # no Triton needed to wire it
     for device, dtype in (("cuda", torch.bfloat16), ("cpu", torch.float32), ("cpu", torch.bfloat16)):
         policies.append(rollout.compile_rollout_step(torch.device(device), actor=actor, dtype=dtype)[1])
     policies.append(rollout.compile_rollout_step(torch.device("cpu"), backend="aot_eager", actor=actor)[1])
