@@ -198,8 +198,9 @@ class EnvConfig:
 
     @property
     def memory_obs_dim(self) -> int:
-        """The pooled memory's share of the local observation: known blocked and known covered per block."""
-        return 0 if self.comm_radius is None else 2 * self.state_pool**2
+        """The memory's share of the local observation: known blocked and known covered per pooled
+        block, then the heading to the nearest block not known to be done (`uavsim.heading`)."""
+        return 0 if self.comm_radius is None else 2 * self.state_pool**2 + 3
 
     @property
     def local_obs_dim(self) -> int:

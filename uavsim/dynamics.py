@@ -23,6 +23,7 @@ import torch
 from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.memory import MemoryTables, known_counts
+from uavsim.memory import heading as memory_heading
 from uavsim.record import Field, Record
 from uavsim.rng import MAX_KEY
 
@@ -298,6 +299,8 @@ def observe(
     into(state[:, -2], torch.div, v["t"], lay.max_steps)
     time.copy_(state[:, -2:-1])
     state[:, -1].copy_(coverage)
-    if lay.memory is not None:
-        into(local[..., 3 * w2 + 3 :].view(m, n, 2, p2), torch.div, known_counts(lay, v["memory"]), lay.block_cells)
+    if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
+        counts = known_counts(lay, v["memory"])
+        into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
+        local[..., 3 * w2 + 3 + 2 * p2 :].copy_(memory_heading(lay, counts, v["cell"]))
     return {"local": local, "state": state}, seen[:, :, w2 // 2]

@@ -24,6 +24,7 @@ import torch
 
 from uavsim import rules
 from uavsim.config import EnvConfig
+from uavsim.heading import BlockHeading
 
 SEEN = 4  # memory code bit: the cell was seen; below it the packed grid's code (FREE 0, COVERED 1, BLOCKED 3)
 KNOWN_BLOCKED, KNOWN_COVERED = SEEN | 3, SEEN | 1  # pooled into the local observation, in this order
@@ -31,7 +32,8 @@ KNOWN_BLOCKED, KNOWN_COVERED = SEEN | 3, SEEN | 1  # pooled into the local obser
 
 class MemoryTables:
     """The constants memory needs on the device: ``row_stride``, the packed grid's (`Layout.ws`);
-    ``count_dtype``, the per-block counts' (the global state's pools')."""
+    ``count_dtype``, the per-block counts' (the global state's pools'); ``heading``, the tables of
+    each UAV's heading to the nearest block its memory does not know to be done."""
 
     def __init__(self, cfg: EnvConfig, row_stride: int, count_dtype: torch.dtype, device: torch.device):
         offsets = rules.window_offsets(cfg)
@@ -41,6 +43,7 @@ class MemoryTables:
         self.everyone = cfg.comm_radius >= max(cfg.grid_height, cfg.grid_width) - 1
         self.codes = torch.tensor([KNOWN_BLOCKED, KNOWN_COVERED], dtype=torch.uint8, device=device)[:, None, None]
         self.count_dtype = count_dtype
+        self.heading = BlockHeading(cfg, squared_distance=True).to(device)
 
 
 class GridLayout(Protocol):
@@ -50,6 +53,7 @@ class GridLayout(Protocol):
     ws: int
     count_bits: int
     block_of_cell: torch.Tensor
+    block_cells: torch.Tensor
     memory: MemoryTables | None
 
     def positions(self, cell: torch.Tensor) -> torch.Tensor: ...
@@ -96,3 +100,12 @@ def known_counts(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
     torch.eq(map_cells(lay, memory)[:, :, None], lay.memory.codes, out=known)  # 0/1 in the counts' dtype
     counts = torch.zeros(m, n, 2, cfg.state_pool**2, dtype=dtype, device=memory.device)
     return counts.index_add_(3, lay.block_of_cell, known.view(m, n, 2, -1))
+
+
+def heading(lay: GridLayout, counts: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+    """``[M, N, 3]`` float32: each UAV's heading (`uavsim.heading`) to the nearest block holding a
+    cell it does not know to be blocked or covered (an unknown cell may need a visit).
+    ``counts``: `known_counts`; ``cell``: ``[M, N]`` the UAVs' grid cells."""
+    flagged = (counts[:, :, 0] + counts[:, :, 1]) < lay.block_cells  # the two never overlap: within the dtype
+    row, col = lay.positions(cell).long().unbind(-1)
+    return lay.memory.heading(flagged, row, col)

@@ -8,6 +8,8 @@ torch, so it also serves the PettingZoo adapter and gymnasium's process-parallel
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import numpy as np
@@ -132,6 +134,26 @@ class ReferenceEnv:
             in_range = np.abs(self.pos - self.pos[i]).max(axis=1) <= cfg.comm_radius
             self.memory[i] = sensed[in_range].max(axis=0)
 
+    def _heading(self, flagged: np.ndarray, row: int, col: int) -> np.ndarray:
+        """``[3]`` float32 offset (of ``(H - 1, W - 1)``) and squared distance (of the diagonal) from ``(row, col)``
+        to the nearest flagged block's centre (the first on ties); zeros when none is flagged."""
+        cfg = self.config
+        h, w = cfg.grid_height, cfg.grid_width
+        if not flagged.any():
+            return np.zeros(3, dtype=np.float32)
+        rows, cols = np.divmod(np.arange(h * w), w)
+        centre = np.stack(
+            [np.bincount(self._block, weights=a, minlength=len(flagged)) for a in (rows, cols)], -1
+        ) / self._block_cells[:, None].astype(np.float64)  # [P^2, 2]: the mean cell of each block
+        twice = np.rint(2 * (centre - np.array([row, col]))).astype(np.int64)
+        sq = np.where(flagged, (twice**2).sum(1), np.iinfo(np.int64).max)
+        b = int(np.argmin(sq))
+        off = centre[b].astype(np.float32) - np.array([row, col], dtype=np.float32)
+        scale = np.maximum(np.array([h - 1, w - 1], dtype=np.float32), np.float32(1))
+        per = 0.5 / (math.hypot(h - 1, w - 1) or 1.0)
+        distance = np.float32(sq[b]) * np.float32(per * per)  # squared (uavsim.heading: why)
+        return np.append(off / scale, distance).astype(np.float32)
+
     def _check_actions(self, actions: Any) -> np.ndarray:
         a = np.asarray(actions)
         if a.shape != (self.num_uavs,):
@@ -223,11 +245,16 @@ class ReferenceEnv:
         covered = np.bincount(self._block, weights=self.covered[interior].ravel(), minlength=pools)
         if cfg.comm_radius is not None:  # per UAV: known blocked (code 7), then known covered (5), per block
             for i in range(n):
-                for k, code in enumerate((7, 5)):
-                    known = np.bincount(self._block, weights=self.memory[i][interior].ravel() == code, minlength=pools)
+                known = [
+                    np.bincount(self._block, weights=self.memory[i][interior].ravel() == code, minlength=pools)
+                    for code in (7, 5)
+                ]
+                for k in range(2):
                     local[i, scalars + 3 + k * pools : scalars + 3 + (k + 1) * pools] = (
-                        known.astype(np.float32) / self._block_cells
+                        known[k].astype(np.float32) / self._block_cells
                     )
+                # then the heading to the nearest block it does not know to be all blocked or covered
+                local[i, -3:] = self._heading(known[0] + known[1] < self._block_cells, *self.pos[i])
         coverage = np.float32(self.covered.sum()) / np.float32(self.free_cells)
         state = np.concatenate(
             [

@@ -57,8 +57,12 @@ Onboard memory (``comm_radius`` not None; `uavsim.memory`)
     now) into its memory; then each takes the element-wise max of the memories (just written) of
     the UAVs within Chebyshev distance ``comm_radius`` of it, itself included (one hop per step;
     ``comm_radius`` 0: none, not even on a shared cell). Its local observation then ends with
-    ``[known blocked cells / cells per block (P^2), known covered cells / cells per block (P^2)]``
-    (``local_obs_dim`` grows by ``2 * P^2``; blocks as in the global state).
+    ``[known blocked cells / cells per block (P^2), known covered cells / cells per block (P^2),
+    heading (3)]`` (``local_obs_dim`` grows by ``2 * P^2 + 3``; blocks as in the global state).
+    The heading points to the nearest block (squared distance between the UAV's cell and the mean
+    cell of the block; the lowest block index on ties) holding a cell the UAV knows neither blocked
+    nor covered: ``(d_row / (H - 1), d_col / (W - 1), (distance / diagonal)^2)`` with diagonal
+    ``hypot(H - 1, W - 1)``, zeros when there is none (`uavsim.heading`).
 
 Global state (float32, ``state_dim = 2 * P^2 + 2 * N + 2`` with ``P = state_pool``)
     Cell ``(r, c)`` belongs to block ``(r * P // H, c * P // W)``. The state is

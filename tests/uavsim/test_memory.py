@@ -43,7 +43,7 @@ def in_window(env: UAVSwarmEnv) -> torch.Tensor:
 def test_memory_starts_with_what_each_uav_sees_at_launch_and_grows_monotonically():
     env = UAVSwarmEnv(SMALL.replace(max_steps=40), num_envs=4, seed=1)
     env.reset()
-    assert env.local_obs_dim == 3 * 25 + 3 + 2 * 16 and env.state["memory"].shape == (4, 3, 120)
+    assert env.local_obs_dim == 3 * 25 + 3 + 2 * 16 + 3 and env.state["memory"].shape == (4, 3, 120)
     memory, windows = env.state["memory"].clone(), in_window(env)
     assert torch.equal(memory, torch.where(windows, truth(env), 0))  # comm_radius 0: its own launch window
     seen = windows

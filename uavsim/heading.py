@@ -1,0 +1,82 @@
+"""The heading to the nearest pooled block that still needs a visit, in one UAV's frame.
+
+A UAV that has covered everything around it has to know where to go next; its pooled map says
+which blocks still hold cells to cover, but in absolute coordinates, which a network would have to
+learn to subtract its own position from (without help some episodes stall: docs/performance.md,
+"Design choices, measured"). The heading is that subtraction done for it: the offset to the centre
+of the nearest block still flagged (straight-line distance, obstacles ignored: the local window
+handles those) and that distance.
+
+    heading [F, N, 3] = (d_row / (H - 1), d_col / (W - 1), distance / diagonal) float32; zeros when
+    no block is flagged. Ties go to the lowest block index. With ``squared_distance`` the third is
+    (distance / diagonal)^2: torch's float32 sqrt is not IEEE-rounded on the CPU (it differs from
+    NumPy's in the last bit on 925 of the first 5,000 integers, on an AVX-512 and an AVX2 build), and
+    an observation must match the NumPy reference bit for bit; a product does.
+
+Two users flag blocks differently: the onboard memory (`uavsim.memory`) flags a block its UAV does
+not yet know to be all covered or blocked; the shared-map actor (`agents.algo.heading`) flags a
+block of the global state that still holds uncovered free cells.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from uavsim.config import EnvConfig
+
+HEADING_DIM = 3
+
+
+class BlockHeading(nn.Module):
+    """`forward(flagged [F, N or 1, P^2] bool, row [F, N], col [F, N] int64) -> heading [F, N, 3]`
+    float32 for the map of `env_cfg` (a flag row of 1: one map for every UAV). Buffers only (no parameters, nothing in the state dict)."""
+
+    def __init__(self, env_cfg: EnvConfig, squared_distance: bool = False):
+        super().__init__()
+        self.squared_distance = squared_distance
+        h, w, p = env_cfg.grid_height, env_cfg.grid_width, env_cfg.state_pool
+        self.pool = p
+        # A UAV stands on a whole cell and a block's centre is the mean of whole rows and columns, so
+        # twice an offset is a whole number: squared distances come, exact, from two small integer
+        # tables summed by broadcasting, in int16 where they fit (one [F, N, P^2] int16 tensor per
+        # step instead of float offsets: docs/performance.md, "Design choices, measured"). The
+        # tables are int32 buffers cast per step: DDP broadcasts every buffer, and neither gloo nor
+        # NCCL takes int16.
+        row_centre, col_centre = block_centres(h, p), block_centres(w, p)
+        twice_dr = (2 * (row_centre[None, :] - np.arange(h)[:, None])).round().astype(np.int64)  # [H, P]
+        twice_dc = (2 * (col_centre[None, :] - np.arange(w)[:, None])).round().astype(np.int64)  # [W, P]
+        self.far = int((twice_dr**2).max() + (twice_dc**2).max()) + 1  # above every squared distance
+        self.sq_dtype = torch.int16 if self.far <= torch.iinfo(torch.int16).max else torch.int32
+        self.register_buffer("row_sq", torch.from_numpy(twice_dr**2).int(), persistent=False)  # (2 dr)^2
+        self.register_buffer("col_sq", torch.from_numpy(twice_dc**2).int(), persistent=False)  # (2 dc)^2
+        # [P^2, 2]: block b's centre (row, column) in cells, read with one gather of the nearest block
+        centre = np.stack(np.broadcast_arrays(row_centre[:, None], col_centre[None, :]), -1).reshape(-1, 2)
+        self.register_buffer("centre", torch.from_numpy(centre).float(), persistent=False)
+        self.register_buffer("scale", torch.tensor([h - 1.0, w - 1.0]).clamp_min(1.0), persistent=False)
+        # (2 d) -> d / diagonal as a float32 tensor (a Python float would be a double in compiled code)
+        per = 0.5 / (math.hypot(h - 1, w - 1) or 1.0)
+        self.register_buffer("distance_scale", torch.tensor(per * per if squared_distance else per), persistent=False)
+
+    def forward(self, flagged: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        p, n = self.pool, row.shape[-1]
+        row_sq, col_sq = self.row_sq.to(self.sq_dtype), self.col_sq.to(self.sq_dtype)
+        sq = row_sq[row][:, :, :, None] + col_sq[col][:, :, None, :]  # [F, N, P, P]: (2 d)^2
+        flagged = flagged.unflatten(-1, (p, p))  # [F, N or 1, P, P]
+        nearest, idx = torch.where(flagged, sq, self.far).view(-1, n, p * p).min(-1)  # [F, N]
+        off = self.centre[idx] - torch.stack([row, col], -1).float()
+        distance = nearest.float() if self.squared_distance else nearest.float().sqrt()
+        heading = torch.cat([off / self.scale, (distance * self.distance_scale)[..., None]], -1)
+        return torch.where((nearest < self.far)[..., None], heading, 0.0)
+
+
+def block_centres(cells: int, pool: int) -> np.ndarray:
+    """``[P]`` float64 mean coordinate of each block's cells along one side of the map (cell ``r`` in
+    block ``r * P // cells``, as `rules.block_of_cell` pools them)."""
+    coords = np.arange(cells)
+    block = coords * pool // cells
+    return np.bincount(block, weights=coords, minlength=pool) / np.bincount(block, minlength=pool)
+
