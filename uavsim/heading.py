@@ -33,7 +33,8 @@ HEADING_DIM = 3
 
 class BlockHeading(nn.Module):
     """`forward(flagged [F, N or 1, P^2] bool, row [F, N], col [F, N] int64) -> heading [F, N, 3]`
-    float32 for the map of `env_cfg` (a flag row of 1: one map for every UAV). Buffers only (no parameters, nothing in the state dict)."""
+    float32 for the map of `env_cfg` (a flag row of 1: one map for every UAV). Buffers only (no
+    parameters, nothing in the state dict)."""
 
     def __init__(self, env_cfg: EnvConfig, squared_distance: bool = False):
         super().__init__()
@@ -79,4 +80,3 @@ def block_centres(cells: int, pool: int) -> np.ndarray:
     coords = np.arange(cells)
     block = coords * pool // cells
     return np.bincount(block, weights=coords, minlength=pool) / np.bincount(block, minlength=pool)
-

@@ -9,7 +9,6 @@ torch, so it also serves the PettingZoo adapter and gymnasium's process-parallel
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import numpy as np
