@@ -22,7 +22,7 @@ import torch
 
 from uavsim import rules
 from uavsim.config import EnvConfig
-from uavsim.memory import MemoryTables, known_counts
+from uavsim.memory import MemoryTables
 from uavsim.memory import heading as memory_heading
 from uavsim.record import Field, Record
 from uavsim.rng import MAX_KEY
@@ -82,11 +82,11 @@ class Layout:
         self.blocked_value = BLOCKED_CODE << self.count_bits
         self.count_mask = (1 << self.count_bits) - 1
 
-        pool_cells = int(rules.cells_per_block(cfg).max())
+        pool_dtype = narrowest_int(int(rules.cells_per_block(cfg).max()))
         self.count_dtype = narrowest_int(h * w)
         fields = [
             Field("cell", torch.int64, (n,)),  # each UAV's grid cell: pad + (row + pad) * Ws + col
-            Field("pools", narrowest_int(pool_cells), (2, cfg.state_pool**2)),  # blocked, covered per block
+            Field("pools", pool_dtype, (2, cfg.state_pool**2)),  # blocked, covered per block
             Field("episode", torch.int32, ()),
             Field("free", self.count_dtype, ()),
             Field("covered", self.count_dtype, ()),
@@ -97,6 +97,7 @@ class Layout:
         ]
         if cfg.comm_radius is not None:  # each UAV's memory codes, in the grid's layout (uavsim.memory)
             fields.append(Field("memory", torch.uint8, (n, self.grid_cells)))
+            fields.append(Field("known", pool_dtype, (n, 2, cfg.state_pool**2)))  # memory.known_counts
         # The grid comes last, after at least `origin_shift` cells' worth of bytes: a window's
         # top-left cell (a UAV's cell - origin_shift) is then an offset from the grid's row start,
         # so a strided view of the row indexes windows by the UAV cells themselves.
@@ -138,7 +139,7 @@ class Layout:
         self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
         self.memory = None
         if cfg.comm_radius is not None:
-            self.memory = MemoryTables(cfg, self.ws, self.record.fields["pools"].dtype, dev)
+            self.memory = MemoryTables(cfg, self.ws, pool_dtype, on_map, self.block_of_grid, dev)
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
         """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
@@ -300,7 +301,7 @@ def observe(
     time.copy_(state[:, -2:-1])
     state[:, -1].copy_(coverage)
     if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
-        counts = known_counts(lay, v["memory"])
+        counts = v["known"]  # kept up to date by the sensing (uavsim.memory)
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
         local[..., 3 * w2 + 3 + 2 * p2 :].copy_(memory_heading(lay, counts, v["cell"]))
     return {"local": local, "state": state}, seen[:, :, w2 // 2]

@@ -19,6 +19,7 @@ from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.dynamics import Layout, cover, edge_sets, into
 from uavsim.maps import load_map_set
+from uavsim.memory import clear as clear_memory
 from uavsim.memory import sense_and_share
 from uavsim.rng import draw_hash, episode_key, salted_draw
 
@@ -147,7 +148,7 @@ def start_episodes(
     v["episode"].copy_(episode)
     lay.record.span(buf, "ep_reward", "ep_counts").zero_()
     if lay.memory is not None:  # what the UAVs see at launch, shared once, as after every step
-        v["memory"].zero_()
+        clear_memory(lay, v)
     sense_and_share(lay, v)
 
 

@@ -16,6 +16,7 @@ import torch
 from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.memory import SEEN, map_cells
+from uavsim.memory import restore as restore_memory
 from uavsim.rng import MAX_KEY
 from uavsim.rules import BLOCKED, COVERED, FREE
 
@@ -74,7 +75,7 @@ def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) 
         "ep_near_misses": v["ep_counts"][:, 1],
         "reset_pending": pending,
     }
-    if lay.memory is not None:  # the map cells of each UAV's memory (the border's codes are never read)
+    if lay.memory is not None:  # the map cells of each UAV's memory (its border is always known blocked)
         b, n = pending.shape[0], lay.cfg.num_uavs
         state[MEMORY_KEY] = map_cells(lay, v["memory"]).reshape(b, n, -1)
     return state
@@ -114,9 +115,8 @@ def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
     v["ep_counts"][:, 1].copy_(s["ep_near_misses"])
     for k in ("t", "episode", "covered", "free", "ep_reward"):
         v[k].copy_(s[k])
-    if lay.memory is not None:
-        v["memory"].zero_()
-        map_cells(lay, v["memory"]).copy_(s[MEMORY_KEY].view(map_cells(lay, v["memory"]).shape))
+    if lay.memory is not None:  # with its per-block counts, derived from it
+        restore_memory(lay, v, s[MEMORY_KEY])
     return buf
 
 

@@ -36,6 +36,7 @@ def outputs(step_out):
             for reset, dtype in (("prepared", torch.float32), ("dense", torch.float32), ("prepared", torch.bfloat16))
         ),
         ("same_step", "prepared", torch.float32, 3),  # onboard memory, shared within 3 cells
+        ("next_step", "prepared", torch.float32, 0),  # each UAV's own: its block counts kept incrementally
         ("next_step", "prepared", torch.bfloat16, 64),  # shared with everyone (past the map)
     ],
 )

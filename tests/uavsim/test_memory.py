@@ -5,7 +5,7 @@ import torch
 
 from uavsim import EnvConfig, UAVSwarmEnv, rules
 from uavsim.env import AUTORESET_MODES, RESET_MODES
-from uavsim.memory import SEEN
+from uavsim.memory import SEEN, known_counts
 
 # Episodes of 6 steps at most: every reset path runs within a few dozen steps.
 SMALL = EnvConfig(
@@ -151,18 +151,59 @@ def test_the_pooled_memory_is_the_local_observations_tail():
         assert torch.equal(obs["local"][..., start : start + 16], known)
 
 
-def test_state_dict_round_trip_continues_exactly():
-    cfg = SMALL.replace(comm_radius=3, max_steps=40)
+def counts_agree(env: UAVSwarmEnv) -> bool:
+    """Whether the block counts the step keeps (the record's ``known``, the live state's and the
+    prepared starts') equal a full recount of the memories."""
+    lay = env._lay
+    records = [env._buf] + ([env._prep_buf] if env.reset_mode != "sparse" else [])
+    views = [lay.record.views(buf) for buf in records]
+    return all(torch.equal(v["known"], known_counts(lay, v["memory"])) for v in views)
+
+
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
+@pytest.mark.parametrize(
+    "comm_radius, state_pool", [(0, 4), (0, 1), (2, 4)], ids=["own", "own-int16-counts", "radius-2"]
+)
+def test_the_kept_block_counts_equal_a_full_recount_after_every_step(
+    reset_mode, autoreset_mode, comm_radius, state_pool
+):
+    # comm_radius 0 updates them from the windows' changes only: a drift would show here.
+    cfg = SMALL.replace(comm_radius=comm_radius, state_pool=state_pool)
+    if state_pool == 1:  # one block of 17 x 16 = 272 cells: the counts are int16
+        cfg = cfg.replace(grid_height=17, grid_width=16)
+    env = UAVSwarmEnv(cfg, num_envs=4, seed=7, reset_mode=reset_mode, autoreset_mode=autoreset_mode)
+    env.reset()
+    assert counts_agree(env)
+    assert (state_pool == 1) == (env._lay.record.fields["known"].dtype == torch.int16)
+    gen = torch.Generator().manual_seed(3)
+    for t in range(40):  # episodes of 6 steps at most: every env restarts several times
+        if t in (9, 23):  # partial resets too
+            env.reset(torch.tensor([True, False, t == 23, False]))
+        else:
+            env.step(torch.randint(0, cfg.num_actions, (4, cfg.num_uavs), generator=gen))
+        assert counts_agree(env), t
+
+
+@pytest.mark.parametrize("comm_radius", [0, 3])
+def test_state_dict_round_trip_continues_exactly(comm_radius):
+    cfg = SMALL.replace(comm_radius=comm_radius, max_steps=40)
     env = UAVSwarmEnv(cfg, num_envs=3, seed=5)
     env.reset()
+    gen = torch.Generator().manual_seed(4)
     for _ in range(5):
-        env.step(torch.randint(0, cfg.num_actions, (3, 3)))
+        env.step(torch.randint(0, cfg.num_actions, (3, 3), generator=gen))
+    saved = env.state_dict()
+    assert set(saved["state"]) == set(env.state)  # the block counts are derived, not saved
     again = UAVSwarmEnv(cfg, num_envs=3, seed=5)
     again.reset()
-    again.load_state_dict(env.state_dict())
-    actions = torch.randint(0, cfg.num_actions, (3, 3))
-    assert torch.equal(env.step(actions)[0]["local"], again.step(actions)[0]["local"])
-    assert all(torch.equal(x, again.state[k]) for k, x in env.state.items())
+    again.load_state_dict(saved)
+    assert counts_agree(again) and torch.equal(again._v["known"], env._v["known"])
+    for _ in range(50):  # past the episodes' ends (the target or max_steps): the restarts too
+        actions = torch.randint(0, cfg.num_actions, (3, 3), generator=gen)
+        assert torch.equal(env.step(actions)[0]["local"], again.step(actions)[0]["local"])
+        assert all(torch.equal(x, again.state[k]) for k, x in env.state.items())
+        assert torch.equal(again._v["known"], env._v["known"])
 
 
 def test_load_state_dict_rejects_a_memory_that_disagrees_with_the_map():
