@@ -68,10 +68,10 @@ class MemoryTables:
         # that sensing it changes nothing (and adds nothing to the incremental counts).
         blank = np.where(on_map, 0, KNOWN_BLOCKED).astype(np.uint8)
         self.blank = torch.as_tensor(blank, device=device)  # [grid cells]
-        # `add_sightings`' slot in the flat [2 * P^2] counts at (code bit 1) * cells + grid cell:
-        # the block's covered count for free/covered codes, its blocked count for blocked ones
-        self.cells = len(on_map)
-        self.slot = torch.cat([block_of_grid + cfg.state_pool**2, block_of_grid])  # [2 * grid cells] int64
+        # `add_sightings`' slot in the flat [2 * P^2] counts at 8 * grid cell + code: the cell's
+        # block's blocked count for codes with bit 1 (blocked), else its covered count
+        covered = torch.tensor([(code >> 1) & 1 == 0 for code in range(8)], device=device) * cfg.state_pool**2
+        self.slot = (block_of_grid[:, None] + covered).view(-1)  # [grid cells * 8] int64
         self.heading = BlockHeading(cfg, squared_distance=True).to(device)
 
 
@@ -144,7 +144,7 @@ def add_sightings(
     they add 0."""
     m, n, _ = window.shape
     gain = (old ^ new) & 1  # uint8
-    slot = torch.add(window, (new >> 1) & 1, alpha=lay.memory.cells)  # [M, N, win^2] int64
+    slot = torch.add(new, window, alpha=8)  # [M, N, win^2] int64
     # index_select: a third of indexing's (`slot[...]`, aten::index) time on one CPU thread
     slot = lay.memory.slot.index_select(0, slot.view(-1)).view(m, n, -1)
     known.view(m, n, -1).scatter_add_(2, slot, gain if gain.dtype == known.dtype else gain.to(known.dtype))
