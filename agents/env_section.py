@@ -110,8 +110,6 @@ def check_mixed(cfg) -> None:
         )
     if m.actor_shared_map:
         raise ValueError("config key 'model.actor_shared_map' must be false with mixed sizes (heading per map size)")
-    if cfg.imitation.teacher != "none":  # a str enum
-        raise ValueError("config key 'imitation.teacher' must be none with mixed sizes (cloning plays one task)")
     if cfg.env.num_envs == AUTO:
         return  # checked once the machine has chosen it
     if cfg.env.num_envs < groups:

@@ -231,6 +231,7 @@ def clone(
 
 def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
     """Clone `learner.cfg.imitation.teacher` into `learner.actor` (and its `clone`) before the first iteration.
+    A mixed-size run's (size-agnostic) actor imitates on its first group's task.
 
     Args:
         learner: the freshly built learner.

@@ -254,8 +254,9 @@ def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
     batches = [
         group_batch(learner, g, adv, r) for g, adv, (_, r) in zip(learner.groups, b_advantages.split(sizes), gae)
     ]
-    if learner.clone is not None:
-        batches[0].clone_logprobs = clone_logprobs(learner.clone, batches[0], learner.autocast, tc.num_minibatches)
+    if learner.clone is not None:  # every group's rows stay near the clone
+        for b in batches:
+            b.clone_logprobs = clone_logprobs(learner.clone, b, learner.autocast, tc.num_minibatches)
     return (batches if mixed else batches[0]), returns
 
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from agents import evaluate, train_mappo
-from agents.algo.learner import build_learner, read_metrics, train_iteration
+from agents.algo import imitation
+from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
 from agents.algo.networks import make_actor, make_critic, team_state
 from agents.algo.rollout import agent_ids, value_of
 from agents.algo.value_norm import ValueNorm
@@ -123,3 +124,25 @@ def test_a_mixed_run_resumes_exactly_and_is_evaluated_at_other_sizes(make_config
     _, _, cfg, actor = trained_actor(full_dir, task=lambda saved: saved)
     other = make_actor(cfg.env_config().replace(num_uavs=16, launch_size=4, grid_height=48, grid_width=48), cfg.model)
     other.load_state_dict(actor.state_dict())  # the same parameters fit any team and map
+
+
+def test_a_mixed_run_starts_from_a_clone_and_every_group_stays_near_it(make_config):
+    # imitation plays the first group's task; PPO's clone KL covers every group's rows
+    cfg = make_config(
+        *MIXED,
+        "imitation.teacher=greedy",
+        "imitation.env_steps=96",
+        "imitation.epochs=2",
+        "imitation.dagger_rounds=1",
+        "imitation.dagger_env_steps=32",
+        "train.clone_kl_coef=0.5",
+    )
+    learner = build_learner(cfg, torch.device("cpu"))
+    stats = imitation.warm_start(learner)
+    assert 0 <= stats["accuracy"] <= 1
+    assert all(torch.equal(a, b) for a, b in zip(learner.actor.parameters(), learner.clone.parameters()))
+    batches, _ = prepare_batch(learner)
+    assert len(batches) == 4 and all(b.clone_logprobs is not None for b in batches)
+    assert all(b.clone_logprobs.shape[0] == b.actions.shape[0] for b in batches)
+    metrics = read_metrics(train_iteration(learner))
+    assert metrics["clone_kl"] == metrics["clone_kl"]  # finite: the anchor was read on every group
