@@ -21,6 +21,7 @@ the progress bar and a non-finite check; nothing of it runs in the training loop
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -159,7 +160,7 @@ def collect_demonstrations(
 
 def clone(
     actor: Actor,
-    demos: Demonstrations,
+    demos: Demonstrations | list[Demonstrations],
     epochs: int,
     lr: float,
     minibatch_steps: int,
@@ -172,7 +173,8 @@ def clone(
 
     Args:
         actor: the actor to fit, in place.
-        demos: the demonstrations.
+        demos: the demonstrations; a list (a mixed-size run's, one per team and map size): each
+            epoch takes their minibatches in turn, one of each.
         epochs: passes over `demos`.
         lr: Adam's learning rate.
         minibatch_steps: frames per minibatch (all their UAVs).
@@ -187,33 +189,33 @@ def clone(
     Raises:
         ValueError: the loss is not finite.
     """
-    n, frames = demos.num_agents, demos.num_frames
-    device = demos.actions.device
-    mb = min(minibatch_steps, frames)
+    sets = demos if isinstance(demos, list) else [demos]
+    device = sets[0].actions.device
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
-    agent = agent_ids(mb, n, device)
-    uav = torch.arange(n, device=device)
+    agents = [agent_ids(min(minibatch_steps, d.num_frames), d.num_agents, device) for d in sets]
     out = {"loss": math.nan, "accuracy": math.nan}
     bar = tqdm(
         range(epochs), desc="imitation: cloning", unit="epoch", disable=not progress, file=sys.stderr, leave=False
     )
     for _ in bar:
-        order = torch.randperm(frames, generator=generator, device=device)
-        sums = torch.zeros(2, device=device)
-        count = frames // mb
-        for start in range(0, count * mb, mb):  # whole minibatches: equal sizes on every rank
-            picked = order[start : start + mb]
-            rows = (picked[:, None] * n + uav).view(-1)
+        plans = []
+        for d, agent in zip(sets, agents):  # whole minibatches: equal sizes on every rank
+            order, mb = torch.randperm(d.num_frames, generator=generator, device=device), min(minibatch_steps, d.num_frames)
+            plans.append([(d, order[start : start + mb], agent) for start in range(0, d.num_frames // mb * mb, mb)])
+        sums, count = torch.zeros(2, device=device), 0
+        for d, picked, agent in (item for turn in itertools.zip_longest(*plans) for item in turn if item is not None):
+            n = d.num_agents
+            rows = (picked[:, None] * n + torch.arange(n, device=device)).view(-1)
             with autocast():
-                shared = demos.shared_map[picked] if demos.shared_map is not None else None
+                shared = d.shared_map[picked] if d.shared_map is not None else None
                 logits = actor(
-                    demos.local[rows],
+                    d.local[rows],
                     agent,
                     shared,
                     state_repeat=n,
-                    heading=demos.heading[rows] if demos.heading is not None else None,
+                    heading=d.heading[rows] if d.heading is not None else None,
                 ).float()
-            target = demos.actions[rows].long()
+            target = d.actions[rows].long()
             loss = torch.nn.functional.cross_entropy(logits, target)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -221,6 +223,7 @@ def clone(
                 sync_gradients(actor.parameters())
             optimizer.step()
             sums += torch.stack([loss.detach(), (logits.argmax(1) == target).float().mean()])
+            count += 1
         loss, accuracy = (sums / count).tolist()  # once per epoch, outside the training loop
         if not math.isfinite(loss):
             raise ValueError(f"imitation: the cloning loss is {loss} (try a lower imitation.lr)")
@@ -231,7 +234,7 @@ def clone(
 
 def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
     """Clone `learner.cfg.imitation.teacher` into `learner.actor` (and its `clone`) before the first iteration.
-    A mixed-size run's (size-agnostic) actor imitates on its first group's task.
+    A mixed-size run's (size-agnostic) actor imitates the planner on every group's task.
 
     Args:
         learner: the freshly built learner.
@@ -248,45 +251,46 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
     if learner.actor.recurrent:
         raise ValueError("imitation.teacher needs a feed-forward actor (model.recurrent=false)")
     began = time.perf_counter()
-    envs, steps = demo_env_shape(ic.env_steps, learner.env.config.max_steps, learner.env.num_envs)
-    env = UAVSwarmEnv(
-        learner.env.config,
-        num_envs=envs,
-        device=learner.env.device,
-        seed=cfg.seed,
-        first_env_index=DEMO_FIRST_ENV + replicas.rank * envs,
-        obs_dtype=learner.env.obs_dtype,
-    )
-    teacher = make_teacher(ic.teacher, env, cfg.seed)
-    dagger_steps = math.ceil(ic.dagger_env_steps / envs)
-    demos = Demonstrations(
-        (steps + ic.dagger_rounds * dagger_steps) * envs,
-        env.num_uavs,
-        env.local_obs_dim,
-        learner.actor.map_dim,
-        env.obs_dtype,
-        env.device,
-    )
-    collect_demonstrations(learner.actor, env, teacher, steps, learner.autocast, demos, progress)
+    # A mixed-size run's groups share the demonstrations; each group's episodes are as many of the
+    # run's environments as its share needs (all of them on one task, as for a single size).
+    tasks = [g.env for g in learner.groups]
+    all_envs = sum(t.num_envs for t in tasks)
+    players, first = [], DEMO_FIRST_ENV
+    for task in tasks:
+        envs, steps = demo_env_shape(math.ceil(ic.env_steps / len(tasks)), task.config.max_steps, all_envs)
+        env = UAVSwarmEnv(
+            task.config,
+            num_envs=envs,
+            device=task.device,
+            seed=cfg.seed,
+            first_env_index=first + replicas.rank * envs,
+            obs_dtype=task.obs_dtype,
+        )
+        first += replicas.world_size * envs  # the next group's range, past every rank's
+        dagger_steps = math.ceil(ic.dagger_env_steps / len(tasks) / envs)
+        demos = Demonstrations(
+            (steps + ic.dagger_rounds * dagger_steps) * envs,
+            env.num_uavs,
+            env.local_obs_dim,
+            learner.actor.map_dim,
+            env.obs_dtype,
+            env.device,
+        )
+        teacher = make_teacher(ic.teacher, env, cfg.seed)
+        collect_demonstrations(learner.actor, env, teacher, steps, learner.autocast, demos, progress)
+        noise = ActionNoise(cfg.seed + 4, env.env_index, env.num_uavs)
+        players.append((env, teacher, demos, dagger_steps, noise))
+    all_demos = [p[2] for p in players]
     generator = torch.Generator(learner.env.device).manual_seed(cfg.seed + 3)  # the same on every rank
     sync = replicas.average_gradients if replicas.active else None
-    stats = clone(
-        learner.actor, demos, ic.epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync, progress
+    fit = lambda epochs: clone(  # noqa: E731
+        learner.actor, all_demos, epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync, progress
     )
-    noise = ActionNoise(cfg.seed + 4, env.env_index, env.num_uavs)
+    stats = fit(ic.epochs)
     for _ in range(ic.dagger_rounds):  # each on the next episodes of the demonstration environments
-        collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
-        stats = clone(
-            learner.actor,
-            demos,
-            ic.dagger_epochs,
-            ic.lr,
-            ic.minibatch_steps,
-            generator,
-            learner.autocast,
-            sync,
-            progress,
-        )
+        for env, teacher, demos, dagger_steps, noise in players:
+            collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
+        stats = fit(ic.dagger_epochs)
     if learner.clone is not None:  # PPO's anchor (train.clone_kl_coef)
         learner.clone.load_state_dict(learner.actor.state_dict())
     return {**stats, "seconds": time.perf_counter() - began}

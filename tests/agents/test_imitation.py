@@ -197,7 +197,9 @@ def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatc
     frames = []
     real = imitation.clone
     monkeypatch.setattr(
-        imitation, "clone", lambda actor, demos, *a, **k: frames.append(demos.num_frames) or real(actor, demos, *a, **k)
+        imitation,
+        "clone",
+        lambda actor, demos, *a, **k: frames.append(sum(d.num_frames for d in demos)) or real(actor, demos, *a, **k),
     )
     stats = imitation.warm_start(learner)
     assert frames == [96, 96 + 48, 96 + 2 * 48]  # 4 demonstration environments: 24 steps, then 12 per round

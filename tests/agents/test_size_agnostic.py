@@ -126,8 +126,8 @@ def test_a_mixed_run_resumes_exactly_and_is_evaluated_at_other_sizes(make_config
     other.load_state_dict(actor.state_dict())  # the same parameters fit any team and map
 
 
-def test_a_mixed_run_starts_from_a_clone_and_every_group_stays_near_it(make_config):
-    # imitation plays the first group's task; PPO's clone KL covers every group's rows
+def test_a_mixed_run_starts_from_a_clone_and_every_group_stays_near_it(make_config, monkeypatch):
+    # the planner is imitated on every group's task; PPO's clone KL covers every group's rows
     cfg = make_config(
         *MIXED,
         "imitation.teacher=greedy",
@@ -138,8 +138,15 @@ def test_a_mixed_run_starts_from_a_clone_and_every_group_stays_near_it(make_conf
         "train.clone_kl_coef=0.5",
     )
     learner = build_learner(cfg, torch.device("cpu"))
+    played, real = [], imitation.collect_demonstrations
+    monkeypatch.setattr(
+        imitation,
+        "collect_demonstrations",
+        lambda actor, env, *a, **k: played.append((env.num_uavs, env.config.grid_height)) or real(actor, env, *a, **k),
+    )
     stats = imitation.warm_start(learner)
     assert 0 <= stats["accuracy"] <= 1
+    assert played == [(2, 8), (2, 10), (3, 8), (3, 10)] * 2  # demonstrations, then the DAgger round
     assert all(torch.equal(a, b) for a, b in zip(learner.actor.parameters(), learner.clone.parameters()))
     batches, _ = prepare_batch(learner)
     assert len(batches) == 4 and all(b.clone_logprobs is not None for b in batches)
