@@ -200,7 +200,8 @@ def clone(
     for _ in bar:
         plans = []
         for d, agent in zip(sets, agents):  # whole minibatches: equal sizes on every rank
-            order, mb = torch.randperm(d.num_frames, generator=generator, device=device), min(minibatch_steps, d.num_frames)
+            mb = min(minibatch_steps, d.num_frames)
+            order = torch.randperm(d.num_frames, generator=generator, device=device)
             plans.append([(d, order[start : start + mb], agent) for start in range(0, d.num_frames // mb * mb, mb)])
         sums, count = torch.zeros(2, device=device), 0
         for d, picked, agent in (item for turn in itertools.zip_longest(*plans) for item in turn if item is not None):
