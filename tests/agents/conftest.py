@@ -31,6 +31,10 @@ TINY = [
     "run.checkpoint_interval=0",
     "run.torch_threads=1",
     "train.amp=off",
+    # configs/default.yaml (what train_mappo.main reads without --config) imitates the planner first:
+    # tiny runs skip it (tests/agents/test_imitation.py covers it)
+    "imitation.teacher=none",
+    "train.clone_kl_coef=0",
 ]
 
 
