@@ -193,6 +193,7 @@ def clone(
     device = sets[0].actions.device
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
     agents = [agent_ids(min(minibatch_steps, d.num_frames), d.num_agents, device) for d in sets]
+    uavs = {d.num_agents: torch.arange(d.num_agents, device=device) for d in sets}
     out = {"loss": math.nan, "accuracy": math.nan}
     bar = tqdm(
         range(epochs), desc="imitation: cloning", unit="epoch", disable=not progress, file=sys.stderr, leave=False
@@ -206,7 +207,7 @@ def clone(
         sums, count = torch.zeros(2, device=device), 0
         for d, picked, agent in (item for turn in itertools.zip_longest(*plans) for item in turn if item is not None):
             n = d.num_agents
-            rows = (picked[:, None] * n + torch.arange(n, device=device)).view(-1)
+            rows = (picked[:, None] * n + uavs[n]).view(-1)
             with autocast():
                 shared = d.shared_map[picked] if d.shared_map is not None else None
                 logits = actor(
