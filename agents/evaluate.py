@@ -14,20 +14,24 @@ the checkpoint, seed, env config, `env_overrides` and the map set's files with t
     {"policy": {...}, "policy_sampled": {...}, "random": {...}, "greedy": {...}, "coordinated": {...},
      "paired_vs_greedy": {"policy": {...}, "policy_sampled": {...}},
      "paired_vs_coordinated": {"policy": {...}, "policy_sampled": {...}},
-     "coverage_curve": {"policy": {"mean": [...], "q25": [...], "q75": [...]}, ...}, "meta": {...}}
+     "coverage_curve": {"policy": {"mean": [...], "q25": [...], "q75": [...]}, ...},
+     "per_map": {"urban_block.txt": {"episodes": 85, "policy": {...}, ..., "paired_vs_greedy": {...}, ...}, ...},
+     "meta": {...}}
 
 each entry with `mean_coverage` (at episode end), `mean_steps_to_target` (`max_steps` where the
 target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`, `mean_return`,
 `mean_length`. `policy` takes the most likely action, `policy_sampled` samples; `greedy` and
 `coordinated` are the scripted frontier baselines of `uavsim.policies`. A GIF and a PNG of the
 first episode of the trained policy (most likely action) are written next to the JSON, and
-`<out>_compare.gif`: greedy, coordinated and the trained policy (most likely action, and sampled:
-the decentralized recipe deploys its sampled actions, the communicating one its most likely) side
-by side on that map. `paired_vs_greedy` and `paired_vs_coordinated` compare steps to target map by
+`<out>_compare.gif`: greedy, coordinated and the trained policy (most likely action, and sampled)
+side by side on that map. `paired_vs_greedy` and `paired_vs_coordinated` compare steps to target map by
 map: the mean difference (negative: faster than the baseline), its standard error, and the counts
 of maps where the policy was faster, equal or slower. `coverage_curve` holds each policy's
 coverage at steps 0 .. max_steps over the maps (mean and quartiles; a map keeps its final coverage
 once its episode ended), drawn in `<out>_coverage.png`: mean lines, interquartile bands.
+With `--maps`, `per_map` gives every entry above (but the curves) again for each map of the set
+that some episode drew, over those episodes only (printed as one line per map): a set's mean hides
+the one layout where a policy stalls.
 """
 
 from __future__ import annotations
@@ -49,14 +53,15 @@ from agents.algo.action_noise import ActionNoise
 from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
 from agents.evaluate_setup import SPLITS, add_protocol_arguments, add_task_arguments, load_setup, split_defaults
+from agents.evaluate_stats import METRICS, paired_difference, paired_results, per_map, summarize  # noqa: F401 (re-exported)
 from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
+from uavsim.maps import load_map_set, map_indices
 from uavsim.scripted import make_scripted
 from uavsim.video import record_episode, side_by_side, write_video
 
 EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
-METRICS = ("coverage", "steps_to_target", "reached", "collisions", "near_misses", "return", "length")
 BASELINES = ("random", "greedy", "coordinated")  # scripted policies, played beside the trained one
 POLICIES = ("policy", "policy_sampled", *BASELINES)
 RECORDED = ("policy", "policy_sampled", "greedy", "coordinated")  # episode 0 of each is drawn
@@ -128,13 +133,6 @@ def first_episode_frames(
     return record_episode(env, lambda e: act(e.observe()), env_index=0, trail=env_cfg.max_steps).frames
 
 
-def summarize(res: dict[str, np.ndarray]) -> dict[str, float]:
-    out = {f"mean_{k}": float(res[k].mean()) for k in METRICS if k != "reached"}
-    out["target_reached"] = float(res["reached"].mean())
-    out["episodes"] = int(len(res["coverage"]))
-    return out
-
-
 def actor_policy(
     actor: Actor,
     env: UAVSwarmEnv,
@@ -198,10 +196,13 @@ def evaluate_all(
             raw[name] = run_episodes(env, policy(name, env), on_step=bar.update)
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
     results = {name: summarize(res) for name, res in raw.items()}
-    for base in ("greedy", "coordinated"):
-        results[f"paired_vs_{base}"] = {
-            name: paired_difference(raw[name], raw[base]) for name in ("policy", "policy_sampled")
-        }
+    results.update(paired_results(raw))
+    if env_cfg.maps is not None:  # which of the set's layouts each policy fails on
+        maps = load_map_set(env_cfg.maps, env_cfg)
+        picked = map_indices(seed, np.arange(episodes), 0, len(maps))
+        names = [f.name for f in maps.files]
+        names = names if len(set(names)) == len(names) else [str(f) for f in maps.files]  # a sequence may repeat a name
+        results["per_map"] = per_map(raw, picked, names)
     results["coverage_curve"] = {name: curve_summary(res["coverage_curve"]) for name, res in raw.items()}
     frames = {
         name: first_episode_frames(env_cfg, lambda env, name=name: policy(name, env), seed, device)
@@ -246,20 +247,6 @@ def plot_coverage(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def paired_difference(res: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict[str, float]:
-    """Steps to target of `res` minus `base` on the same maps (negative: `res` is faster): the
-    mean, its standard error, and how many episodes were faster, equal or slower."""
-    d = res["steps_to_target"] - base["steps_to_target"]
-    stderr = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-    return {
-        "mean_steps_diff": float(d.mean()),
-        "stderr": stderr,
-        "faster": int((d < 0).sum()),
-        "equal": int((d == 0).sum()),
-        "slower": int((d > 0).sum()),
-    }
 
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
@@ -388,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:15s} vs {base} on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
                 f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})"
             )
+    for name, m in results.get("per_map", {}).items():
+        d = m["paired_vs_greedy"]["policy"]
+        reach = ", ".join(f"{p} {m[p]['target_reached']:.1%}" for p in ("policy", "greedy", "coordinated"))
+        print(
+            f"map {name}: {m['episodes']} maps, reached 95 %: {reach}; policy vs greedy "
+            f"{d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps"
+        )
     print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}, {plot}, {compare}")
     return 0
 

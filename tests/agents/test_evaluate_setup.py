@@ -14,7 +14,7 @@ from agents import evaluate, train_mappo
 from agents.evaluate_setup import check_actor_fits, with_task
 from tests.agents.conftest import TINY, tiny_config
 from uavsim.env import UAVSwarmEnv
-from uavsim.maps import load_map_set
+from uavsim.maps import load_map_set, map_indices
 from uavsim.scripted import make_scripted
 
 
@@ -83,7 +83,7 @@ def test_evaluate_with_env_overrides_plays_the_larger_grid_and_records_them(tiny
     assert all(len(result["coverage_curve"][name]["mean"]) == 10 for name in evaluate.POLICIES)
 
 
-def test_evaluate_on_user_maps_plays_every_policy_on_them(tiny_run, tmp_path):
+def test_evaluate_on_user_maps_plays_every_policy_on_them(tiny_run, tmp_path, capsys):
     maps = write_maps(tmp_path / "maps")
     out = tmp_path / "eval.json"
     assert evaluate.main([str(tiny_run), "--episodes", "6", "--seed", "5", "--out", str(out), "--maps", str(maps)]) == 0
@@ -96,7 +96,23 @@ def test_evaluate_on_user_maps_plays_every_policy_on_them(tiny_run, tmp_path):
     env_cfg = tiny_config(f"env.maps={maps}").env_config()
     env = UAVSwarmEnv(env_cfg, num_envs=6, seed=5)
     greedy = make_scripted("greedy", env, 5)
-    assert evaluate.summarize(evaluate.run_episodes(env, lambda obs: greedy(env))) == result["greedy"]
+    raw = evaluate.run_episodes(env, lambda obs: greedy(env))
+    assert evaluate.summarize(raw) == result["greedy"]
+    # per map: the episodes that drew it, each policy's results over those alone
+    drawn = {f"map{i}.txt": k for i, k in enumerate(meta["maps"]["episodes_per_map"]) if k}
+    assert {name: m["episodes"] for name, m in result["per_map"].items()} == drawn
+    picked = map_indices(5, np.arange(6), 0, 3)
+    for name, m in result["per_map"].items():
+        mask = picked == int(name[3])
+        assert m["greedy"] == evaluate.summarize({k: v[mask] for k, v in raw.items()})
+        assert (
+            m["paired_vs_greedy"]["policy"]["faster"]
+            + m["paired_vs_greedy"]["policy"]["equal"]
+            + m["paired_vs_greedy"]["policy"]["slower"]
+            == m["episodes"]
+        )
+    printed = capsys.readouterr().out
+    assert all(f"map {name}: {k} maps, reached 95 %: policy" in printed for name, k in drawn.items())
     blocked = env.state["cells"].view(6, 12, 12)[:, 2:-2, 2:-2] == 2  # pad 2 around the 8x8 map
     assert all(any(np.array_equal(b, m) for m in load_map_set(maps, env_cfg).blocked) for b in blocked.numpy())
 
