@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 # Rewards and penalties are float32 in both implementations: a larger value would overflow to inf.
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -48,6 +50,8 @@ class EnvConfig:
     # None: no onboard memory; else each UAV remembers what its window saw and merges its memory with
     # the UAVs within this Chebyshev distance (cells) once per step (uavsim.memory; 0: its own only)
     comm_radius: int | None = None
+    # append which moves lead toward the nearest uncovered free cell the window shows (uavsim.window_paths)
+    window_paths: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -68,6 +72,10 @@ class EnvConfig:
                         f"EnvConfig.{f.name} must be finite in float32 (|x| <= {FLOAT32_MAX:.4g}), got {value!r}"
                     )
                 object.__setattr__(self, f.name, float(value))
+        if not isinstance(self.window_paths, bool | np.bool_):
+            got = f"{type(self.window_paths).__name__} {self.window_paths!r}"
+            raise TypeError(f"EnvConfig.window_paths must be a bool, got {got}")
+        object.__setattr__(self, "window_paths", bool(self.window_paths))
         if isinstance(self.maps, os.PathLike):
             object.__setattr__(self, "maps", os.fspath(self.maps))  # kept as a string: YAML configs and --env
         if self.comm_radius is not None:
@@ -203,8 +211,14 @@ class EnvConfig:
         return 0 if self.comm_radius is None else 2 * self.state_pool**2 + 3
 
     @property
+    def paths_obs_dim(self) -> int:
+        """With ``window_paths``: for each move, whether it gets closer to the nearest uncovered free
+        cell of the window, then that distance (`uavsim.window_paths`)."""
+        return self.moves + 1 if self.window_paths else 0
+
+    @property
     def local_obs_dim(self) -> int:
-        return 3 * self.window**2 + 3 + self.memory_obs_dim
+        return 3 * self.window**2 + 3 + self.memory_obs_dim + self.paths_obs_dim
 
     @property
     def state_dim(self) -> int:

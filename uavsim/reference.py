@@ -17,6 +17,7 @@ from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.maps import load_map_set
 from uavsim.rng import MAX_KEY, below, hash32
+from uavsim.window_paths import window_paths_reference
 
 
 def check_key(name: str, value: Any) -> int:
@@ -253,7 +254,16 @@ class ReferenceEnv:
                         known[k].astype(np.float32) / self._block_cells
                     )
                 # then the heading to the nearest block it does not know to be all blocked or covered
-                local[i, -3:] = self._heading(known[0] + known[1] < self._block_cells, *self.pos[i])
+                heading = scalars + 3 + 2 * pools
+                local[i, heading : heading + 3] = self._heading(known[0] + known[1] < self._block_cells, *self.pos[i])
+        if cfg.window_paths:  # then the moves toward the nearest uncovered free cell of the window
+            for i in range(n):
+                row, col = self.pos[i] + p
+                area = (slice(row - r, row + r + 1), slice(col - r, col + r + 1))
+                seen_blocked = self.blocked[area]
+                local[i, cfg.local_obs_dim - cfg.paths_obs_dim :] = window_paths_reference(
+                    cfg, seen_blocked, ~self.covered[area] & ~seen_blocked
+                )
         coverage = np.float32(self.covered.sum()) / np.float32(self.free_cells)
         state = np.concatenate(
             [
