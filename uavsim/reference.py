@@ -17,7 +17,6 @@ from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.maps import load_map_set
 from uavsim.rng import MAX_KEY, below, hash32
-from uavsim.window_paths import window_paths_reference
 
 
 def check_key(name: str, value: Any) -> int:
@@ -274,3 +273,28 @@ class ReferenceEnv:
             ]
         )
         return {"local": local, "state": state}
+
+
+def window_paths_reference(cfg: EnvConfig, blocked: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
+    """One UAV's ``[moves + 1]`` float32 values from its ``[win, win]`` bool windows, by a
+    breadth-first search (the plain statement of `uavsim.window_paths.WindowPaths`)."""
+    w, rounds = cfg.window, rules.window_path_rounds(cfg)
+    far = rounds + 1
+    dist = np.full((w, w), far, dtype=np.int64)
+    frontier = list(zip(*np.nonzero(uncovered & ~blocked)))
+    for r, c in frontier:
+        dist[r, c] = 0
+    moves = rules.move_table(cfg)[1:]
+    for d in range(1, rounds + 1):
+        nxt = []
+        for r, c in frontier:
+            for dr, dc in moves:
+                rr, cc = r + dr, c + dc
+                if 0 <= rr < w and 0 <= cc < w and not blocked[rr, cc] and dist[rr, cc] > d:
+                    dist[rr, cc] = d
+                    nxt.append((rr, cc))
+        frontier = nxt
+    c = cfg.obs_radius
+    here = dist[c, c]
+    closer = [np.float32(dist[c + dr, c + dc] < here) for dr, dc in moves]
+    return np.array([*closer, np.float32(here) / np.float32(far)], dtype=np.float32)

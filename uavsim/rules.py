@@ -64,6 +64,13 @@ Onboard memory (``comm_radius`` not None; `uavsim.memory`)
     nor covered: ``(d_row / (H - 1), d_col / (W - 1), (distance / diagonal)^2)`` with diagonal
     ``hypot(H - 1, W - 1)``, zeros when there is none (`uavsim.heading`).
 
+Window paths (``window_paths``; `uavsim.window_paths`)
+    The local observation then ends with ``moves + 1`` values: breadth-first distances, in moves of
+    the move set, from each cell of the UAV's window to the nearest window cell that is free and not
+    covered, through window cells that are not blocked (outside the window: blocked), searched
+    ``window_path_rounds`` deep (farther: that + 1); for each move ``1 .. moves`` 1 if its cell is
+    closer than the UAV's own, else 0; then the own cell's distance / (``window_path_rounds`` + 1).
+
 Global state (float32, ``state_dim = 2 * P^2 + 2 * N + 2`` with ``P = state_pool``)
     Cell ``(r, c)`` belongs to block ``(r * P // H, c * P // W)``. The state is
     ``[blocked cells / cells per block (P^2), covered cells / cells per block (P^2),
@@ -113,6 +120,11 @@ def launch_cells(cfg: EnvConfig) -> np.ndarray:
     """``[launch_size^2, 2]`` int64 cells of the launch area; index ``j`` is launch cell ``j``."""
     j = np.arange(cfg.launch_size**2, dtype=np.int64)
     return np.stack([j // cfg.launch_size, j % cfg.launch_size], axis=1)
+
+
+def window_path_rounds(cfg: EnvConfig) -> int:
+    """How deep the window paths search (`uavsim.window_paths`): any path within one window side."""
+    return 2 * cfg.obs_radius
 
 
 def block_of_cell(cfg: EnvConfig) -> np.ndarray:

@@ -20,17 +20,11 @@ one IEEE division: the NumPy reference gets the same bits.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
 from uavsim import rules
 from uavsim.config import EnvConfig
-
-
-def search_rounds(cfg: EnvConfig) -> int:
-    """Relaxation rounds: enough for any path that stays within one window side of the UAV."""
-    return 2 * cfg.obs_radius
 
 
 class WindowPaths(nn.Module):
@@ -48,7 +42,7 @@ class WindowPaths(nn.Module):
         super().__init__()
         if cfg.window > 63:
             raise ValueError(f"window_paths needs a window of at most 63 cells (obs_radius <= 31), got {cfg.window}")
-        self.win, self.rounds, self.diagonal = cfg.window, search_rounds(cfg), cfg.moves == 8
+        self.win, self.rounds, self.diagonal = cfg.window, rules.window_path_rounds(cfg), cfg.moves == 8
         moves = rules.move_table(cfg)  # [1 + moves, 2]: hover (the UAV's own cell) first
         c = cfg.obs_radius
         self.register_buffer("rows", torch.as_tensor(c + moves[:, 0], dtype=torch.int64), persistent=False)
@@ -85,28 +79,3 @@ class WindowPaths(nn.Module):
         here = dist[..., :1]
         closer = (dist[..., 1:] < here).float()
         return torch.cat([closer, here.float() / self.far], -1)
-
-
-def window_paths_reference(cfg: EnvConfig, blocked: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
-    """One UAV's ``[moves + 1]`` float32 values from its ``[win, win]`` bool windows, by a
-    breadth-first search (the reference's plain statement of `WindowPaths`)."""
-    w, rounds = cfg.window, search_rounds(cfg)
-    far = rounds + 1
-    dist = np.full((w, w), far, dtype=np.int64)
-    frontier = list(zip(*np.nonzero(uncovered & ~blocked)))
-    for r, c in frontier:
-        dist[r, c] = 0
-    moves = rules.move_table(cfg)[1:]
-    for d in range(1, rounds + 1):
-        nxt = []
-        for r, c in frontier:
-            for dr, dc in moves:
-                rr, cc = r + dr, c + dc
-                if 0 <= rr < w and 0 <= cc < w and not blocked[rr, cc] and dist[rr, cc] > d:
-                    dist[rr, cc] = d
-                    nxt.append((rr, cc))
-        frontier = nxt
-    c = cfg.obs_radius
-    here = dist[c, c]
-    closer = [np.float32(dist[c + dr, c + dc] < here) for dr, dc in moves]
-    return np.array([*closer, np.float32(here) / np.float32(far)], dtype=np.float32)

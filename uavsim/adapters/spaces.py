@@ -33,6 +33,9 @@ def local_obs_bounds(cfg: EnvConfig) -> tuple[np.ndarray, np.ndarray]:
     low = np.zeros(cfg.local_obs_dim, dtype=np.float32)
     high = np.ones(cfg.local_obs_dim, dtype=np.float32)
     high[2 * win2 : 3 * win2] = max(cfg.num_uavs - 1, 0)
+    if cfg.comm_radius is not None:  # the memory's heading offsets point either way (uavsim.heading)
+        heading = 3 * win2 + 3 + 2 * cfg.state_pool**2
+        low[heading : heading + 2] = -1.0
     return low, high
 
 
