@@ -123,6 +123,45 @@ def observation_layout(env_cfg: EnvConfig) -> dict:
         {"name": "col", "start": 3 * cells + 1, "shape": [], "what": "the UAV's column / (grid_width - 1)"},
         {"name": "time", "start": 3 * cells + 2, "shape": [], "what": "the episode's step / max_steps"},
     ]
+    if env_cfg.comm_radius is not None:  # the UAV's onboard memory (docs/environment.md, "Onboard memory")
+        pool, start = env_cfg.state_pool, 3 * cells + 3
+        blocks = f"per block of the map's {pool}x{pool} blocks (rows then columns)"
+        parts += [
+            {
+                "name": "known_blocked",
+                "start": start,
+                "shape": [pool, pool],
+                "what": f"cells known blocked / cells, {blocks}",
+            },
+            {
+                "name": "known_covered",
+                "start": start + pool * pool,
+                "shape": [pool, pool],
+                "what": f"cells known covered / cells, {blocks}",
+            },
+            {
+                "name": "memory_heading",
+                "start": start + 2 * pool * pool,
+                "shape": [3],
+                "what": "to the nearest block not known done: d_row / (H - 1), d_col / (W - 1), (dist / diagonal)^2",
+            },
+        ]
+    if env_cfg.window_paths:  # docs/environment.md, "Window paths"
+        start = env_cfg.local_obs_dim - env_cfg.paths_obs_dim
+        parts += [
+            {
+                "name": "path_closer",
+                "start": start,
+                "shape": [env_cfg.moves],
+                "what": "per move (actions 1 ..): 1 if it leads closer to the window's nearest uncovered free cell",
+            },
+            {
+                "name": "path_distance",
+                "start": start + env_cfg.moves,
+                "shape": [],
+                "what": f"moves to that cell / {2 * r + 1} (1: none within {2 * r} moves in the window)",
+            },
+        ]
     return {
         "size": env_cfg.local_obs_dim,
         "window": f"{window}x{window} cells centred on the UAV: rows dr = -{r} .. {r}, then columns dc = -{r} .. {r}",

@@ -5,6 +5,7 @@ hidden state fed back); the sidecar says what to feed; bad arguments are clear e
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,21 @@ def test_errors_name_what_was_wrong_and_what_was_expected(tmp_path, monkeypatch,
     assert "error: unknown format 'tflite'" in capsys.readouterr().err
     assert export.main([str(run_dir), "--format", "torchscript"]) == 0
     assert (run_dir / "actor.pt").is_file() and f"wrote {run_dir / 'actor.pt'}" in capsys.readouterr().out
+
+
+def test_the_layout_names_the_memory_and_window_path_parts_where_the_env_puts_them():
+    from uavsim.config import EnvConfig
+
+    env_cfg = EnvConfig(comm_radius=0, window_paths=True, obs_radius=6)
+    parts = export.observation_layout(env_cfg)["parts"]
+    # contiguous, in order, to the end of the observation
+    ends = [p["start"] + math.prod(p["shape"]) for p in parts]
+    assert [p["start"] for p in parts[1:]] == ends[:-1] and ends[-1] == env_cfg.local_obs_dim
+    part = {p["name"]: p for p in parts}
+    assert list(part)[-5:] == ["known_blocked", "known_covered", "memory_heading", "path_closer", "path_distance"]
+    env = UAVSwarmEnv(env_cfg, num_envs=2, seed=3)
+    local = env.reset()["local"]
+    known = local[..., part["known_covered"]["start"] : part["memory_heading"]["start"]]
+    assert torch.all(known.sum(-1) > 0)  # each UAV knows its launch windows covered
+    closer = local[..., part["path_closer"]["start"] : part["path_distance"]["start"]]
+    assert ((closer == 0) | (closer == 1)).all() and local[..., part["path_distance"]["start"]].gt(0).all()
