@@ -108,10 +108,18 @@ def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Conf
 def check_actor_fits(trained: EnvConfig, task: EnvConfig, model: ModelConfig) -> None:
     """A ValueError naming what differs where the actor trained on ``trained`` cannot play ``task``."""
     problems = []
-    if task.local_obs_dim != trained.local_obs_dim:
+    if task.local_obs_dim != trained.local_obs_dim:  # name the keys that shape the local observation
+        shaping = ["obs_radius", "window_paths"] + (["state_pool"] if trained.comm_radius is not None else [])
+        differ = [
+            f"{k}={getattr(trained, k)}, not {getattr(task, k)}"
+            for k in shaping
+            if getattr(trained, k) != getattr(task, k)
+        ]
+        if (trained.comm_radius is None) != (task.comm_radius is None):
+            differ.append(f"comm_radius={trained.comm_radius}, not {task.comm_radius} (the onboard memory's part)")
         problems.append(
-            f"its input is a local window of obs_radius={trained.obs_radius} ({trained.local_obs_dim} floats), "
-            f"not obs_radius={task.obs_radius}"
+            f"its input is a local observation of {trained.local_obs_dim} floats, this task's {task.local_obs_dim}: "
+            + "; ".join(differ or [f"obs_radius={trained.obs_radius}"])
         )
     if task.num_actions != trained.num_actions:
         problems.append(f"it chooses among moves={trained.moves} moves, not moves={task.moves}")

@@ -63,8 +63,16 @@ def test_the_actor_plays_other_grids_but_not_other_teams_with_its_one_hot_id():
     with pytest.raises(ValueError, match=r"one-hot agent id sized to the training team of num_uavs=2"):
         check_actor_fits(trained, trained.replace(num_uavs=4), model)
     check_actor_fits(trained, trained.replace(num_uavs=4), tiny_config("model.agent_id=false").model)
-    with pytest.raises(ValueError, match=r"local window of obs_radius=2 \(78 floats\), not obs_radius=1"):
+    with pytest.raises(ValueError, match=r"local observation of 78 floats, this task's 30: obs_radius=2, not 1"):
         check_actor_fits(trained, trained.replace(obs_radius=1), model)
+    with pytest.raises(ValueError, match=r"78 floats, this task's 83: window_paths=False, not True"):
+        check_actor_fits(trained, trained.replace(window_paths=True), model)
+    with pytest.raises(ValueError, match=r"comm_radius=None, not 0 \(the onboard memory's part\)"):
+        check_actor_fits(trained, trained.replace(comm_radius=0), model)
+    remembers = trained.replace(comm_radius=0)
+    with pytest.raises(ValueError, match=r"state_pool=4, not 2"):
+        check_actor_fits(remembers, remembers.replace(state_pool=2), model)
+    check_actor_fits(remembers, remembers.replace(comm_radius=8), model)  # the range shapes nothing
     with pytest.raises(ValueError, match=r"moves=4 moves, not moves=8"):
         check_actor_fits(trained, trained.replace(moves=8), model)
     shared = tiny_config("model.actor_shared_map=true").model
