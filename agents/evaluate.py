@@ -52,12 +52,18 @@ from tqdm import tqdm
 from agents.algo.action_noise import ActionNoise
 from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
-from agents.evaluate_setup import SPLITS, add_protocol_arguments, add_task_arguments, load_setup, split_defaults
+from agents.evaluate_setup import (
+    SPLITS,
+    add_protocol_arguments,
+    add_task_arguments,
+    episode_maps,
+    load_setup,
+    split_defaults,
+)
 from agents.evaluate_stats import METRICS, paired_difference, paired_results, per_map, summarize  # noqa: F401 (re-exported)
 from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
-from uavsim.maps import load_map_set, map_indices
 from uavsim.scripted import make_scripted
 from uavsim.video import record_episode, side_by_side, write_video
 
@@ -198,8 +204,7 @@ def evaluate_all(
     results = {name: summarize(res) for name, res in raw.items()}
     results.update(paired_results(raw))
     if env_cfg.maps is not None:  # which of the set's layouts each policy fails on
-        maps = load_map_set(env_cfg.maps, env_cfg)
-        picked = map_indices(seed, np.arange(episodes), 0, len(maps))
+        maps, picked = episode_maps(env_cfg, episodes, seed)
         names = [f.name for f in maps.files]
         names = names if len(set(names)) == len(names) else [str(f) for f in maps.files]  # a sequence may repeat a name
         results["per_map"] = per_map(raw, picked, names)

@@ -30,7 +30,7 @@ from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
 from uavsim.config import EnvConfig
-from uavsim.maps import load_map_set, map_indices
+from uavsim.maps import MapSet, load_map_set, map_indices
 
 ENV_KEYS = tuple(f.name for f in dataclasses.fields(EnvConfig))
 
@@ -139,13 +139,19 @@ def check_actor_fits(trained: EnvConfig, task: EnvConfig, model: ModelConfig) ->
         )
 
 
+def episode_maps(env_cfg: EnvConfig, episodes: int, seed: int) -> tuple[MapSet, np.ndarray]:
+    """``(the map set, [episodes] int64 its map index for each)``: which map episode 0 of
+    environments 0 .. episodes-1 of ``seed`` plays (``env_cfg.maps`` set)."""
+    maps = load_map_set(env_cfg.maps, env_cfg)  # also reports a bad set before any episode runs
+    return maps, map_indices(seed, np.arange(episodes), 0, len(maps))
+
+
 def maps_meta(env_cfg: EnvConfig, episodes: int, seed: int) -> dict | None:
     """What the evaluation JSON records of a map set: its source, its files and how many of the
     ``episodes`` (episode 0 of environments 0 .. episodes-1 of ``seed``) play each; None without one."""
     if env_cfg.maps is None:
         return None
-    maps = load_map_set(env_cfg.maps, env_cfg)  # also reports a bad set before any episode runs
-    picked = map_indices(seed, np.arange(episodes), 0, len(maps))
+    maps, picked = episode_maps(env_cfg, episodes, seed)
     return {
         "source": env_cfg.maps,
         "files": [str(f) for f in maps.files],
