@@ -341,10 +341,23 @@ def inductor_options(device: torch.device) -> dict[str, bool]:
     """Inductor's options for the captured rollout step on `device`: CUDA graphs on CUDA
     (`reduce-overhead`), and `emulate_precision_casts`: round where eager rounds, so the fused
     form's log-probabilities stay within 1e-4 of the eager chain's (docs/performance.md, "Design
-    choices, measured")."""
+    choices, measured"); on CUDA also eager's division (`eager_division_option`)."""
     from torch._inductor import list_mode_options
 
-    return {
-        **list_mode_options("reduce-overhead" if device.type == "cuda" else "default"),
-        "emulate_precision_casts": True,
-    }
+    if device.type != "cuda":
+        return {**list_mode_options("default"), "emulate_precision_casts": True}
+    return {**list_mode_options("reduce-overhead"), "emulate_precision_casts": True, **eager_division_option()}
+
+
+def eager_division_option() -> dict[str, bool]:
+    """Inductor's option that makes its triton kernels divide as eager CUDA does (IEEE
+    round-to-nearest, `div_rn`), under the installed torch's name for it; {} where it has none.
+    Triton's own `/` is approximate (`div.full.f32`): compiled on an H200 (torch 2.11), the step's
+    `t / max_steps` observation came out an ulp away from the eager one. C++ kernels divide exactly."""
+    from torch._inductor import config
+
+    names = config.get_config_copy()
+    for name in ("eager_numerics.division_rounding", "emulate_divison_rounding"):  # torch 2.13; 2.10-2.12 (sic)
+        if name in names:
+            return {name: True}
+    return {}

@@ -161,6 +161,7 @@ def test_compile_rollout_step_compiles_the_fused_form_where_it_is_faster(make_co
     (_, cuda_kwargs), (_, fp32_kwargs), _, (_, other_kwargs) = calls
     assert cuda_kwargs["fullgraph"] and cuda_kwargs["options"]["emulate_precision_casts"]
     assert cuda_kwargs["options"]["triton.cudagraphs"]  # reduce-overhead's CUDA graphs
+    assert cuda_kwargs["options"]["eager_numerics.division_rounding"]  # torch 2.13's name: triton divides as eager
     assert fp32_kwargs["options"] == {"emulate_precision_casts": True}
     assert other_kwargs == {"fullgraph": True, "backend": "aot_eager"}
     cuda, fp32, bf16, other = policies
