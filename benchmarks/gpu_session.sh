@@ -13,7 +13,7 @@
 #               captured (train.compile, train.compile_rollout) in one run
 #   envcompile  the env's step under torch.compile beside the eager one
 #   learn       the default recipe trained on the GPU (env.num_envs=auto), GPU utilisation sampled
-#               each second, then agents.evaluate on the 256 protocol maps
+#               each second, then agents.evaluate on the 512 test maps (--split test)
 #
 # Each step runs under its own limit and all of them within $BUDGET (570 s: the device tool stops a
 # call at 600): a step that would start with under 30 s left is skipped and named in the log, so
