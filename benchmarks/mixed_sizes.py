@@ -5,8 +5,9 @@ update) of a mixed-size config against single-size ones, side by side in one pro
     python -m benchmarks.mixed_sizes --iterations 3 --rounds 2
 
 Every config is `configs/default.yaml` with `model.size_agnostic=true model.agent_id=false` (and the
-one-hot default itself, for reference), without the onboard memory and the clone's anchor it has
-carried since issue 30 (`env.comm_radius=null train.clone_kl_coef=0`: the setup measured when
+one-hot default itself, for reference), without the onboard memory, the clone's anchor and the
+window paths it has carried since issue 30 (`env.comm_radius=null train.clone_kl_coef=0
+env.window_paths=false`: the setup measured when
 mixed sizes came, kept so the figures stay comparable), the same `env.num_envs`, one thread; the configs take turns
 (`--rounds` rounds of `--iterations` timed iterations each, after one warm-up iteration each), so
 a drift of the machine's speed touches them alike. Prints the median agent-steps/s of each.
@@ -47,7 +48,8 @@ def main() -> None:
     torch.set_num_threads(1)
     device = torch.device("cpu")
     common = [f"env.num_envs={args.num_envs}", "train.amp=off", "run.torch_threads=1"]
-    common += ["env.comm_radius=null", "imitation.teacher=none", "train.clone_kl_coef=0"]  # as measured before
+    # as measured before the default gained its memory, anchor and window paths:
+    common += ["env.comm_radius=null", "env.window_paths=false", "imitation.teacher=none", "train.clone_kl_coef=0"]
     learners = {}
     for name, overrides in CONFIGS.items():
         cfg, _ = resolve(load_config("configs/default.yaml", [*common, *overrides]), device)

@@ -141,7 +141,8 @@ def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
     # once the GEMMs accumulate in place and apply the ReLUs in their epilogues (issue 15; target 24,
     # see docs/performance.md). The communicating preset now (13x13 window): 46.7. The decentralized
     # default (13x13 window, no shared map): 31.0; 33.7 since its observation carries the onboard
-    # memory (641 inputs instead of 510, issue 30). A change that costs more fails here.
+    # memory (641 inputs instead of 510, issue 30); 33.8 with its window paths (646 inputs). A change
+    # that costs more fails here.
     from agents.algo.rollout import agent_ids
 
     learner = step_cost.learner_for(1024, 2, "bf16", 100, config=config)
