@@ -73,6 +73,9 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
+    # K > 0: a one-hot of the UAV's index mod K instead (K roles, K wide at any team size; needs
+    # agent_id=false); 0: none. A role the size-agnostic networks can keep (configs/size_agnostic.yaml)
+    agent_roles: int = 0
     # inputs that do not depend on the team or the map size (needs agent_id=false): the mappo
     # critic sees the UAVs as a density map instead of a list of positions; allows mixed sizes
     size_agnostic: bool = False
@@ -80,6 +83,10 @@ class ModelConfig:
     actor_shared_map: bool = False
     recurrent: bool = False  # a GRU between the actor's encoder and its head (rMAPPO)
     recurrent_size: int = 0  # model.recurrent: the GRU's units; 0 for hidden_size
+
+    def id_width(self, num_agents: int) -> int:
+        """Columns of the id one-hot in the networks' first layers for a team of `num_agents`."""
+        return num_agents if self.agent_id else self.agent_roles
 
     @property
     def gru_units(self) -> int:
@@ -370,6 +377,12 @@ def check_config(cfg: Config) -> None:
         cfg.env_configs()  # EnvConfig's own range checks, for every group
     except (TypeError, ValueError) as err:
         raise type(err)(f"config section 'env': {err}") from None
+    need(m.agent_roles >= 0, "model.agent_roles", ">= 0 (0: no roles)")
+    need(
+        not (m.agent_roles and m.agent_id),
+        "model.agent_roles",
+        "0 with model.agent_id=true (the roles replace the one-hot id)",
+    )
     if m.size_agnostic:
         need(
             not m.agent_id, "model.agent_id", "false with model.size_agnostic=true (a one-hot id is sized to the team)"

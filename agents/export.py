@@ -7,7 +7,7 @@ The file maps a batch of rows, each one UAV's inputs as the actor consumes them,
 action logits, fp32, with a dynamic batch dimension (feed 1 row onboard, many in a test):
 
     local       [batch, L] float32   the UAV's local observation (uavsim.rules)
-    agent_id    [batch]    int64     its index 0 .. N-1 in the swarm         (model.agent_id)
+    agent_id    [batch]    int64     its index 0 .. N-1 in the swarm  (model.agent_id, model.agent_roles)
     heading     [batch, 3] float32   to the nearest uncovered block          (model.actor_shared_map)
     pooled_map  [batch, 2 P^2] float32  the global state's first 2 P^2 entries (model.actor_shared_map)
     hidden      [batch, H] float32   the GRU state, zeros at an episode's start (model.recurrent)
@@ -58,7 +58,7 @@ class OneUAVActor(nn.Module):
     def forward(self, *inputs: torch.Tensor):
         named = dict(zip(self.input_names, inputs))
         # Each row carries its own copy of the shared map (state_repeat=1): one UAV, one row.
-        # Without `model.agent_id` the actor reads no id (None is never looked at).
+        # Without `model.agent_id` or `model.agent_roles` the actor reads no id (None is never looked at).
         return self.actor(
             named["local"],
             named.get("agent_id"),
@@ -68,14 +68,23 @@ class OneUAVActor(nn.Module):
         )
 
 
+def agent_id_meaning(env_cfg: EnvConfig, roles: int) -> str:
+    """What the `agent_id` input holds: the index, and with `model.agent_roles` what the file does with it."""
+    if not roles:
+        return f"the UAV's index in the swarm, 0 .. {env_cfg.num_uavs - 1}"
+    return f"the UAV's index in the swarm, 0 .. N-1 for any team size N (the file reads its role, index mod {roles})"
+
+
 def tensor_specs(wrapped: OneUAVActor, env_cfg: EnvConfig) -> tuple[list[dict], list[dict]]:
     """`(inputs, outputs)`: per tensor of the file, in order, its name, shape ("batch" first),
     dtype and meaning, as the sidecar lists them."""
     actor = wrapped.actor
     p = env_cfg.state_pool
+    first = actor.net.first
+    roles = first.num_agents if first.wrap_ids else 0
     known = {
         "local": (["batch", env_cfg.local_obs_dim], "float32", "the UAV's local observation: see observation.local"),
-        "agent_id": (["batch"], "int64", f"the UAV's index in the swarm, 0 .. {env_cfg.num_uavs - 1}"),
+        "agent_id": (["batch"], "int64", agent_id_meaning(env_cfg, roles)),
         "heading": (
             ["batch", 3],
             "float32",
@@ -234,7 +243,8 @@ def export_actor(source: str | Path, fmt: str = "onnx", out: str | Path | None =
     if problem:
         raise ValueError(f"--out: {problem}")
     env_cfg = cfg.env_config()
-    wrapped = OneUAVActor(actor.float(), cfg.model.agent_id).eval()  # fp32 whatever the run trained in
+    has_id = cfg.model.id_width(env_cfg.num_uavs) > 0
+    wrapped = OneUAVActor(actor.float(), has_id).eval()  # fp32 whatever the run trained in
     info = sidecar(wrapped, env_cfg, fmt, out, path, payload)
     example = example_inputs(info["inputs"], rows=2)
     out.parent.mkdir(parents=True, exist_ok=True)

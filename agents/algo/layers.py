@@ -49,11 +49,19 @@ class SplitInputLinear(nn.Module):
         num_agents: the agent id's one-hot width (0: no agent id).
         out_dim: the output width.
         generator: the initialisation's random generator (None: torch's default).
+        wrap_ids: the one-hot is of the id mod `num_agents` (`model.agent_roles`: any team size).
     """
 
-    def __init__(self, dims: list[int], num_agents: int, out_dim: int, generator: torch.Generator | None):
+    def __init__(
+        self,
+        dims: list[int],
+        num_agents: int,
+        out_dim: int,
+        generator: torch.Generator | None,
+        wrap_ids: bool = False,
+    ):
         super().__init__()
-        self.dims, self.num_agents = dims, num_agents
+        self.dims, self.num_agents, self.wrap_ids = dims, num_agents, wrap_ids
         self.linear = layer_init(nn.Linear(sum(dims) + num_agents, out_dim), generator=generator)
         self.register_buffer("agent_ids", torch.arange(num_agents), persistent=False)
         self.form = Form.chain
@@ -81,6 +89,8 @@ class SplitInputLinear(nn.Module):
         dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
         w, bias = w.to(dtype), bias.to(dtype)
         form = Form.chain if torch.is_grad_enabled() else self.form
+        if self.num_agents and self.wrap_ids:
+            agent = agent.remainder(self.num_agents)  # the role: one op, on the roles' networks only
         # epilogue and fused: GEMMs accumulate in place and the last applies the ReLU in its epilogue
         # (torch._addmm_activation: autograd has no derivative for it, vmap no rule for in-place GEMMs)
         in_place = form != Form.chain
@@ -174,7 +184,8 @@ class MLP(nn.Module):
         super().__init__()
         act = ACTIVATIONS[cfg.activation]
         self.relu = cfg.activation == Activation.relu
-        self.first = SplitInputLinear(dims, num_agents, cfg.hidden_size, generator)
+        wrap = not cfg.agent_id and cfg.agent_roles > 0
+        self.first = SplitInputLinear(dims, cfg.id_width(num_agents), cfg.hidden_size, generator, wrap)
         # rest[0], the first activation: a ReLU network applies it in `SplitInputLinear` instead
         # (in the last GEMM's epilogue where it can); kept here for tanh and the state dict's keys.
         layers: list[nn.Module] = [FIRST_ACTIVATIONS[cfg.activation]()]

@@ -50,7 +50,7 @@ class Actor(nn.Module):
 
     Args:
         local_dim: `L`, the local observation's width.
-        num_agents: `N`, UAVs per environment (the agent id's one-hot, when `cfg.agent_id`).
+        num_agents: `N`, UAVs per environment (the agent id's one-hot, when `cfg.agent_id`; see `cfg.id_width`).
         num_actions: `A`.
         cfg: the model config.
         generator: the initialisation's random generator (None: torch's default).
@@ -73,9 +73,7 @@ class Actor(nn.Module):
         self.heading = MapHeading(env_cfg) if env_cfg is not None else None
         dims = [local_dim, HEADING_DIM, self.map_dim] if self.map_dim else [local_dim]
         self.recurrent = cfg.recurrent
-        self.net = MLP(
-            dims, num_agents if cfg.agent_id else 0, cfg, None if self.recurrent else num_actions, 0.01, generator
-        )
+        self.net = MLP(dims, num_agents, cfg, None if self.recurrent else num_actions, 0.01, generator)
         if self.recurrent:
             self.gru = GRU(cfg.hidden_size, cfg.gru_units, generator)
             self.head = layer_init(nn.Linear(cfg.gru_units, num_actions), std=0.01, generator=generator)
@@ -215,7 +213,7 @@ class Critic(nn.Module):
     Args:
         state_dim: `S`, the global state's width.
         local_dim: `L`, the local observation's width.
-        num_agents: `N`, UAVs per environment (the agent id's one-hot, when `cfg.agent_id`).
+        num_agents: `N`, UAVs per environment (the agent id's one-hot, when `cfg.agent_id`; see `cfg.id_width`).
         cfg: the model config.
         generator: the initialisation's random generator (None: torch's default).
         form: how its no-grad calls compute the first layers (`Form`).
@@ -239,7 +237,7 @@ class Critic(nn.Module):
         if self.state_pool:
             state_dim = 3 * state_pool**2 + 2
         dims = [state_dim, local_dim] if self.centralized else [local_dim]
-        self.net = MLP(dims, num_agents if cfg.agent_id else 0, cfg, 1, 1.0, generator)
+        self.net = MLP(dims, num_agents, cfg, 1, 1.0, generator)
         self.net.first.form = Form(form)
 
     def forward(
