@@ -23,11 +23,13 @@ from tests.agents.conftest import tiny_config
 from uavsim.env import UAVSwarmEnv
 
 # local: the default actor (tanh, agent id); shared_map: + heading and pooled map (ReLU, as
-# configs/shared_map.yaml); recurrent: a GRU actor without an agent id
+# configs/shared_map.yaml); recurrent: a GRU actor without an agent id; roles: `model.agent_roles`
 CONFIGS = {
     "local": (),
     "shared_map": ("model.actor_shared_map=true", "model.activation=relu"),
     "recurrent": ("model.recurrent=true", "train.chunk_length=4", "model.agent_id=false"),
+    # roles: size-agnostic with a one-hot of the index mod 2 (UAV 2 takes UAV 0's role in the file too)
+    "roles": ("model.size_agnostic=true", "model.agent_id=false", "model.agent_roles=2", "env.num_uavs=3"),
 }
 ROOT = Path(__file__).resolve().parents[2]
 ATOL = 1e-5
@@ -76,7 +78,7 @@ def play(run_dir, run_exported) -> None:
     """Feed `run_exported(rows) -> [logits, (next_hidden)]` the observations of `STEPS` random steps
     of three environments and compare with the torch actor (the hidden state fed back each step)."""
     _, _, cfg, actor = trained_actor(run_dir)
-    names = export.OneUAVActor(actor, cfg.model.agent_id).input_names
+    names = export.OneUAVActor(actor, cfg.model.id_width(cfg.env.num_uavs) > 0).input_names
     env = UAVSwarmEnv(cfg.env_config(), num_envs=3, seed=5)
     obs, gen = env.reset(), torch.Generator().manual_seed(1)
     hidden = torch.zeros(env.num_envs * env.num_uavs, actor.hidden_size) if actor.recurrent else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 
 from agents import evaluate, train_mappo
 from agents.algo import imitation
+from agents.algo.layers import Form
 from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
-from agents.algo.networks import make_actor, make_critic, team_state
+from agents.algo.networks import Actor, make_actor, make_critic, team_state, with_form
 from agents.algo.rollout import agent_ids, value_of
 from agents.algo.value_norm import ValueNorm
 from agents.env_section import split_envs
@@ -36,6 +38,35 @@ def test_one_set_of_parameters_plays_any_team_and_map_size(make_config):
         values = value_of(critic, ValueNorm(0.99, enabled=False), obs, agent, contextlib.nullcontext)
         assert actions.shape == logprob.shape == values.shape == (3, n)
         assert torch.isfinite(values).all() and torch.isfinite(logprob).all()
+
+
+@pytest.mark.parametrize("form", list(Form))
+def test_roles_are_the_one_hot_id_of_the_index_mod_k_at_any_team_size(make_config, form):
+    k = 3
+    cfg = make_config(*AGNOSTIC, f"model.agent_roles={k}", "model.activation=relu")
+    one_hot = dataclasses.replace(cfg.model, agent_id=True, agent_roles=0)  # the same networks, an id K wide
+    gen = torch.Generator().manual_seed(0)
+    for make in (make_actor, make_critic):
+        net, twin = make(cfg.env_config(), cfg.model), make(cfg.env_config().replace(num_uavs=k), one_hot)
+        with torch.no_grad():
+            for param in net.parameters():
+                param.copy_(torch.randn(param.shape, generator=gen) * 0.3)
+        twin.load_state_dict(net.state_dict())
+        net, twin = with_form(net, form), with_form(twin, form)
+
+        def call(module, obs, agent, n):
+            local = obs["local"].reshape(-1, obs["local"].shape[-1])
+            with torch.no_grad():
+                return module(local, agent) if isinstance(module, Actor) else module(obs["state"], local, agent, n)
+
+        for n in (2, 7):  # fewer UAVs than roles, and more
+            env = UAVSwarmEnv(cfg.env_config().replace(num_uavs=n, launch_size=3), num_envs=2, seed=1)
+            obs, agent = env.reset(), agent_ids(2, n, env.device)
+            torch.testing.assert_close(call(net, obs, agent, n), call(twin, obs, agent % k, n), rtol=0, atol=0)
+        # UAV k plays UAV 0's role: the same observation gives the same output, and UAV 1's differs
+        same = {"local": obs["local"][:1, :1].expand(1, n, -1), "state": obs["state"][:1]}
+        out = call(net, same, agent[:n], n)
+        assert torch.equal(out[k], out[0]) and not torch.equal(out[1], out[0])
 
 
 def test_team_state_counts_each_uav_in_its_block():
@@ -73,6 +104,12 @@ def test_only_a_size_agnostic_critic_reads_the_team_as_a_density_map(make_config
             r"'train.num_minibatches' must divide each size group",
         ),
         (("model.actor_shared_map=true",), ValueError, r"'model.actor_shared_map' must be false with mixed"),
+        (("model.agent_roles=-1",), ValueError, r"'model.agent_roles' must be >= 0"),
+        (
+            ("model.size_agnostic=false", "model.agent_id=true", "model.agent_roles=4"),
+            ValueError,
+            r"'model.agent_roles' must be 0 with model.agent_id=true",
+        ),
         (("env.num_uavs=[2,30]",), ValueError, r"num_uavs"),  # EnvConfig's own check, per group
     ],
 )
