@@ -18,7 +18,7 @@ from agents.algo.rollout import agent_ids, value_of
 from agents.algo.value_norm import ValueNorm
 from agents.env_section import split_envs
 from agents.run import checkpoint as ckpt
-from agents.run.learner_state import trained_actor
+from agents.run.learner_state import learner_state, trained_actor
 from tests.agents.conftest import TINY
 from uavsim.env import UAVSwarmEnv
 
@@ -190,3 +190,17 @@ def test_a_mixed_run_starts_from_a_clone_and_every_group_stays_near_it(make_conf
     assert all(b.clone_logprobs.shape[0] == b.actions.shape[0] for b in batches)
     metrics = read_metrics(train_iteration(learner))
     assert metrics["clone_kl"] == metrics["clone_kl"]  # finite: the anchor was read on every group
+
+
+def test_a_run_with_roles_trains_on_mixed_sizes_and_is_evaluated_with_a_larger_team(make_config, tmp_path):
+    learner = build_learner(make_config(*MIXED, "model.agent_roles=2"), torch.device("cpu"))
+    assert learner.actor.net.first.linear.in_features == learner.actor.net.first.dims[0] + 2
+    metrics = read_metrics(train_iteration(learner))
+    assert all(v == v for k, v in metrics.items() if k != "explained_variance")  # no NaN
+    ckpt.save_checkpoint(tmp_path, learner_state(learner), keep=1)
+    out = tmp_path / "eval-5.json"
+    assert (
+        evaluate.main([str(tmp_path), "--episodes", "2", "--out", str(out), "--env", "num_uavs=5", "launch_size=3"])
+        == 0
+    )
+    assert json.loads(out.read_text())["meta"]["env_overrides"] == ["num_uavs=5", "launch_size=3"]
