@@ -73,8 +73,7 @@ class ModelConfig:
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
-    # K > 0: a one-hot of the UAV's index mod K instead (K roles, K wide at any team size; needs
-    # agent_id=false); 0: none. A role the size-agnostic networks can keep (configs/size_agnostic.yaml)
+    # K > 0 (with agent_id=false): a one-hot of the index mod K, K wide at any team size; 0: none
     agent_roles: int = 0
     # inputs that do not depend on the team or the map size (needs agent_id=false): the mappo
     # critic sees the UAVs as a density map instead of a list of positions; allows mixed sizes
@@ -378,11 +377,7 @@ def check_config(cfg: Config) -> None:
     except (TypeError, ValueError) as err:
         raise type(err)(f"config section 'env': {err}") from None
     need(m.agent_roles >= 0, "model.agent_roles", ">= 0 (0: no roles)")
-    need(
-        not (m.agent_roles and m.agent_id),
-        "model.agent_roles",
-        "0 with model.agent_id=true (the roles replace the one-hot id)",
-    )
+    need(not (m.agent_roles and m.agent_id), "model.agent_roles", "0 with model.agent_id=true (roles replace the id)")
     if m.size_agnostic:
         need(
             not m.agent_id, "model.agent_id", "false with model.size_agnostic=true (a one-hot id is sized to the team)"
