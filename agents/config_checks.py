@@ -8,6 +8,11 @@ from agents.config_schema import DEVICE_PATTERN, Config, Teacher
 from agents.env_section import AUTO, check_mixed, check_sizes, is_mixed
 
 
+def auto_or_at_least(value: object, low: int) -> bool:
+    """Whether an `auto` key holds `auto` or an int >= `low`."""
+    return value == AUTO or (isinstance(value, int) and value >= low)
+
+
 def check_config(cfg: Config) -> None:
     """Range checks the types cannot express; a `ValueError` (or the env section's `TypeError`) names the key."""
 
@@ -19,11 +24,7 @@ def check_config(cfg: Config) -> None:
 
     t, r, m = cfg.train, cfg.run, cfg.model
     need(0 <= cfg.seed < 2**31, "seed", "in [0, 2**31)")
-    need(
-        cfg.env.num_envs == AUTO or (isinstance(cfg.env.num_envs, int) and cfg.env.num_envs >= 1),
-        "env.num_envs",
-        "auto or an int >= 1",
-    )
+    need(auto_or_at_least(cfg.env.num_envs, 1), "env.num_envs", "auto or an int >= 1")
     need(m.hidden_size >= 1, "model.hidden_size", ">= 1")
     need(m.recurrent_size >= 0, "model.recurrent_size", ">= 0 (0: model.hidden_size)")
     need(m.num_layers >= 1, "model.num_layers", ">= 1")
@@ -57,11 +58,7 @@ def check_config(cfg: Config) -> None:
         )
     if im.teacher != Teacher.none:
         need(not m.recurrent, "imitation.teacher", "none with model.recurrent=true (cloning fits a feed-forward actor)")
-    need(
-        r.torch_threads == AUTO or (isinstance(r.torch_threads, int) and r.torch_threads >= 0),
-        "run.torch_threads",
-        "auto or an int >= 0 (0: torch's own default)",
-    )
+    need(auto_or_at_least(r.torch_threads, 0), "run.torch_threads", "auto or an int >= 0 (0: torch's own default)")
     need(r.checkpoint_interval >= 0, "run.checkpoint_interval", ">= 0")
     need(r.keep_checkpoints >= 1, "run.keep_checkpoints", ">= 1")
     need(r.eval_interval >= 0, "run.eval_interval", ">= 0")
