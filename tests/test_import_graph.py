@@ -257,7 +257,7 @@ def test_layer_violations_are_found_anywhere_in_a_file():
 
 # Inside agents: the algorithm knows nothing of the run around it, and placement (used by the
 # team's diffusion and VLM jobs too) nothing of MAPPO (docs/architecture.md).
-ENTRY_POINTS = ("agents.train_mappo", "agents.evaluate", "agents.export")
+ENTRY_POINTS = ("agents.train_mappo", "agents.evaluate", "agents.export", "agents.average")
 AGENTS_FORBIDDEN = {
     "agents.config": ("agents.algo", "agents.run", "agents.placement", *ENTRY_POINTS),
     "agents.algo": ("agents.run", "agents.placement", *ENTRY_POINTS),

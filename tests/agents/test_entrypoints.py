@@ -202,6 +202,7 @@ def test_command_line_errors_are_clear(tmp_path):
         ("agents.export", str(tmp_path / "nothing"), "--format", "tflite"): (
             "unknown format 'tflite': expected one of onnx, torchscript"
         ),
+        ("agents.average", str(tmp_path / "nothing")): "is not a run directory",
         ("agents.train_mappo", f"run.dir={tmp_path / 'a_file'}"): "exists and is not a directory",
         ("agents.train_mappo", "--config", str(tmp_path / "bad.yaml")): "is not valid YAML",
     }
