@@ -7,7 +7,8 @@ Why: late in a run PPO still moves the policy from update to update, and where o
 lands is partly luck. The mean of the last few checkpoints' weights sits between them (Izmailov
 et al. 2018, "Averaging Weights Leads to Wider Optima"); it needs checkpoints close together, so
 train with a short `run.checkpoint_interval` and a `run.keep_checkpoints` of at least K, e.g.
-`run.checkpoint_interval=100000 run.keep_checkpoints=6`.
+`run.checkpoint_interval=100000 run.keep_checkpoints=6`. Measure before deploying it: on
+`configs/size_agnostic.yaml` it did not beat the final checkpoint (docs/training.md).
 
 The output is a run directory of its own (`config.yaml` and one checkpoint) holding the newest
 checkpoint with its actor's and critic's floating-point weights replaced by the mean over the last
