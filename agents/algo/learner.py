@@ -17,6 +17,7 @@ from agents.algo.action_noise import ActionNoise
 from agents.algo.compiled import compile_loss
 from agents.algo.gae import compute_gae
 from agents.algo.layers import Form
+from agents.algo.lockstep import lockstep_applies, lockstep_collect
 from agents.algo.networks import Actor, Critic, make_actor, make_critic
 from agents.algo.ppo import Batch, LossFn, clone_logprobs, make_optimizer, minibatch_loss, update
 from agents.algo.precision import amp_dtype, make_autocast
@@ -217,19 +218,24 @@ def rollout_once(
 @torch.no_grad()
 def collect(learner: Learner) -> None:
     """Fill the learner's storage with `T` steps from its observation (and a recurrent actor's
-    hidden state), advancing both: `learner.rollout_fn` (`rollout_step`, or its compiled form) T times.
+    hidden state), advancing both: `learner.rollout_fn` (`rollout_step`, or its compiled form) T times;
+    a mixed-size run's groups in lockstep where it can (`agents.algo.lockstep`: the same numbers).
 
     values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
     uses where the step was truncated or the rollout ends. The critic evaluates all stored
     observations after the steps, in a few large calls (the same numbers as per step).
     """
-    for group in learner.groups:  # a mixed-size run's groups one after the other (a handful)
-        env, s = group.env, group.storage
-        agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-        t = torch.zeros((), dtype=torch.int64, device=env.device)
-        for _ in range(s.actions.shape[0]):
-            rollout_once(learner, agent, t, group)
-        critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
+    if lockstep_applies(learner):  # a mixed-size run: one actor call a step over every group
+        lockstep_collect(learner)
+    else:
+        for group in learner.groups:  # each group's T steps, one group after the other
+            env = group.env
+            agent = agent_ids(env.num_envs, env.num_uavs, env.device)
+            t = torch.zeros((), dtype=torch.int64, device=env.device)
+            for _ in range(group.storage.actions.shape[0]):
+                rollout_once(learner, agent, t, group)
+    critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
+    for s in (g.storage for g in learner.groups):
         values_of_steps(critic, norm, s.local, s.state, autocast, s.values)
         values_of_steps(critic, norm, s.final_local, s.final_state, autocast, s.next_values)
 

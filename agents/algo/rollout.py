@@ -266,8 +266,26 @@ def rollout_step(
         chunk = (t // storage.chunk_length).view(1)
         kept = storage.hidden.index_select(0, chunk)[0]
         _write(storage.hidden, chunk, torch.where(t % storage.chunk_length == 0, hidden, kept))
-    row = t.view(1)
     actions, logprob, heading, next_hidden = actor.act(obs, agent, noise, autocast, hidden=hidden)
+    obs, done = record_step(env, storage, stats, obs, actions, logprob, heading, t)
+    t.add_(1)
+    return obs, reset_where_done(next_hidden, done) if hidden is not None else None
+
+
+def record_step(
+    env: UAVSwarmEnv,
+    storage: Storage,
+    stats: EpisodeStats,
+    obs: dict[str, torch.Tensor],
+    actions: torch.Tensor,
+    logprob: torch.Tensor,
+    heading: torch.Tensor | None,
+    t: torch.Tensor,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """The environment's half of a rollout step: store `obs` and the policy's `actions [B, N]`,
+    `logprob [B, N]` (and `heading`) at row `t`, `env.step`, store what it returns, add the episodes
+    that ended to `stats`. Returns `(next obs, done [B] bool)`."""
+    row = t.view(1)
     if heading is not None:
         _write(storage.heading, row, heading)
     _write(storage.local, row, obs["local"])
@@ -281,8 +299,7 @@ def rollout_step(
     _write(storage.terminated, row, terminated)
     _write(storage.truncated, row, truncated)
     stats.add(terminated, truncated, info)
-    t.add_(1)
-    return obs, reset_where_done(next_hidden, terminated | truncated) if hidden is not None else None
+    return obs, terminated | truncated
 
 
 RolloutStep = Callable[..., tuple[dict[str, torch.Tensor], "torch.Tensor | None"]]
