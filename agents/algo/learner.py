@@ -225,17 +225,18 @@ def collect(learner: Learner) -> None:
     uses where the step was truncated or the rollout ends. The critic evaluates all stored
     observations after the steps, in a few large calls (the same numbers as per step).
     """
-    if lockstep_applies(learner):  # a mixed-size run: one actor call a step over every group
-        lockstep_collect(learner)
+    groups, tc = learner.groups, learner.cfg.train
+    if lockstep_applies(len(groups), learner.actor, tc.compile_rollout):  # one actor call a step over every group
+        lockstep_collect(groups, learner.policy, learner.stats, learner.autocast)
     else:
-        for group in learner.groups:  # each group's T steps, one group after the other
+        for group in groups:  # each group's T steps, one group after the other
             env = group.env
             agent = agent_ids(env.num_envs, env.num_uavs, env.device)
             t = torch.zeros((), dtype=torch.int64, device=env.device)
             for _ in range(group.storage.actions.shape[0]):
                 rollout_once(learner, agent, t, group)
     critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
-    for s in (g.storage for g in learner.groups):
+    for s in (g.storage for g in groups):
         values_of_steps(critic, norm, s.local, s.state, autocast, s.values)
         values_of_steps(critic, norm, s.final_local, s.final_state, autocast, s.next_values)
 

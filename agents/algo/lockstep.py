@@ -14,15 +14,14 @@ it (on the CPU bit for bit, in bf16 and fp32; `tests/agents/test_lockstep.py`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections.abc import Callable, Sequence
 
 import torch
 
 from agents.algo.action_noise import ActionNoise
-from agents.algo.rollout import agent_ids, record_step
-
-if TYPE_CHECKING:
-    from agents.algo.learner import Learner
+from agents.algo.networks import Actor
+from agents.algo.rollout import EpisodeStats, agent_ids, record_step
 
 
 class JoinedNoise:
@@ -36,30 +35,30 @@ class JoinedNoise:
         return torch.cat([n.uniform().reshape(-1) for n in self.noises]).view(1, -1)
 
 
-def lockstep_applies(learner: Learner) -> bool:
-    """Whether `collect` steps `learner`'s groups in lockstep: a mixed-size run whose actor reads
-    local observations only (a shared-map actor's state differs in size between groups), is
-    feed-forward, and is not captured whole (`train.compile_rollout` captures one group's step)."""
-    actor = learner.actor
-    return (
-        len(learner.groups) > 1 and not learner.cfg.train.compile_rollout and not actor.recurrent and not actor.map_dim
-    )
+def lockstep_applies(num_groups: int, actor: Actor, compile_rollout: bool) -> bool:
+    """Whether `collect` steps a run's `num_groups` size groups in lockstep: a mixed-size run
+    whose `actor` reads local observations only (a shared-map actor's state differs in size between
+    groups) and is feed-forward, and whose step is not captured whole (`train.compile_rollout`
+    captures one group's step)."""
+    return num_groups > 1 and not compile_rollout and not actor.recurrent and not actor.map_dim
 
 
 @torch.no_grad()
-def lockstep_collect(learner: Learner) -> None:
-    """`T` steps of every group of `learner` (`lockstep_applies`), one actor call a step, into
-    each group's storage, advancing each group's observation. No host read."""
-    groups = learner.groups
+def lockstep_collect(
+    groups: Sequence, policy: Actor, stats: EpisodeStats, autocast: Callable[[], contextlib.AbstractContextManager]
+) -> None:
+    """`T` steps of every size group (a learner's `groups`: each with its `env`, `storage`,
+    `action_noise` and `obs`, advanced in place), one call of `policy` a step, into each group's
+    storage and `stats`. No host read."""
     rows = [g.env.num_envs * g.env.num_uavs for g in groups]
-    device = learner.env.device
+    device = groups[0].env.device
     agent = torch.cat([agent_ids(g.env.num_envs, g.env.num_uavs, device) for g in groups])
     noise = JoinedNoise([g.action_noise for g in groups])
     t = torch.zeros((), dtype=torch.int64, device=device)
-    for _ in range(learner.storage.actions.shape[0]):
+    for _ in range(groups[0].storage.actions.shape[0]):
         local = torch.cat([g.obs["local"].reshape(r, -1) for g, r in zip(groups, rows)]).unsqueeze(0)
-        actions, logprob, _, _ = learner.policy.act({"local": local, "state": None}, agent, noise, learner.autocast)
+        actions, logprob, _, _ = policy.act({"local": local, "state": None}, agent, noise, autocast)
         for g, a, lp in zip(groups, actions.split(rows, 1), logprob.split(rows, 1)):
             shape = (g.env.num_envs, g.env.num_uavs)
-            g.obs, _ = record_step(g.env, g.storage, learner.stats, g.obs, a.view(shape), lp.view(shape), None, t)
+            g.obs, _ = record_step(g.env, g.storage, stats, g.obs, a.view(shape), lp.view(shape), None, t)
         t.add_(1)

@@ -28,7 +28,7 @@ STORED = [f.name for f in dataclasses.fields(Storage)]
 def _collect_twice(learner, group_by_group: bool, monkeypatch) -> list[dict[str, torch.Tensor]]:
     with monkeypatch.context() as m:
         if group_by_group:
-            m.setattr(learner_module, "lockstep_applies", lambda _: False)
+            m.setattr(learner_module, "lockstep_applies", lambda *_: False)
         rows = []
         for _ in range(2):  # the second rollout starts from the first's observations and noise counters
             learner.stats.reset()
@@ -43,7 +43,7 @@ def _collect_twice(learner, group_by_group: bool, monkeypatch) -> list[dict[str,
 def test_lockstep_collects_what_the_groups_collect_one_after_the_other(make_config, monkeypatch, amp):
     cfg = make_config(*MIXED, f"train.amp={amp}", "model.agent_roles=2")
     lockstep, by_group = (build_learner(cfg, torch.device("cpu")) for _ in range(2))
-    assert lockstep_applies(lockstep)
+    assert lockstep_applies(len(lockstep.groups), lockstep.actor, cfg.train.compile_rollout)
     got = _collect_twice(lockstep, False, monkeypatch)
     want = _collect_twice(by_group, True, monkeypatch)
     for g, w in zip(got, want):
@@ -57,14 +57,15 @@ def test_lockstep_collects_what_the_groups_collect_one_after_the_other(make_conf
 
 
 def test_lockstep_applies_to_mixed_feed_forward_local_runs_only(make_config):
-    cpu = torch.device("cpu")
-    assert not lockstep_applies(build_learner(make_config("model.size_agnostic=true", "model.agent_id=false"), cpu))
-    recurrent = make_config(*MIXED, "model.recurrent=true", "train.chunk_length=4")
-    assert not lockstep_applies(build_learner(recurrent, cpu))
-    learner = build_learner(make_config(*MIXED), cpu)
-    assert lockstep_applies(learner)
-    learner.cfg = dataclasses.replace(learner.cfg, train=dataclasses.replace(learner.cfg.train, compile_rollout=True))
-    assert not lockstep_applies(learner)  # a captured step is one group's
+    def applies(*overrides) -> bool:
+        learner = build_learner(make_config(*overrides), torch.device("cpu"))
+        return lockstep_applies(len(learner.groups), learner.actor, learner.cfg.train.compile_rollout)
+
+    assert applies(*MIXED)
+    assert not applies("model.size_agnostic=true", "model.agent_id=false")  # one group
+    assert not applies(*MIXED, "model.recurrent=true", "train.chunk_length=4")
+    actor = build_learner(make_config(*MIXED), torch.device("cpu")).actor
+    assert not lockstep_applies(4, actor, compile_rollout=True)  # a captured step is one group's
 
 
 def test_joined_noise_is_each_groups_own_stream_in_order():
