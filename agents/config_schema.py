@@ -94,6 +94,9 @@ class TrainConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5  # clipped separately for the actor and the critic
     norm_adv: bool = True
+    # a mixed-size run's advantages normalized per size group (true) or over all groups (false):
+    # their scales differ by up to 5x between map sizes (configs/size_agnostic.yaml)
+    norm_adv_per_group: bool = False
     value_norm: bool = True
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off

@@ -244,7 +244,8 @@ def collect(learner: Learner) -> None:
 def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
     """GAE on the filled storage, the value normalizer's update, and the flattened batch (views of
     the storage, no copies). Returns the batch and the (denormalized) returns `[T, B, N]`; a
-    mixed-size run's batches (one per group, advantages normalized over all) and returns flattened
+    mixed-size run's batches (one per group, advantages normalized over all, or per group under
+    `train.norm_adv_per_group`) and returns flattened
     `[sum of T * B * N]`."""
     tc = learner.cfg.train
     gae = [
@@ -254,9 +255,11 @@ def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
     mixed = len(gae) > 1
     returns = torch.cat([r.reshape(-1) for _, r in gae]) if mixed else gae[0][1]
     learner.value_norm.update(returns, reduce=learner.replicas.mean if learner.replicas.active else None)
+    if tc.norm_adv and tc.norm_adv_per_group:
+        gae = [(normalized(a), r) for a, r in gae]
     b_advantages = torch.cat([a.reshape(-1) for a, _ in gae]) if mixed else gae[0][0].reshape(-1)
-    if tc.norm_adv:
-        b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+    if tc.norm_adv and not tc.norm_adv_per_group:
+        b_advantages = normalized(b_advantages)
     sizes = [a.numel() for a, _ in gae]
     batches = [
         group_batch(learner, g, adv, r) for g, adv, (_, r) in zip(learner.groups, b_advantages.split(sizes), gae)
@@ -265,6 +268,11 @@ def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
         for b in batches:
             b.clone_logprobs = clone_logprobs(learner.clone, b, learner.autocast, tc.num_minibatches)
     return (batches if mixed else batches[0]), returns
+
+
+def normalized(advantages: torch.Tensor) -> torch.Tensor:
+    """`advantages` shifted and scaled to mean 0 and standard deviation 1."""
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
 def group_batch(learner: Learner, group: Learner | SizeGroup, advantages: torch.Tensor, returns: torch.Tensor) -> Batch:

@@ -12,7 +12,7 @@ import torch
 from agents import evaluate, train_mappo
 from agents.algo import imitation
 from agents.algo.layers import Form
-from agents.algo.learner import build_learner, prepare_batch, read_metrics, train_iteration
+from agents.algo.learner import build_learner, collect, prepare_batch, read_metrics, train_iteration
 from agents.algo.networks import Actor, make_actor, make_critic, team_state, with_form
 from agents.algo.rollout import agent_ids, value_of
 from agents.algo.value_norm import ValueNorm
@@ -204,3 +204,16 @@ def test_a_run_with_roles_trains_on_mixed_sizes_and_is_evaluated_with_a_larger_t
         == 0
     )
     assert json.loads(out.read_text())["meta"]["env_overrides"] == ["num_uavs=5", "launch_size=3"]
+
+
+@pytest.mark.parametrize("per_group", [False, True])
+def test_a_mixed_runs_advantages_are_normalized_over_all_groups_or_per_group(make_config, per_group):
+    learner = build_learner(make_config(*MIXED, f"train.norm_adv_per_group={per_group}"), torch.device("cpu"))
+    collect(learner)
+    batches, _ = prepare_batch(learner)
+    every = torch.cat([b.advantages for b in batches])
+    groups = [b.advantages for b in batches]
+    unit = lambda a: abs(a.mean().item()) < 1e-5 and abs(a.std().item() - 1) < 1e-4  # noqa: E731
+    assert all(unit(a) for a in groups) == per_group  # the groups' scales differ: over all, none is 0 / 1
+    if not per_group:
+        assert unit(every)
