@@ -23,7 +23,8 @@ class EnvConfig:
     Grid cells are addressed (row, col) with row 0 at the top. The launch area is the
     `launch_size` x `launch_size` square in the top-left corner, kept free of obstacles.
     `maps`: None for random rectangles, or a map set to play instead (a map file or a folder of them,
-    `uavsim.maps`; checked when an env loads it): `num_obstacles` and the obstacle sizes are then unused.
+    `uavsim.maps`; checked when an env loads it): `num_obstacles`, `num_walls` and their sizes are then
+    unused. The wall lengths are checked only when `num_walls` > 0.
     Besides the obvious ranges: `num_obstacles` <= the number of cells, `max_steps` < 2**31, and
     (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps within
     float32, so that no reward and no episode return can overflow.
@@ -36,6 +37,11 @@ class EnvConfig:
     max_steps: int = 200
     obstacle_min_size: int = 1  # side length of an obstacle rectangle, in cells (inclusive range)
     obstacle_max_size: int = 4
+    # walls: one cell thick, horizontal or vertical, drawn after the rectangles (uavsim.rules); long
+    # walls make corridors and rooms that the small rectangles never do
+    num_walls: int = 0
+    wall_min_length: int = 8
+    wall_max_length: int = 16
     launch_size: int = 4
     sensor_radius: int = 2  # a UAV covers free cells with dr^2 + dc^2 <= sensor_radius^2
     obs_radius: int = 3  # egocentric window is (2 * obs_radius + 1)^2 cells
@@ -120,6 +126,24 @@ class EnvConfig:
             "obstacle_max_size",
             f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so obstacles fit on the map",
         )
+        need(self.num_walls >= 0, "num_walls", ">= 0")
+        need(
+            self.num_walls <= self.grid_height * self.grid_width,
+            "num_walls",
+            f"<= the number of cells ({self.grid_height * self.grid_width})",
+        )
+        if self.num_walls > 0:
+            need(self.wall_min_length >= 1, "wall_min_length", ">= 1")
+            need(
+                self.wall_max_length >= self.wall_min_length,
+                "wall_max_length",
+                f">= wall_min_length ({self.wall_min_length})",
+            )
+            need(
+                self.wall_max_length <= min(self.grid_height, self.grid_width),
+                "wall_max_length",
+                f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so walls fit on the map",
+            )
         need(self.launch_size >= 1, "launch_size", ">= 1")
         need(
             self.launch_size <= min(self.grid_height, self.grid_width),

@@ -42,14 +42,15 @@ def episode_bounds(cfg: EnvConfig, fewest_free: int | None = None) -> tuple[int,
     An episode ends by truncation after ``max_steps`` steps, or when ``covered >= target * free``
     (float32). The fewest covered cells that can end one, ``c_min``, is that of the map with the
     fewest free cells: ``fewest_free`` for a map set (`StartTables.fewest_free`); for random maps
-    (None), every obstacle of the largest size, none overlapping another or the launch area.
+    (None), every obstacle and wall of the largest size, none overlapping another or the launch area.
     After ``t`` steps a UAV is at most ``t`` moves from the launch area, so the covered
     cells lie within the footprint of such cells: at most ``reach(t)`` of them; and each step
     covers at most ``num_uavs x`` (the most footprint cells one move brings in) new cells on top
     of the launch footprints. The bound is the first ``t`` at which both allow ``c_min``.
     """
     h, w, ls = cfg.grid_height, cfg.grid_width, cfg.launch_size
-    free_min = h * w - min(cfg.num_obstacles * cfg.obstacle_max_size**2, h * w - ls * ls)
+    most_blocked = cfg.num_obstacles * cfg.obstacle_max_size**2 + cfg.num_walls * cfg.wall_max_length
+    free_min = h * w - min(most_blocked, h * w - ls * ls)
     if fewest_free is not None:  # a map set's maps are known
         free_min = fewest_free
     target = float(np.float32(cfg.target_coverage))
@@ -76,7 +77,7 @@ class StartTables:
 
     def __init__(self, lay: Layout):
         cfg, dev = lay.cfg, lay.device
-        k, h, w = cfg.num_obstacles, cfg.grid_height, cfg.grid_width
+        k, h, w = cfg.num_obstacles + cfg.num_walls, cfg.grid_height, cfg.grid_width
         self.maps, self.fewest_free = None, None
         if cfg.maps is not None:  # read and checked once, here; the step never touches the files
             map_set = load_map_set(cfg.maps, cfg)
@@ -86,6 +87,7 @@ class StartTables:
         self.num_draws = self.launch_first + cfg.launch_size**2
         self.draws = salted_draw(torch.arange(self.num_draws, device=dev))
         self.size_span = cfg.obstacle_max_size - cfg.obstacle_min_size + 1
+        self.wall_span = cfg.wall_max_length - cfg.wall_min_length + 1
         self.room = torch.tensor([h + 1, w + 1], device=dev)  # top row < H - h + 1, left col < W - w + 1
         self.raster_strides = torch.tensor([w + 1, 1], device=dev)
         # +1 at a rectangle's top-left and bottom-right corners, -1 at the other two: prefix sums raster it
@@ -98,9 +100,9 @@ class StartTables:
 
     @staticmethod
     def raster_dtype(cfg: EnvConfig) -> torch.dtype:
-        """Prefix sums of the corner marks count overlapping rectangles: at most ``num_obstacles``."""
+        """Prefix sums of the corner marks count overlapping rectangles: at most ``num_obstacles + num_walls``."""
         for dtype in (torch.int8, torch.int16, torch.int32):
-            if cfg.num_obstacles <= torch.iinfo(dtype).max:
+            if cfg.num_obstacles + cfg.num_walls <= torch.iinfo(dtype).max:
                 return dtype
         return torch.int64
 
@@ -153,12 +155,19 @@ def start_episodes(
 
 
 def random_obstacles(lay: Layout, tab: StartTables, d: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[M, H, W]`` 0/1 in ``dtype``: the rules' rectangles of the draws ``d [M, draws]``, the
-    launch area cleared."""
+    """``[M, H, W]`` 0/1 in ``dtype``: the rules' rectangles and walls of the draws ``d [M, draws]``,
+    the launch area cleared."""
     cfg = lay.cfg
-    m, k, h, w = d.shape[0], cfg.num_obstacles, cfg.grid_height, cfg.grid_width
+    m, k, h, w = d.shape[0], cfg.num_obstacles + cfg.num_walls, cfg.grid_height, cfg.grid_width
     rect = d[:, : 4 * k].view(m, k, 4)
-    size = cfg.obstacle_min_size + ((rect[..., :2] * tab.size_span) >> 32)  # [M, K, (h, w)]
+    size = cfg.obstacle_min_size + ((rect[:, : cfg.num_obstacles, :2] * tab.size_span) >> 32)  # [M, K, (h, w)]
+    if cfg.num_walls > 0:  # a wall is a rectangle one cell thick: (length, 1) when vertical, else (1, length)
+        wall = rect[:, cfg.num_obstacles :]
+        length = cfg.wall_min_length + ((wall[..., 1] * tab.wall_span) >> 32)
+        vertical = ((wall[..., 0] * 2) >> 32) == 1
+        one = torch.ones_like(length)
+        wall_size = torch.stack([torch.where(vertical, length, one), torch.where(vertical, one, length)], dim=-1)
+        size = torch.cat([size, wall_size], dim=1)
     top_left = (rect[..., 2:] * (tab.room - size)) >> 32  # [M, K, (top, left)]
     rows_cols = torch.stack([top_left, top_left + size], dim=-1)  # [M, K, (row, col), (start, end)]
     corners = rows_cols[..., 0, :, None] * (w + 1) + rows_cols[..., 1, None, :]  # [M, K, 2, 2]

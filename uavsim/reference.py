@@ -101,6 +101,14 @@ class ReferenceEnv:
             top = int(below(d[2], cfg.grid_height - h + 1))
             left = int(below(d[3], cfg.grid_width - w + 1))
             grid[top : top + h, left : left + w] = True
+        lo, hi = cfg.wall_min_length, cfg.wall_max_length
+        for k in range(cfg.num_walls):
+            d = self._draws(rules.wall_draw(cfg, k), 4).astype(np.int64)
+            length = lo + int(below(d[1], hi - lo + 1))
+            h, w = (length, 1) if int(below(d[0], 2)) == 1 else (1, length)
+            top = int(below(d[2], cfg.grid_height - h + 1))
+            left = int(below(d[3], cfg.grid_width - w + 1))
+            grid[top : top + h, left : left + w] = True
         grid[: cfg.launch_size, : cfg.launch_size] = False
         return grid
 

@@ -15,15 +15,20 @@ Episode start (``seed``, ``env_index``, ``episode`` fix everything, through ``ua
       height ``h = min + below(d0, max - min + 1)``, width ``w`` likewise from ``d1``,
       top row ``below(d2, H - h + 1)``, left column ``below(d3, W - w + 1)``
       (``min``/``max`` are ``obstacle_min_size``/``obstacle_max_size``). Rectangles may overlap.
+    * Then ``num_walls`` walls, one cell thick. Wall ``k`` uses draws ``4(num_obstacles + k) ..``
+      ``+3``: vertical when ``below(d0, 2) == 1`` (else horizontal), length
+      ``l = wall_min_length + below(d1, wall_max_length - wall_min_length + 1)``; it is then the
+      rectangle of height ``l`` and width 1 (vertical) or height 1 and width ``l``, placed from ``d2``
+      and ``d3`` as above. Walls may cross rectangles and each other.
     * The launch area, the ``launch_size`` square in the top-left corner, is then cleared of
       obstacles. Launch cell ``j`` is ``(j // launch_size, j % launch_size)`` and gets the key
-      ``hash(draw 4*num_obstacles + j) * L + j`` (``L`` launch cells; keys are distinct). UAV ``n``
+      ``hash(draw 4*(num_obstacles + num_walls) + j) * L + j`` (``L`` launch cells; keys are distinct). UAV ``n``
       starts on the launch cell with the ``n``-th smallest key, so starts are distinct.
     * Every UAV covers its sensor footprint (below). No reward is given for this.
     * With a map set (``EnvConfig.maps``, `uavsim.maps`: ``M`` maps in the set's order) no
       rectangles are drawn: the map is map ``below(draw 0, M)`` of the set (`MAP_DRAW`), as it is
       (the set is checked to keep the launch area free), and launch cell ``j`` uses draw ``1 + j``.
-      ``num_obstacles`` and the obstacle sizes play no part.
+      ``num_obstacles``, ``num_walls`` and their sizes play no part.
 
 Step (all UAVs act at once)
     * Action ``a`` moves a UAV by ``MOVES[a]`` (0 hovers; 1-4 N, S, W, E; with ``moves=8`` also
@@ -144,12 +149,17 @@ def obstacle_draw(k: int) -> int:
     return 4 * k
 
 
+def wall_draw(cfg: EnvConfig, k: int) -> int:
+    """First draw index of wall ``k`` (four: orientation, length, top row, left column), after the rectangles'."""
+    return 4 * (cfg.num_obstacles + k)
+
+
 MAP_DRAW = 0  # with a map set: the draw that picks the episode's map
 
 
 def launch_draw(cfg: EnvConfig, j: int) -> int:
     """Draw index of launch cell ``j``'s ordering key (after the obstacles' draws, or the map's)."""
-    return (MAP_DRAW + 1 if cfg.maps is not None else 4 * cfg.num_obstacles) + j
+    return (MAP_DRAW + 1 if cfg.maps is not None else 4 * (cfg.num_obstacles + cfg.num_walls)) + j
 
 
 def mean_return(episode_reward: np.ndarray) -> np.float32:

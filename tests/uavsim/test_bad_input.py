@@ -73,6 +73,11 @@ def test_bad_mask(env):
         (dict(near_miss_penalty=-1e39), "near_miss_penalty"),
         (dict(coverage_reward=10**400), "coverage_reward"),  # an int no float can hold
         (dict(num_obstacles=32 * 32 + 1), "num_obstacles"),  # more rectangles than cells
+        (dict(num_walls=-1), "num_walls"),
+        (dict(num_walls=32 * 32 + 1), "num_walls"),
+        (dict(num_walls=2, wall_max_length=33), "wall_max_length"),  # walls that cannot fit
+        (dict(num_walls=2, wall_min_length=9, wall_max_length=8), "wall_max_length"),
+        (dict(num_walls=2, wall_min_length=0), "wall_min_length"),
         (dict(max_steps=2**63), "max_steps"),  # would wrap on the device
         (dict(time_penalty=3.4e38, collision_penalty=3.4e38, max_steps=3), "coverage_reward"),  # -inf rewards
         (dict(coverage_reward=1e37), "coverage_reward"),  # finite per step, x 200 steps an infinite return

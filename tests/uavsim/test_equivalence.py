@@ -50,6 +50,8 @@ LARGE = EnvConfig(
     moves=8,
     state_pool=8,
 )
+# long walls crossing rectangles and each other (rows and columns of one cell), on a non-square map
+WALLS = TALL_SPARSE.replace(num_obstacles=4, num_walls=5, wall_min_length=3, wall_max_length=9, target_coverage=0.8)
 MAPS = Path(__file__).resolve().parents[2] / "examples" / "maps"
 EXAMPLE_MAPS = EnvConfig(maps=str(MAPS))  # the default task on the example map set
 # a map set of SMALL_8_MOVES's size (tests/uavsim/maps): rooms, a ring, and a pocket whose launch
@@ -66,10 +68,11 @@ SMALL_MAP_SET = SMALL_8_MOVES.replace(maps=str(Path(__file__).resolve().parent /
         (SMALL_8_MOVES, 7, 11, 400),  # many terminations and truncations
         (TALL_SPARSE, 3, 2**31 - 1, 300),  # non-square grid, uneven pooling blocks, largest seed
         (LARGE, 2, 5, 90),
+        (WALLS, 5, 3, 300),
         (EXAMPLE_MAPS, 4, 0, 450),  # map sets: each episode plays one of the set's maps
         (SMALL_MAP_SET, 7, 11, 300),
     ],
-    ids=["default", "small-8-moves", "tall", "large", "example-maps", "small-map-set"],
+    ids=["default", "small-8-moves", "tall", "large", "walls", "example-maps", "small-map-set"],
 )
 def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autoreset_mode):
     ended = run_lockstep(cfg, num_envs, seed, steps, reset_mode, autoreset_mode=autoreset_mode)

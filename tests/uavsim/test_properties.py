@@ -19,6 +19,7 @@ MODES = st.fixed_dictionaries(
 def configs(draw):
     h, w = draw(st.integers(4, 14)), draw(st.integers(4, 14))
     launch = draw(st.integers(1, min(h, w, 3)))
+    wall_max = draw(st.integers(1, min(h, w)))
     return EnvConfig(
         grid_height=h,
         grid_width=w,
@@ -26,6 +27,9 @@ def configs(draw):
         num_uavs=draw(st.integers(1, launch * launch)),
         num_obstacles=draw(st.integers(0, 12)),
         obstacle_max_size=draw(st.integers(1, min(h, w, 4))),
+        num_walls=draw(st.integers(0, 3)),
+        wall_min_length=draw(st.integers(1, wall_max)),
+        wall_max_length=wall_max,
         max_steps=draw(st.integers(1, 25)),
         sensor_radius=draw(st.integers(0, 2)),
         obs_radius=draw(st.integers(1, 3)),
