@@ -1,14 +1,14 @@
 """The config's `env` section, and the groups of a mixed-size run.
 
 `EnvSection` is `num_envs` plus every `uavsim.EnvConfig` field with its type and default (generated,
-so the two never drift). `num_uavs`, `grid_height` and `grid_width` may also be lists (mixed
-training, `model.size_agnostic` only): one run then trains on every group of
+so the two never drift). `num_uavs`, `grid_height`, `grid_width` and `num_walls` may also be lists
+(mixed training, `model.size_agnostic` only): one run then trains on every group of
 
-    groups = product(num_uavs values, map sizes),  map sizes = zip(grid_height, grid_width)
+    groups = product(num_uavs values, maps),  maps = zip(grid_height, grid_width, num_walls)
 
-(a scalar side pairs with every value of the other), e.g. `num_uavs=[6, 8, 12]`,
-`grid_height=grid_width=[28, 32, 36]`: 9 groups. Each group is one `UAVSwarmEnv`; `split_envs`
-shares `env.num_envs` between them.
+(a scalar pairs with every value of the lists), e.g. `num_uavs=[6, 8, 12]`,
+`grid_height=grid_width=[28, 32, 36]`: 9 groups; with `num_walls=[2, 0, 2]` the 32x32 maps keep no
+walls. Each group is one `UAVSwarmEnv`; `split_envs` shares `env.num_envs` between them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ _TYPES = {"int": int, "float": float, "bool": bool, "str": str, "str | None": st
 
 AUTO = "auto"  # the value of a key the machine decides at start (`agents.run.machine_defaults`)
 
-SIZE_KEYS = ("num_uavs", "grid_height", "grid_width")  # the keys that may be lists
+MAP_KEYS = ("grid_height", "grid_width", "num_walls")  # lists of these pair element by element
+SIZE_KEYS = ("num_uavs", *MAP_KEYS)  # the keys that may be lists
 
 
 def _env_section() -> type:
@@ -52,40 +53,47 @@ def is_mixed(section) -> bool:
 
 
 def check_sizes(section) -> None:
-    """Each of `SIZE_KEYS` is an int or a non-empty list of distinct ints, and two map-size lists
-    have one length. Raises ValueError naming the key."""
+    """Each of `SIZE_KEYS` is an int or a non-empty list of ints, distinct but for `num_walls`; the
+    lists of `MAP_KEYS` have one length, and no two groups are alike. Raises ValueError naming the key."""
     for key in SIZE_KEYS:
         values = _values(section, key)
         if any(isinstance(v, bool) or not isinstance(v, int) for v in values):
             raise TypeError(f"config key 'env.{key}' must be an int or a list of ints, got {getattr(section, key)!r}")
         if not values:
             raise ValueError(f"config key 'env.{key}' must be an int or a non-empty list of ints, got []")
-        if len(set(values)) != len(values):
+        if key != "num_walls" and len(set(values)) != len(values):
             raise ValueError(f"config key 'env.{key}' lists a value twice: {values!r}")
-    heights, widths = _values(section, "grid_height"), _values(section, "grid_width")
-    if len(heights) > 1 and len(widths) > 1 and len(heights) != len(widths):
+    lists = {key: _values(section, key) for key in MAP_KEYS if len(_values(section, key)) > 1}
+    if len({len(v) for v in lists.values()}) > 1:
+        named = " and ".join(f"'env.{key}'" for key in lists)
+        got = " and ".join(repr(v) for v in lists.values())
         raise ValueError(
-            "config keys 'env.grid_height' and 'env.grid_width' are paired into map sizes: two lists "
-            f"need one length, got {heights!r} and {widths!r}"
+            f"config keys {named} are paired into maps (size, walls): their lists need one length, got {got}"
+        )
+    maps = _maps(section)
+    if len(set(maps)) != len(maps):
+        raise ValueError(
+            f"config key 'env.num_walls' lists a value twice for one map size: maps (h, w, walls) {maps!r}"
         )
 
 
-def group_sizes(section) -> list[tuple[int, int, int]]:
-    """`(num_uavs, grid_height, grid_width)` of each group, in the module docstring's order."""
-    heights, widths = _values(section, "grid_height"), _values(section, "grid_width")
-    count = max(len(heights), len(widths))
-    maps = [(heights[i % len(heights)], widths[i % len(widths)]) for i in range(count)]
-    return [(n, h, w) for n, (h, w) in itertools.product(_values(section, "num_uavs"), maps)]
+def _maps(section) -> list[tuple[int, int, int]]:
+    """`(grid_height, grid_width, num_walls)` of each map kind: the `MAP_KEYS` lists zipped."""
+    values = [_values(section, key) for key in MAP_KEYS]
+    count = max(len(v) for v in values)
+    return [tuple(v[i % len(v)] for v in values) for i in range(count)]
+
+
+def group_sizes(section) -> list[tuple[int, int, int, int]]:
+    """`(num_uavs, grid_height, grid_width, num_walls)` of each group, in the module docstring's order."""
+    return [(n, *m) for n, m in itertools.product(_values(section, "num_uavs"), _maps(section))]
 
 
 def env_configs(section) -> list[EnvConfig]:
     """Each group's `EnvConfig` (one for a single-size run). Raises EnvConfig's errors."""
     base = dataclasses.asdict(section)
     base.pop("num_envs")
-    return [
-        EnvConfig.from_dict({**base, "num_uavs": n, "grid_height": h, "grid_width": w})
-        for n, h, w in group_sizes(section)
-    ]
+    return [EnvConfig.from_dict({**base, **dict(zip(SIZE_KEYS, sizes, strict=True))}) for sizes in group_sizes(section)]
 
 
 def largest(configs: list[EnvConfig]) -> EnvConfig:
@@ -105,8 +113,8 @@ def check_mixed(cfg) -> None:
     m, groups = cfg.model, len(cfg.env_configs())
     if not m.size_agnostic:
         raise ValueError(
-            "config keys 'env.num_uavs' / 'env.grid_height' / 'env.grid_width' may be lists only with "
-            "model.size_agnostic=true (and model.agent_id=false): the networks' inputs must not depend on the sizes"
+            "config keys 'env.num_uavs' / 'env.grid_height' / 'env.grid_width' / 'env.num_walls' may be lists only "
+            "with model.size_agnostic=true (and model.agent_id=false): the networks' inputs must not depend on sizes"
         )
     if m.actor_shared_map:
         raise ValueError("config key 'model.actor_shared_map' must be false with mixed sizes (heading per map size)")

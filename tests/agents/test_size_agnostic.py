@@ -24,6 +24,7 @@ from uavsim.env import UAVSwarmEnv
 
 AGNOSTIC = ("model.size_agnostic=true", "model.agent_id=false")
 MIXED = (*AGNOSTIC, "env.num_uavs=[2,3]", "env.grid_height=[8,10]", "env.grid_width=[8,10]")
+WALLS = ("env.wall_min_length=2", "env.wall_max_length=5")  # walls that fit the 8x8 maps
 
 
 def test_one_set_of_parameters_plays_any_team_and_map_size(make_config):
@@ -94,7 +95,11 @@ def test_only_a_size_agnostic_critic_reads_the_team_as_a_density_map(make_config
         (("env.num_uavs=[2,x]",), TypeError, r"'env.num_uavs' must be an int or a list of ints"),
         (("env.grid_height=[8,2.5]",), TypeError, r"'env.grid_height'"),
         (("env.num_uavs=[2,2]",), ValueError, r"'env.num_uavs' lists a value twice"),
-        (("env.grid_height=[8,10]", "env.grid_width=[8,10,12]"), ValueError, r"paired into map sizes"),
+        (("env.grid_height=[8,10]", "env.grid_width=[8,10,12]"), ValueError, r"paired into maps"),
+        ((*WALLS, "env.num_walls=[0,1,2]"), ValueError, r"'env.grid_height' and 'env.grid_width' and 'env.num_walls'"),
+        ((*WALLS, "env.grid_height=8", "env.grid_width=8", "env.num_walls=[1,1]"), ValueError, r"twice for one map"),
+        ((*WALLS, "env.num_walls=[1,true]"), TypeError, r"'env.num_walls' must be an int or a list of ints"),
+        ((*WALLS, "env.num_walls=[1,-1]"), ValueError, r"num_walls"),  # EnvConfig's own check, per group
         (("model.agent_id=true",), ValueError, r"'model.agent_id' must be false with model.size_agnostic"),
         (("model.size_agnostic=false", "model.agent_id=true"), ValueError, r"lists only with model.size_agnostic"),
         (("env.num_envs=3",), ValueError, r"'env.num_envs' must be >= the 4 size groups"),
@@ -125,6 +130,18 @@ def test_groups_are_every_team_size_on_every_map_size_and_share_the_environments
     assert cfg.group_num_envs() == [2, 2, 2, 2] and split_envs(10, 3) == [4, 3, 3]
     assert cfg.env_config().num_uavs == 3 and cfg.env_config().grid_height == 10  # the largest group
     assert cfg.batch_size == 8 * (2 * 2 + 2 * 2 + 2 * 3 + 2 * 3)
+
+
+def test_walls_pair_with_the_map_sizes_or_make_groups_of_their_own(make_config):
+    cfg = make_config(*MIXED, *WALLS, "env.num_envs=8", "env.num_walls=[3,0]")
+    groups = [(c.num_uavs, c.grid_height, c.grid_width, c.num_walls) for c in cfg.env_configs()]
+    assert groups == [(2, 8, 8, 3), (2, 10, 10, 0), (3, 8, 8, 3), (3, 10, 10, 0)]
+    cfg = make_config(
+        *AGNOSTIC, *WALLS, "env.num_uavs=2", "env.grid_height=8", "env.grid_width=8", "env.num_walls=[0,2]"
+    )
+    assert [(c.grid_height, c.num_walls) for c in cfg.env_configs()] == [(8, 0), (8, 2)]  # one size, two kinds of map
+    learner = build_learner(cfg, torch.device("cpu"))
+    assert [g.env.config.num_walls for g in learner.groups] == [0, 2]
 
 
 def test_a_mixed_run_trains_and_its_groups_play_disjoint_environments(make_config):
