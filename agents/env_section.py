@@ -73,7 +73,8 @@ def check_sizes(section) -> None:
     maps = _maps(section)
     if len(set(maps)) != len(maps):
         raise ValueError(
-            f"config key 'env.num_walls' lists a value twice for one map size: maps (h, w, walls) {maps!r}"
+            f"config key 'env.num_walls' lists a value twice for one map size: maps (h, w, walls) {maps!r}; "
+            "give each map size one value (agents.evaluate at one map size: --env num_walls=N)"
         )
 
 

@@ -67,6 +67,11 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
         if key not in ENV_KEYS:  # env.num_envs too: evaluation plays --episodes environments
             raise ValueError(f"--env {item!r}: unknown env key {key!r}; EnvConfig keys: {', '.join(ENV_KEYS)}")
     cfg = load_config(None, [f"env.{item}" for item in env_items], base=cfg)
+    if isinstance(cfg.env.num_walls, list | tuple):  # the largest group's would be an arbitrary pick
+        raise ValueError(
+            f"the run trained with env.num_walls={cfg.env.num_walls!r} (walls on some maps): say which maps "
+            "to evaluate on, e.g. --env num_walls=0 (plain maps)"
+        )
     if maps is not None:  # set as is: a path is no YAML scalar (`#`, `: ` and quotes would be read as syntax)
         cfg.env.maps = maps
         check_config(cfg)

@@ -184,3 +184,15 @@ def test_a_size_agnostic_actor_plays_other_teams_and_grids_also_from_a_mixed_run
     task = with_task(mixed, ["num_uavs=16", "launch_size=4"], None)  # a scalar replaces the list
     assert [(c.num_uavs, c.grid_height) for c in task.env_configs()] == [(16, 8), (16, 10)]
     assert task.env_config().grid_height == 10  # still two map sizes: the largest is played
+
+
+def test_a_run_trained_with_walls_on_some_maps_is_evaluated_with_one_wall_count():
+    walls = ("env.grid_height=[8,10]", "env.grid_width=[8,10]", "env.num_walls=[2,0]")
+    run = tiny_config(
+        "model.size_agnostic=true", "model.agent_id=false", *walls, "env.wall_min_length=3", "env.wall_max_length=6"
+    )
+    for items in ([], ["grid_height=10", "grid_width=10"]):  # which maps a size's largest group has is no answer
+        with pytest.raises(ValueError, match=r"env.num_walls=\[2, 0\].*--env num_walls=0"):
+            with_task(run, items, None)
+    task = with_task(run, ["grid_height=10", "grid_width=10", "num_walls=2"], None)
+    assert task.env_config().num_walls == 2 and task.env_config().grid_height == 10
