@@ -100,50 +100,31 @@ class EnvConfig:
             if not ok:
                 raise ValueError(f"EnvConfig.{name} must be {expected}, got {getattr(self, name)!r}")
 
+        def count_fits(name: str) -> None:
+            need(getattr(self, name) >= 0, name, ">= 0")
+            cells = self.grid_height * self.grid_width
+            need(getattr(self, name) <= cells, name, f"<= the number of cells ({cells})")
+
+        def sizes_fit(low: str, high: str, what: str) -> None:  # an inclusive range of side lengths
+            need(getattr(self, low) >= 1, low, ">= 1")
+            need(getattr(self, high) >= getattr(self, low), high, f">= {low} ({getattr(self, low)})")
+            side = min(self.grid_height, self.grid_width)
+            need(getattr(self, high) <= side, high, f"<= the smaller grid side ({side}) so {what} fit on the map")
+
         need(self.grid_height >= 2, "grid_height", ">= 2")
         need(self.grid_width >= 2, "grid_width", ">= 2")
         # 4096 x 4096 keeps every flat cell index and every hash product inside int64 exactly.
         need(self.grid_height <= 4096, "grid_height", "<= 4096")
         need(self.grid_width <= 4096, "grid_width", "<= 4096")
         need(self.num_uavs >= 1, "num_uavs", ">= 1")
-        need(self.num_obstacles >= 0, "num_obstacles", ">= 0")
-        # more rectangles than cells only costs memory (4 draws each, per environment and reset)
-        need(
-            self.num_obstacles <= self.grid_height * self.grid_width,
-            "num_obstacles",
-            f"<= the number of cells ({self.grid_height * self.grid_width})",
-        )
+        # more rectangles or walls than cells only costs memory (4 draws each, per environment and reset)
+        count_fits("num_obstacles")
         need(self.max_steps >= 1, "max_steps", ">= 1")
         need(self.max_steps < 2**31, "max_steps", "< 2**31 (step counts are compared on the device as int64)")
-        need(self.obstacle_min_size >= 1, "obstacle_min_size", ">= 1")
-        need(
-            self.obstacle_max_size >= self.obstacle_min_size,
-            "obstacle_max_size",
-            f">= obstacle_min_size ({self.obstacle_min_size})",
-        )
-        need(
-            self.obstacle_max_size <= min(self.grid_height, self.grid_width),
-            "obstacle_max_size",
-            f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so obstacles fit on the map",
-        )
-        need(self.num_walls >= 0, "num_walls", ">= 0")
-        need(
-            self.num_walls <= self.grid_height * self.grid_width,
-            "num_walls",
-            f"<= the number of cells ({self.grid_height * self.grid_width})",
-        )
+        sizes_fit("obstacle_min_size", "obstacle_max_size", "obstacles")
+        count_fits("num_walls")
         if self.num_walls > 0:
-            need(self.wall_min_length >= 1, "wall_min_length", ">= 1")
-            need(
-                self.wall_max_length >= self.wall_min_length,
-                "wall_max_length",
-                f">= wall_min_length ({self.wall_min_length})",
-            )
-            need(
-                self.wall_max_length <= min(self.grid_height, self.grid_width),
-                "wall_max_length",
-                f"<= the smaller grid side ({min(self.grid_height, self.grid_width)}) so walls fit on the map",
-            )
+            sizes_fit("wall_min_length", "wall_max_length", "walls")
         need(self.launch_size >= 1, "launch_size", ">= 1")
         need(
             self.launch_size <= min(self.grid_height, self.grid_width),
