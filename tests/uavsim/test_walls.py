@@ -1,6 +1,5 @@
 """Walls (`EnvConfig.num_walls`): straight lines one cell thick, of the configured lengths, both ways."""
 
-
 from uavsim import EnvConfig
 from uavsim.env import UAVSwarmEnv
 
