@@ -2,6 +2,7 @@
 
     python -m agents.evaluate RUN_DIR_OR_CKPT --episodes 256 --seed 12345 --out eval.json
     python -m agents.evaluate RUN --env grid_height=48 grid_width=48 max_steps=400 --maps my_maps/
+    python -m agents.evaluate RUN --temperature 0.3   # policy_sampled draws from softmax(logits / 0.3)
 
 Every policy plays episode 0 of environments 0 .. episodes-1 of a fresh `UAVSwarmEnv` with the
 given seed, so all of them see exactly the same maps. The task is the run's env config, with
@@ -20,7 +21,10 @@ the checkpoint, seed, env config, `env_overrides` and the map set's files with t
 
 each entry with `mean_coverage` (at episode end), `mean_steps_to_target` (`max_steps` where the
 target was not reached), `target_reached`, `mean_collisions`, `mean_near_misses`, `mean_return`,
-`mean_length`. `policy` takes the most likely action, `policy_sampled` samples; `greedy` and
+`mean_length`. `policy` takes the most likely action, `policy_sampled` samples (from
+`softmax(logits / T)`, `--temperature T`, 1 by default: below 1 it keeps to the most likely
+action where the policy is sure and still breaks the loops a deterministic policy can fall into
+where it is not; `meta.temperature`); `greedy` and
 `coordinated` are the scripted frontier baselines of `uavsim.policies`. A GIF and a PNG of the
 first episode of the trained policy (most likely action) are written next to the JSON, and
 `<out>_compare.gif`: greedy, coordinated and the trained policy (most likely action, and sampled)
@@ -145,21 +149,22 @@ def actor_policy(
     deterministic: bool,
     seed: int,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    temperature: float = 1.0,
 ):
     """`act(obs) -> actions [B, N]` of the trained actor on `env`: the most likely action
-    (`deterministic`), else sampled with noise of `seed` (per environment, whatever the batch),
-    under `autocast`. A recurrent actor's hidden state is carried from call to call and zeroed
+    (`deterministic`), else sampled at `temperature` with noise of `seed` (per environment,
+    whatever the batch), under `autocast`. A recurrent actor's hidden state is carried from call to call and zeroed
     where `env`'s episode is at its first step."""
     agent = agent_ids(env.num_envs, env.num_uavs, env.device)
     noise = ActionNoise(seed, env.env_index, env.num_uavs)  # env b's draws whatever the batch
     if not actor.recurrent:
-        return lambda obs: actor.act(obs, agent, noise, autocast, deterministic)[0]
+        return lambda obs: actor.act(obs, agent, noise, autocast, deterministic, temperature=temperature)[0]
     hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device)
 
     def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal hidden
         hidden = reset_where_done(hidden, env.state["t"] == 0)
-        actions, _, _, hidden = actor.act(obs, agent, noise, autocast, deterministic, hidden)
+        actions, _, _, hidden = actor.act(obs, agent, noise, autocast, deterministic, hidden, temperature)
         return actions
 
     return act
@@ -173,6 +178,7 @@ def evaluate_all(
     device: torch.device,
     record: bool = True,
     progress: bool | None = False,
+    temperature: float = 1.0,
 ) -> tuple[dict, dict[str, list[np.ndarray]]]:
     """Trained `actor` (argmax and sampled) and the `BASELINES` on the same `episodes` maps of `seed`
     (one episode each) of the task `env_cfg`, on `device`.
@@ -180,6 +186,7 @@ def evaluate_all(
     Args:
         record: draw the first episode of each of `RECORDED`.
         progress: a bar of steps per policy (None: only on a terminal).
+        temperature: `policy_sampled` draws from `softmax(logits / temperature)`.
 
     Returns:
         `(results, frames)`: the results of the module docstring less `meta`, and `{name: frames}`
@@ -188,7 +195,7 @@ def evaluate_all(
 
     def policy(name: str, env: UAVSwarmEnv) -> Callable[[dict], torch.Tensor]:
         if name in ("policy", "policy_sampled"):
-            return actor_policy(actor, env, name == "policy", seed)
+            return actor_policy(actor, env, name == "policy", seed, temperature=temperature)
         scripted = make_scripted(name, env, seed)
         return lambda obs: scripted(env)
 
@@ -326,10 +333,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     add_task_arguments(p)  # --env KEY=VALUE ..., --maps PATH
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="policy_sampled draws from softmax(logits / T) (default 1: the trained distribution)",
+    )
     args = p.parse_args(argv)
     split_defaults(args)
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
         print("error: --episodes must be >= 1 and --seed in [0, 2**31)", file=sys.stderr)
+        return 2
+    if not (math.isfinite(args.temperature) and args.temperature > 0):
+        print(f"error: --temperature must be a finite number > 0, got {args.temperature}", file=sys.stderr)
         return 2
     from agents.run.process import pick_device
 
@@ -344,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         hardware.banner(device, precision="fp32 (evaluation)", environments=f"{args.episodes} (one episode each)"),
         file=sys.stderr,
     )
-    results, frames = evaluate_all(actor, env_cfg, args.episodes, args.seed, device, progress=None)
+    results, frames = evaluate_all(
+        actor, env_cfg, args.episodes, args.seed, device, progress=None, temperature=args.temperature
+    )
     results["meta"] = {
         "checkpoint": str(path),
         "env_steps": payload["env_steps"],
@@ -352,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "split": args.split if (args.seed, args.episodes) == SPLITS[args.split] else None,
         "env": env_cfg.to_dict(),
+        "temperature": args.temperature,  # of policy_sampled
         **task,  # env_overrides, maps
     }
     out.parent.mkdir(parents=True, exist_ok=True)

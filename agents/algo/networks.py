@@ -143,6 +143,7 @@ class Actor(nn.Module):
         autocast: Callable[[], contextlib.AbstractContextManager],
         deterministic: bool = False,
         hidden: torch.Tensor | None = None,
+        temperature: float = 1.0,
     ):
         """One policy step.
 
@@ -153,6 +154,8 @@ class Actor(nn.Module):
             autocast: the networks' autocast factory.
             deterministic: take the most likely action instead of sampling.
             hidden: `[B, N, H]` float32, a recurrent actor's state (None for a feed-forward one).
+            temperature: sample from `softmax(logits / temperature)` (evaluation only: training
+                samples at 1, and the log-probability returned is always the policy's own).
 
         Returns:
             `(actions [B, N] int64, log-probabilities [B, N] float32, headings [B, N, 3] float32 or
@@ -172,7 +175,10 @@ class Actor(nn.Module):
             )
         logits, hidden = out if self.recurrent else (out, None)
         logits = logits.float()
-        actions = torch.argmax(logits, dim=-1) if deterministic else sample(logits, noise.uniform().view(b * n))
+        if deterministic:
+            actions = torch.argmax(logits, dim=-1)
+        else:
+            actions = sample(logits if temperature == 1.0 else logits / temperature, noise.uniform().view(b * n))
         logprob = log_prob(logits, actions)
         return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
 

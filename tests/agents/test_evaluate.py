@@ -227,3 +227,30 @@ def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
     env = UAVSwarmEnv(cfg.env_config(), num_envs=6, seed=3)
     policy = CoordinatedFrontierPolicy(env)
     assert summarize(run_episodes(env, lambda obs: policy(env))) == results["coordinated"]
+
+
+def test_the_sampling_temperature_goes_from_the_most_likely_action_to_uniform():
+    # T -> 0 is the argmax, T = 1 the trained distribution (the default, unchanged), T large near uniform
+    from agents.algo.networks import make_actor
+    from agents.config import ModelConfig
+
+    actor = make_actor(CFG, ModelConfig(hidden_size=16), torch.Generator().manual_seed(0))
+    env = UAVSwarmEnv(CFG, num_envs=64, seed=5)
+    obs = env.reset()
+    with torch.no_grad():
+        likely = actor_policy(actor, env, True, 3)(obs)
+        cold = actor_policy(actor, env, False, 3, temperature=1e-7)(obs)
+        plain = actor_policy(actor, env, False, 3)(obs)
+        warm = actor_policy(actor, env, False, 3, temperature=1.0)(obs)
+        hot = torch.stack([actor_policy(actor, env, False, s, temperature=1e4)(obs) for s in range(40)])
+    assert torch.equal(cold, likely) and torch.equal(plain, warm) and not torch.equal(plain, likely)
+    share = torch.bincount(hot.view(-1), minlength=CFG.moves + 1).double() / hot.numel()
+    assert torch.all((share - 1 / (CFG.moves + 1)).abs() < 0.03)  # 7680 draws: 3 % is > 4 standard errors
+
+
+def test_evaluate_refuses_a_temperature_that_is_not_positive(tmp_path, capsys):
+    from agents import evaluate
+
+    for bad in ("0", "-1", "nan", "inf"):
+        assert evaluate.main([str(tmp_path), "--temperature", bad]) == 2
+        assert f"--temperature must be a finite number > 0, got {float(bad)}" in capsys.readouterr().err
