@@ -58,6 +58,9 @@ class EnvConfig:
     comm_radius: int | None = None
     # append which moves lead toward the nearest uncovered free cell the window shows (uavsim.window_paths)
     window_paths: bool = False
+    # 0: window_paths searches the observation window; R > 0: the UAV's onboard memory within R cells
+    # of it, its cells not known blocked or covered as the goals (paths around walls longer than the window)
+    path_radius: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -166,6 +169,12 @@ class EnvConfig:
         )
         need(self.maps is None or self.maps.strip() != "", "maps", "None or a map file or folder (uavsim.maps)")
         need(self.comm_radius is None or self.comm_radius >= 0, "comm_radius", "None or >= 0 (cells)")
+        need(self.path_radius >= 0, "path_radius", ">= 0 (0: window_paths searches the observation window)")
+        if self.path_radius > 0:  # a search of the onboard memory
+            need(self.window_paths, "path_radius", "0 without window_paths (it sets how far the paths search)")
+            need(self.comm_radius is not None, "path_radius", "0 without onboard memory (comm_radius None)")
+            need(self.path_radius >= self.obs_radius, "path_radius", f">= obs_radius ({self.obs_radius}) or 0")
+            need(self.path_radius <= 31, "path_radius", "<= 31 (a row of the search is one int64 bit set)")
         need(self.state_pool >= 1, "state_pool", ">= 1")
         need(
             self.state_pool <= min(self.grid_height, self.grid_width),
@@ -218,7 +227,8 @@ class EnvConfig:
     @property
     def paths_obs_dim(self) -> int:
         """With ``window_paths``: for each move, whether it gets closer to the nearest uncovered free
-        cell of the window, then that distance (`uavsim.window_paths`)."""
+        cell of the window (or, with ``path_radius``, of the memory near the UAV), then that distance
+        (`uavsim.window_paths`)."""
         return self.moves + 1 if self.window_paths else 0
 
     @property

@@ -26,7 +26,7 @@ from uavsim.memory import MemoryTables
 from uavsim.memory import heading as memory_heading
 from uavsim.record import Field, Record
 from uavsim.rng import MAX_KEY
-from uavsim.window_paths import WindowPaths
+from uavsim.window_paths import MemorySquare, WindowPaths
 
 FREE_CODE, COVERED_CODE, BLOCKED_CODE = 0, 1, 3  # packed grid codes; uavsim.rules names 0, 1, 2
 
@@ -142,6 +142,8 @@ class Layout:
         if cfg.comm_radius is not None:
             self.memory = MemoryTables(cfg, self.ws, pool_dtype, on_map, self.block_of_grid, dev)
         self.paths = WindowPaths(cfg).to(dev) if cfg.window_paths else None
+        # path_radius: the paths search the memory near each UAV instead of its window
+        self.path_square = MemorySquare(cfg, self.ws, self.grid_cells).to(dev) if cfg.path_radius else None
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
         """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
@@ -307,6 +309,10 @@ def observe(
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
         local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim].copy_(memory_heading(lay, counts, v["cell"]))
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
-        code = seen >> lay.count_bits
-        local[..., cfg.local_obs_dim - cfg.paths_obs_dim :].copy_(lay.paths(code == BLOCKED_CODE, code == FREE_CODE))
+        if lay.path_square is None:  # of the window
+            code = seen >> lay.count_bits
+            blocked, goal = code == BLOCKED_CODE, code == FREE_CODE
+        else:  # of the memory near the UAV
+            blocked, goal = lay.path_square(v["memory"], v["cell"])
+        local[..., cfg.local_obs_dim - cfg.paths_obs_dim :].copy_(lay.paths(blocked, goal))
     return {"local": local, "state": state}, seen[:, :, w2 // 2]

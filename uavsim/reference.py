@@ -161,6 +161,21 @@ class ReferenceEnv:
         distance = np.float32(sq[b]) * np.float32(per * per)  # squared (uavsim.heading: why)
         return np.append(off / scale, distance).astype(np.float32)
 
+    def _memory_square(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """UAV ``i``'s ``(blocked, goal)`` ``[2R + 1, 2R + 1]`` bool over its memory around it
+        (``path_radius`` R; rules, "Window paths"): off the map blocked; on it blocked where known
+        blocked (7), a goal where unknown (0) or last seen free (4)."""
+        cfg, r = self.config, self.config.path_radius
+        side = 2 * r + 1
+        blocked, goal = np.ones((side, side), dtype=bool), np.zeros((side, side), dtype=bool)
+        for a in range(side):
+            for b in range(side):
+                row, col = self.pos[i, 0] + a - r, self.pos[i, 1] + b - r
+                if 0 <= row < cfg.grid_height and 0 <= col < cfg.grid_width:
+                    code = self.memory[i][row + cfg.pad, col + cfg.pad]
+                    blocked[a, b], goal[a, b] = code == 7, code in (0, 4)
+        return blocked, goal
+
     def _check_actions(self, actions: Any) -> np.ndarray:
         a = np.asarray(actions)
         if a.shape != (self.num_uavs,):
@@ -265,12 +280,13 @@ class ReferenceEnv:
                 local[i, heading : heading + 3] = self._heading(known[0] + known[1] < self._block_cells, *self.pos[i])
         if cfg.window_paths:  # then the moves toward the nearest uncovered free cell of the window
             for i in range(n):
-                row, col = self.pos[i] + p
-                area = (slice(row - r, row + r + 1), slice(col - r, col + r + 1))
-                seen_blocked = self.blocked[area]
-                local[i, cfg.local_obs_dim - cfg.paths_obs_dim :] = window_paths_reference(
-                    cfg, seen_blocked, ~self.covered[area] & ~seen_blocked
-                )
+                if cfg.path_radius:  # or of the memory near the UAV
+                    blocked_near, goal = self._memory_square(i)
+                else:
+                    row, col = self.pos[i] + p
+                    area = (slice(row - r, row + r + 1), slice(col - r, col + r + 1))
+                    blocked_near, goal = self.blocked[area], ~self.covered[area] & ~self.blocked[area]
+                local[i, cfg.local_obs_dim - cfg.paths_obs_dim :] = window_paths_reference(cfg, blocked_near, goal)
         coverage = np.float32(self.covered.sum()) / np.float32(self.free_cells)
         state = np.concatenate(
             [
@@ -284,9 +300,11 @@ class ReferenceEnv:
 
 
 def window_paths_reference(cfg: EnvConfig, blocked: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
-    """One UAV's ``[moves + 1]`` float32 values from its ``[win, win]`` bool windows, by a
-    breadth-first search (the plain statement of `uavsim.window_paths.WindowPaths`)."""
-    w, rounds = cfg.window, rules.window_path_rounds(cfg)
+    """One UAV's ``[moves + 1]`` float32 values from its ``[win, win]`` bool windows (the squares
+    of ``path_radius`` where that is set), by a breadth-first search (the plain statement of
+    `uavsim.window_paths.WindowPaths`)."""
+    centre, rounds = rules.path_search_radius(cfg), rules.window_path_rounds(cfg)
+    w = 2 * centre + 1
     far = rounds + 1
     dist = np.full((w, w), far, dtype=np.int64)
     frontier = list(zip(*np.nonzero(uncovered & ~blocked)))
@@ -302,7 +320,6 @@ def window_paths_reference(cfg: EnvConfig, blocked: np.ndarray, uncovered: np.nd
                     dist[rr, cc] = d
                     nxt.append((rr, cc))
         frontier = nxt
-    c = cfg.obs_radius
-    here = dist[c, c]
-    closer = [np.float32(dist[c + dr, c + dc] < here) for dr, dc in moves]
+    here = dist[centre, centre]
+    closer = [np.float32(dist[centre + dr, centre + dc] < here) for dr, dc in moves]
     return np.array([*closer, np.float32(here) / np.float32(far)], dtype=np.float32)

@@ -75,6 +75,11 @@ Window paths (``window_paths``; `uavsim.window_paths`)
     covered, through window cells that are not blocked (outside the window: blocked), searched
     ``window_path_rounds`` deep (farther: that + 1); for each move ``1 .. moves`` 1 if its cell is
     closer than the UAV's own, else 0; then the own cell's distance / (``window_path_rounds`` + 1).
+    With ``path_radius`` R > 0 (onboard memory needed) the same search runs over the UAV's memory in
+    the ``(2R + 1)^2`` square centred on it instead of its window: goals are the square's map cells
+    the memory does not know blocked or covered (codes 0 and 4: unknown or last seen free), paths
+    pass through its map cells not known blocked (off the map: blocked), ``2R`` rounds deep. A
+    corridor's exit farther than the window then still shows.
 
 Global state (float32, ``state_dim = 2 * P^2 + 2 * N + 2`` with ``P = state_pool``)
     Cell ``(r, c)`` belongs to block ``(r * P // H, c * P // W)``. The state is
@@ -115,9 +120,10 @@ def footprint_offsets(cfg: EnvConfig) -> np.ndarray:
     )
 
 
-def window_offsets(cfg: EnvConfig) -> np.ndarray:
-    """``[window^2, 2]`` int64 offsets of the egocentric window, row-major order."""
-    r = cfg.obs_radius
+def window_offsets(cfg: EnvConfig, radius: int | None = None) -> np.ndarray:
+    """``[window^2, 2]`` int64 offsets of the egocentric window, row-major order (of the square of
+    half side ``radius`` if given)."""
+    r = cfg.obs_radius if radius is None else radius
     return np.array([(dr, dc) for dr in range(-r, r + 1) for dc in range(-r, r + 1)], dtype=np.int64)
 
 
@@ -127,9 +133,15 @@ def launch_cells(cfg: EnvConfig) -> np.ndarray:
     return np.stack([j // cfg.launch_size, j % cfg.launch_size], axis=1)
 
 
+def path_search_radius(cfg: EnvConfig) -> int:
+    """The half side of the square the window paths search (`uavsim.window_paths`): the window's,
+    or ``path_radius`` where that searches the onboard memory."""
+    return cfg.path_radius or cfg.obs_radius
+
+
 def window_path_rounds(cfg: EnvConfig) -> int:
-    """How deep the window paths search (`uavsim.window_paths`): any path within one window side."""
-    return 2 * cfg.obs_radius
+    """How deep the window paths search (`uavsim.window_paths`): any path within one side of the square."""
+    return 2 * path_search_radius(cfg)
 
 
 def block_of_cell(cfg: EnvConfig) -> np.ndarray:

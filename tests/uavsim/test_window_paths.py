@@ -100,7 +100,7 @@ def test_window_paths_must_be_a_bool(value):
 
 
 def test_window_paths_refuse_windows_wider_than_a_bit_set():
-    with pytest.raises(ValueError, match="window_paths needs a window of at most 63 cells"):
+    with pytest.raises(ValueError, match="window_paths searches at most 63 cells across"):
         WindowPaths(EnvConfig(obs_radius=32, grid_height=80, grid_width=80, window_paths=True))
 
 
