@@ -35,6 +35,7 @@ from agents.algo.networks import Actor
 from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
+from uavsim import rules
 from uavsim.config import EnvConfig
 from uavsim.rules import action_names, move_table
 
@@ -156,19 +157,23 @@ def observation_layout(env_cfg: EnvConfig) -> dict:
             },
         ]
     if env_cfg.window_paths:  # docs/environment.md, "Window paths"
-        start = env_cfg.local_obs_dim - env_cfg.paths_obs_dim
+        start, rounds = env_cfg.local_obs_dim - env_cfg.paths_obs_dim, rules.window_path_rounds(env_cfg)
+        goal, area = "the window's nearest uncovered free cell", "in the window"
+        if env_cfg.path_radius:  # the search runs over the UAV's memory around it
+            goal = f"the nearest cell its memory within {env_cfg.path_radius} cells does not know covered or blocked"
+            area = "in that square"
         parts += [
             {
                 "name": "path_closer",
                 "start": start,
                 "shape": [env_cfg.moves],
-                "what": "per move (actions 1 ..): 1 if it leads closer to the window's nearest uncovered free cell",
+                "what": f"per move (actions 1 ..): 1 if it leads closer to {goal}",
             },
             {
                 "name": "path_distance",
                 "start": start + env_cfg.moves,
                 "shape": [],
-                "what": f"moves to that cell / {2 * r + 1} (1: none within {2 * r} moves in the window)",
+                "what": f"moves to that cell / {rounds + 1} (1: none within {rounds} moves {area})",
             },
         ]
     return {

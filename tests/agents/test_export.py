@@ -227,3 +227,19 @@ def test_the_layout_names_the_memory_and_window_path_parts_where_the_env_puts_th
     assert torch.all(known.sum(-1) > 0)  # each UAV knows its launch windows covered
     closer = local[..., part["path_closer"]["start"] : part["path_distance"]["start"]]
     assert ((closer == 0) | (closer == 1)).all() and local[..., part["path_distance"]["start"]].gt(0).all()
+
+
+def test_the_layout_says_what_the_memory_paths_search_and_their_scale():
+    from uavsim.config import EnvConfig
+
+    window = {
+        p["name"]: p["what"] for p in export.observation_layout(EnvConfig(comm_radius=0, window_paths=True))["parts"]
+    }
+    memory = EnvConfig(comm_radius=0, window_paths=True, obs_radius=6, path_radius=12)
+    searched = {p["name"]: p["what"] for p in export.observation_layout(memory)["parts"]}
+    assert (
+        "window's nearest uncovered free cell" in window["path_closer"]
+        and "/ 7 (1: none within 6" in window["path_distance"]
+    )
+    assert "its memory within 12 cells" in searched["path_closer"]
+    assert "/ 25 (1: none within 24 moves in that square)" in searched["path_distance"]
