@@ -2,6 +2,7 @@
 
     python -m agents.export RUN_DIR_OR_CKPT --format onnx          # RUN_DIR/actor.onnx + actor.json
     python -m agents.export RUN_DIR_OR_CKPT --format torchscript   # RUN_DIR/actor.pt + actor.json
+    python -m agents.export RUN --env path_radius=12   # the sidecar describes the task as played onboard
 
 The file maps a batch of rows, each one UAV's inputs as the actor consumes them, to that UAV's
 action logits, fp32, with a dynamic batch dimension (feed 1 row onboard, many in a test):
@@ -26,12 +27,14 @@ import hashlib
 import json
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from agents.algo.networks import Actor
+from agents.evaluate_setup import fitted_task
 from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
@@ -214,7 +217,9 @@ def sidecar_path(out: Path) -> Path:
     return out.with_suffix(".json")
 
 
-def export_actor(source: str | Path, fmt: str = "onnx", out: str | Path | None = None) -> tuple[Path, Path]:
+def export_actor(
+    source: str | Path, fmt: str = "onnx", out: str | Path | None = None, env: Sequence[str] = ()
+) -> tuple[Path, Path]:
     """Write the actor of the checkpoint `source` names (a file, or a run directory's newest) as a
     `fmt` file, and its sidecar JSON beside it.
 
@@ -223,14 +228,18 @@ def export_actor(source: str | Path, fmt: str = "onnx", out: str | Path | None =
         fmt: `onnx` or `torchscript`.
         out: the file to write (None: `actor.onnx` / `actor.pt` in the run directory, or beside a
             checkpoint kept outside a run).
+        env: ``KEY=VALUE`` overrides of the run's env config, as `agents.evaluate`'s ``--env``: the
+            task the actor plays onboard (e.g. ``path_radius=12``), which the sidecar's observation
+            layout describes; the actor must fit it (`agents.evaluate_setup.check_actor_fits`).
 
     Returns:
         `(file, sidecar)`.
 
     Raises:
         ValueError: an unknown format, no onnx package for `onnx`, an `out` that cannot be written
-            or would be its own sidecar; CheckpointError (a ValueError): no checkpoint at `source`,
-            or one that cannot be used.
+            or would be its own sidecar, an `env` item that is bad or that the actor cannot play;
+            CheckpointError (a ValueError): no checkpoint at `source`, or one that cannot be used.
+        TypeError: an `env` value of the wrong type.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -239,7 +248,8 @@ def export_actor(source: str | Path, fmt: str = "onnx", out: str | Path | None =
             import onnx  # noqa: F401 -- checked before the work: it checks and annotates the file
         except ImportError:
             raise ValueError(f"--format onnx needs the onnx package: {EXPORT_EXTRA}") from None
-    path, payload, cfg, actor = trained_actor(source)
+    task = (lambda saved: fitted_task(saved, env, None)) if env else None
+    path, payload, cfg, actor = trained_actor(source, task=task)
     out = Path(out) if out is not None else (owning_run_dir(path) or path.parent) / f"actor{FORMATS[fmt]}"
     side = sidecar_path(out)
     if side == out:
@@ -251,6 +261,7 @@ def export_actor(source: str | Path, fmt: str = "onnx", out: str | Path | None =
     has_id = cfg.model.id_width(env_cfg.num_uavs) > 0
     wrapped = OneUAVActor(actor.float(), has_id).eval()  # fp32 whatever the run trained in
     info = sidecar(wrapped, env_cfg, fmt, out, path, payload)
+    info["env_overrides"] = list(env)  # the observation layout is the run's env with these
     example = example_inputs(info["inputs"], rows=2)
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():
@@ -299,10 +310,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out", default=None, help="the file (default: RUN_DIR/actor.onnx or actor.pt; the sidecar JSON beside it)"
     )
+    p.add_argument(
+        "--env",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the task played onboard, as agents.evaluate's --env (e.g. path_radius=12): the sidecar describes it",
+    )
     args = p.parse_args(argv)
     try:
-        out, side = export_actor(args.checkpoint, args.format, args.out)
-    except ValueError as err:
+        out, side = export_actor(args.checkpoint, args.format, args.out, args.env)
+    except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {out} and {side}")

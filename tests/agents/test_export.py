@@ -243,3 +243,19 @@ def test_the_layout_says_what_the_memory_paths_search_and_their_scale():
     )
     assert "its memory within 12 cells" in searched["path_closer"]
     assert "/ 25 (1: none within 24 moves in that square)" in searched["path_distance"]
+
+
+def test_env_overrides_describe_the_task_played_onboard_and_a_task_the_actor_cannot_play_is_refused(tmp_path, capsys):
+    overrides = ("env.comm_radius=0", "env.window_paths=true", "env.obs_radius=2")
+    run_dir = saved_run(tmp_path / "run", overrides)
+    _, side = export.export_actor(run_dir, "torchscript", env=["path_radius=6"])
+    info = json.loads(side.read_text())
+    assert info["env"]["path_radius"] == 6 and info["env_overrides"] == ["path_radius=6"]
+    part = {p["name"]: p for p in info["observation"]["local"]["parts"]}
+    assert "/ 13 (1: none within 12 moves in that square)" in part["path_distance"]["what"]
+    _, plain = export.export_actor(run_dir, "torchscript", tmp_path / "plain.pt")
+    assert json.loads(plain.read_text())["env"]["path_radius"] == 0  # the run's own env without --env
+    assert export.main([str(run_dir), "--format", "torchscript", "--env", "obs_radius=3"]) == 2
+    assert "obs_radius" in capsys.readouterr().err  # another window: the actor's input would change
+    assert export.main([str(run_dir), "--format", "torchscript", "--env", "path_radius=1"]) == 2
+    assert "EnvConfig.path_radius must be >= obs_radius (2) or 0" in capsys.readouterr().err
