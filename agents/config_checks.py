@@ -50,6 +50,7 @@ def check_config(cfg: Config) -> None:
     need(im.dagger_rounds >= 0, "imitation.dagger_rounds", ">= 0")
     need(im.dagger_env_steps >= 1, "imitation.dagger_env_steps", ">= 1")
     need(im.dagger_epochs >= 1, "imitation.dagger_epochs", ">= 1")
+    check_evaluate_env(cfg)
     if t.clone_kl_coef > 0:
         need(
             im.teacher != Teacher.none,
@@ -100,3 +101,29 @@ def check_config(cfg: Config) -> None:
                 "a divisor of the number of sequences, (num_steps / chunk_length) * num_envs = "
                 f"{sequences} (model.recurrent: minibatches take whole chunks of one environment)",
             )
+
+
+def check_evaluate_env(cfg: Config) -> None:
+    """``run.evaluate_env``: each item ``KEY=VALUE`` with an `EnvConfig` key, and every group's task
+    with them one the actor trained on it can play; a ValueError (TypeError for a value's type)
+    naming the key and the item. Checked at load, so a run fails before training, not after."""
+    import yaml
+
+    from agents.evaluate_setup import ENV_KEYS, check_actor_fits  # imports this module's package
+
+    changes = {}
+    for item in cfg.run.evaluate_env:
+        key, value = (part.strip() for part in item.split("=", 1)) if "=" in item else ("", "")
+        if key not in ENV_KEYS:
+            raise ValueError(
+                f"config key 'run.evaluate_env' item {item!r}: expected KEY=VALUE with an EnvConfig key "
+                f"({', '.join(ENV_KEYS)})"
+            )
+        changes[key] = yaml.safe_load(value)
+    if not changes:
+        return
+    for trained in cfg.env_configs():
+        try:
+            check_actor_fits(trained, trained.replace(**changes), cfg.model)
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"config key 'run.evaluate_env' {cfg.run.evaluate_env!r}: {err}") from None

@@ -137,6 +137,9 @@ class RunConfig:
     eval_interval: int = 1_000_000  # env steps between evaluation images in TensorBoard; 0: off
     eval_envs: int = 32  # environments of the in-training evaluation
     progress: bool = True  # tqdm progress bar
+    # KEY=VALUE overrides of the env that agents.evaluate and agents.export apply to this run's policy
+    # before their own --env: the task it plays once trained (e.g. path_radius=12; docs/training.md)
+    evaluate_env: list[str] = field(default_factory=list)
 
 
 @dataclass

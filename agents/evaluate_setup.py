@@ -54,6 +54,11 @@ def add_task_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def played_env(cfg: Config, env_items: Sequence[str]) -> list[str]:
+    """The env overrides a trained policy plays with: the run's ``run.evaluate_env``, then ``env_items``."""
+    return [*cfg.run.evaluate_env, *env_items]
+
+
 def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config:
     """The run's config ``cfg`` with ``--env`` items and ``--maps`` applied to its env section, checked.
 
@@ -104,8 +109,9 @@ def split_defaults(args: argparse.Namespace) -> None:
 
 
 def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config:
-    """`with_task`, and a ValueError where the actor trained on ``cfg``'s task cannot play the new one."""
-    task = with_task(cfg, env_items, maps)
+    """`with_task` with the run's ``run.evaluate_env`` items first, then ``env_items`` (which win), and
+    a ValueError where the actor trained on ``cfg``'s task cannot play the new one."""
+    task = with_task(cfg, played_env(cfg, env_items), maps)
     check_actor_fits(cfg.env_config(), task.env_config(), task.model)
     return task
 
@@ -180,6 +186,6 @@ def load_setup(args: argparse.Namespace) -> tuple[Path, dict, EnvConfig, Actor, 
     problem = file_problem(out)
     if problem:
         raise ValueError(f"--out: {problem}")
-    overrides = [*args.env, *([f"maps={args.maps}"] if args.maps is not None else [])]
+    overrides = [*played_env(cfg, args.env), *([f"maps={args.maps}"] if args.maps is not None else [])]
     meta = {"env_overrides": overrides, "maps": maps_meta(env_cfg, args.episodes, args.seed)}
     return path, payload, env_cfg, actor, out, meta

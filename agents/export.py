@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from agents.algo.networks import Actor
-from agents.evaluate_setup import fitted_task
+from agents.evaluate_setup import fitted_task, played_env
 from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
@@ -248,8 +248,9 @@ def export_actor(
             import onnx  # noqa: F401 -- checked before the work: it checks and annotates the file
         except ImportError:
             raise ValueError(f"--format onnx needs the onnx package: {EXPORT_EXTRA}") from None
-    task = (lambda saved: fitted_task(saved, env, None)) if env else None
-    path, payload, cfg, actor = trained_actor(source, task=task)
+    path, payload, cfg, actor = trained_actor(
+        source, task=lambda saved: fitted_task(saved, env, None) if played_env(saved, env) else saved
+    )
     out = Path(out) if out is not None else (owning_run_dir(path) or path.parent) / f"actor{FORMATS[fmt]}"
     side = sidecar_path(out)
     if side == out:
@@ -261,7 +262,7 @@ def export_actor(
     has_id = cfg.model.id_width(env_cfg.num_uavs) > 0
     wrapped = OneUAVActor(actor.float(), has_id).eval()  # fp32 whatever the run trained in
     info = sidecar(wrapped, env_cfg, fmt, out, path, payload)
-    info["env_overrides"] = list(env)  # the observation layout is the run's env with these
+    info["env_overrides"] = played_env(cfg, env)  # the observation layout is the run's env with these
     example = example_inputs(info["inputs"], rows=2)
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():

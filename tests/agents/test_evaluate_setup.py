@@ -196,3 +196,45 @@ def test_a_run_trained_with_walls_on_some_maps_is_evaluated_with_one_wall_count(
             with_task(run, items, None)
     task = with_task(run, ["grid_height=10", "grid_width=10", "num_walls=2"], None)
     assert task.env_config().num_walls == 2 and task.env_config().grid_height == 10
+
+
+def test_a_runs_evaluate_env_is_played_first_and_the_command_line_wins(tmp_path, capsys):
+    memory = ["env.comm_radius=0", "env.window_paths=true", "env.obs_radius=2"]
+    run = tmp_path / "run"
+    flags = [
+        *TINY,
+        *memory,
+        "train.total_env_steps=32",
+        f"run.dir={run}",
+        "run.evaluate_env=[path_radius=4,max_steps=7]",
+    ]
+    assert train_mappo.main(flags) == 0
+    capsys.readouterr()
+    out = tmp_path / "eval.json"
+    argv = [str(run), "--episodes", "2", "--seed", "5", "--out", str(out)]
+    assert evaluate.main(argv) == 0
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["env_overrides"] == ["path_radius=4", "max_steps=7"]
+    assert (meta["env"]["path_radius"], meta["env"]["max_steps"]) == (4, 7)
+    assert evaluate.main([*argv, "--env", "path_radius=0"]) == 0  # the command line comes last: it wins
+    meta = json.loads(out.read_text())["meta"]
+    assert meta["env_overrides"] == ["path_radius=4", "max_steps=7", "path_radius=0"]
+    assert (meta["env"]["path_radius"], meta["env"]["max_steps"]) == (0, 7)
+
+
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        ("[path_radius]", "item 'path_radius': expected KEY=VALUE with an EnvConfig key"),
+        ("[num_envs=4]", "item 'num_envs=4': expected KEY=VALUE with an EnvConfig key"),
+        ("[obs_radius=3]", "obs_radius"),  # another window: the actor's input would change
+        ("[path_radius=1]", "EnvConfig.path_radius must be >= obs_radius"),
+        ("[path_radius=four]", "EnvConfig.path_radius must be an int"),
+    ],
+)
+def test_a_bad_evaluate_env_fails_before_training_and_names_the_key(items, message, tmp_path, capsys):
+    memory = ["env.comm_radius=0", "env.window_paths=true", "env.obs_radius=2"]
+    assert train_mappo.main([*TINY, *memory, f"run.dir={tmp_path / 'run'}", f"run.evaluate_env={items}"]) == 2
+    err = capsys.readouterr().err
+    assert "run.evaluate_env" in err and message in err
+    assert not (tmp_path / "run").exists()

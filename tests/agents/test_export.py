@@ -259,3 +259,12 @@ def test_env_overrides_describe_the_task_played_onboard_and_a_task_the_actor_can
     assert "obs_radius" in capsys.readouterr().err  # another window: the actor's input would change
     assert export.main([str(run_dir), "--format", "torchscript", "--env", "path_radius=1"]) == 2
     assert "EnvConfig.path_radius must be >= obs_radius (2) or 0" in capsys.readouterr().err
+
+
+def test_the_runs_evaluate_env_is_the_task_exported_unless_env_says_otherwise(tmp_path):
+    overrides = ("env.comm_radius=0", "env.window_paths=true", "env.obs_radius=2", "run.evaluate_env=[path_radius=6]")
+    run_dir = saved_run(tmp_path / "run", overrides)
+    info = json.loads(export.export_actor(run_dir, "torchscript")[1].read_text())
+    assert info["env"]["path_radius"] == 6 and info["env_overrides"] == ["path_radius=6"]
+    info = json.loads(export.export_actor(run_dir, "torchscript", env=["path_radius=0"])[1].read_text())
+    assert info["env"]["path_radius"] == 0 and info["env_overrides"] == ["path_radius=6", "path_radius=0"]
