@@ -109,7 +109,7 @@ def check_evaluate_env(cfg: Config) -> None:
     naming the key and the item. Checked at load, so a run fails before training, not after."""
     import yaml
 
-    from agents.evaluate_setup import ENV_KEYS, check_actor_fits  # imports this module's package
+    from agents.actor_fit import ENV_KEYS, check_actor_fits
 
     changes = {}
     for item in cfg.run.evaluate_env:

@@ -17,22 +17,20 @@ largest group (`agents.config.Config.env_config`) unless `--env` sets the sizes.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from agents.actor_fit import ENV_KEYS, check_actor_fits  # noqa: F401  (re-exported: callers import them here)
 from agents.algo.layers import Form
 from agents.algo.networks import Actor
-from agents.config import Config, ModelConfig, check_config, load_config
+from agents.config import Config, check_config, load_config
 from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
 from uavsim.config import EnvConfig
 from uavsim.maps import MapSet, load_map_set, map_indices
-
-ENV_KEYS = tuple(f.name for f in dataclasses.fields(EnvConfig))
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,40 +112,6 @@ def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Conf
     task = with_task(cfg, played_env(cfg, env_items), maps)
     check_actor_fits(cfg.env_config(), task.env_config(), task.model)
     return task
-
-
-def check_actor_fits(trained: EnvConfig, task: EnvConfig, model: ModelConfig) -> None:
-    """A ValueError naming what differs where the actor trained on ``trained`` cannot play ``task``."""
-    problems = []
-    if task.local_obs_dim != trained.local_obs_dim:  # name the keys that shape the local observation
-        shaping = ["obs_radius", "window_paths"] + (["state_pool"] if trained.comm_radius is not None else [])
-        differ = [
-            f"{k}={getattr(trained, k)}, not {getattr(task, k)}"
-            for k in shaping
-            if getattr(trained, k) != getattr(task, k)
-        ]
-        if (trained.comm_radius is None) != (task.comm_radius is None):
-            differ.append(f"comm_radius={trained.comm_radius}, not {task.comm_radius} (the onboard memory's part)")
-        problems.append(
-            f"its input is a local observation of {trained.local_obs_dim} floats, this task's {task.local_obs_dim}: "
-            + "; ".join(differ or [f"obs_radius={trained.obs_radius}"])
-        )
-    if task.num_actions != trained.num_actions:
-        problems.append(f"it chooses among moves={trained.moves} moves, not moves={task.moves}")
-    if model.agent_id and task.num_uavs != trained.num_uavs:
-        problems.append(
-            f"its input ends with a one-hot agent id sized to the training team of num_uavs={trained.num_uavs} "
-            f"(model.agent_id=true), so it cannot tell {task.num_uavs} UAVs apart (a run with "
-            "model.size_agnostic=true model.agent_id=false plays any team)"
-        )
-    if model.actor_shared_map and task.state_pool != trained.state_pool:
-        problems.append(f"it reads the shared map in state_pool={trained.state_pool} blocks, not {task.state_pool}")
-    if problems:
-        raise ValueError(
-            "the checkpoint's actor cannot play this task: "
-            + "; ".join(problems)
-            + " (evaluate with those keys as trained; grid size, rewards, steps and maps may change)"
-        )
 
 
 def episode_maps(env_cfg: EnvConfig, episodes: int, seed: int) -> tuple[MapSet, np.ndarray]:
