@@ -1,7 +1,8 @@
-"""Which tasks a trained actor can play: its input and output keep their shape.
+"""Which tasks a trained actor can play: those where its input and output keep their shape.
 
-Apart from `agents.evaluate_setup` (which loads checkpoints, and so the networks) because the config
-checks use it at load (`run.evaluate_env`), and they may import only the config's own modules.
+A module of its own, not part of `agents.evaluate_setup`: the config checks use it at load
+(`run.evaluate_env`), and importing `evaluate_setup` (checkpoints, networks, the config) from them
+would be an import cycle (`tests/test_import_graph.py`).
 """
 
 from __future__ import annotations

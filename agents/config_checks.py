@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from agents.actor_fit import ENV_KEYS, check_actor_fits
 from agents.config_schema import DEVICE_PATTERN, Config, Teacher
 from agents.env_section import AUTO, check_mixed, check_sizes, is_mixed
 
@@ -108,8 +109,6 @@ def check_evaluate_env(cfg: Config) -> None:
     with them one the actor trained on it can play; a ValueError (TypeError for a value's type)
     naming the key and the item. Checked at load, so a run fails before training, not after."""
     import yaml
-
-    from agents.actor_fit import ENV_KEYS, check_actor_fits
 
     changes = {}
     for item in cfg.run.evaluate_env:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.actor_fit import ENV_KEYS, check_actor_fits  # noqa: F401  (re-exported: callers import them here)
+from agents.actor_fit import ENV_KEYS, check_actor_fits
 from agents.algo.layers import Form
 from agents.algo.networks import Actor
 from agents.config import Config, check_config, load_config

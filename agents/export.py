@@ -230,7 +230,7 @@ def export_actor(
             checkpoint kept outside a run).
         env: ``KEY=VALUE`` overrides of the run's env config, as `agents.evaluate`'s ``--env``: the
             task the actor plays onboard (e.g. ``path_radius=12``), which the sidecar's observation
-            layout describes; the actor must fit it (`agents.evaluate_setup.check_actor_fits`).
+            layout describes; the actor must fit it (`agents.actor_fit.check_actor_fits`).
 
     Returns:
         `(file, sidecar)`.

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from agents import evaluate, train_mappo
-from agents.evaluate_setup import check_actor_fits, with_task
+from agents.actor_fit import check_actor_fits
+from agents.evaluate_setup import with_task
 from tests.agents.conftest import TINY, tiny_config
 from uavsim.env import UAVSwarmEnv
 from uavsim.maps import load_map_set, map_indices
