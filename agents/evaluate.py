@@ -42,13 +42,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-import imageio.v2 as imageio
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -56,6 +53,7 @@ from tqdm import tqdm
 from agents.algo.action_noise import ActionNoise
 from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
+from agents.evaluate_report import curve_summary, summary_lines, write_report
 from agents.evaluate_setup import (
     SPLITS,
     add_protocol_arguments,
@@ -69,18 +67,12 @@ from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
 from uavsim.scripted import make_scripted
-from uavsim.video import record_episode, side_by_side, write_video
+from uavsim.video import record_episode
 
 EVAL_SEED_OFFSET = 1_000_000  # in-training evaluation maps differ from the training maps
 BASELINES = ("random", "greedy", "coordinated")  # scripted policies, played beside the trained one
 POLICIES = ("policy", "policy_sampled", *BASELINES)
 RECORDED = ("policy", "policy_sampled", "greedy", "coordinated")  # episode 0 of each is drawn
-COMPARED = {
-    "greedy": "greedy",
-    "coordinated": "coordinated",
-    "policy": "MAPPO (most likely)",
-    "policy_sampled": "MAPPO (sampled)",
-}  # <out>_compare.gif
 
 
 @torch.no_grad()
@@ -223,44 +215,6 @@ def evaluate_all(
     return results, frames
 
 
-def curve_summary(curves: np.ndarray) -> dict[str, list[float]]:
-    """Mean and quartiles over the maps of `curves` `[B, T]`, per step (to 6 decimals: a readable file)."""
-    q25, q75 = np.quantile(curves, [0.25, 0.75], axis=0)
-    return {k: np.round(v, 6).tolist() for k, v in (("mean", curves.mean(0)), ("q25", q25), ("q75", q75))}
-
-
-def plot_coverage(
-    curves: dict[str, dict[str, list[float]]], path: Path, title: str, target: float | None = None
-) -> None:
-    """Coverage vs step, one line per policy (the mean over maps) in an interquartile band, as PNG;
-    `target` draws the target coverage as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
-    if target is not None:
-        ax.axhline(target, color="0.5", linestyle="--", linewidth=0.8, label=f"target {target:g}")
-    for name, c in curves.items():
-        steps = np.arange(len(c["mean"]))
-        (line,) = ax.plot(steps, c["mean"], label=name, linewidth=1.6)
-        ax.fill_between(steps, c["q25"], c["q75"], color=line.get_color(), alpha=0.18, linewidth=0)
-    ax.set_xlabel("step")
-    ax.set_ylabel("coverage")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(
-        f"{title}\nlines: mean over maps; bands: 25th-75th percentile; a map keeps its final coverage "
-        "once its episode ended",
-        fontsize=9,
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
     """In-training evaluation of `learner`'s actor on `run.eval_envs` fixed maps (not the training
     maps): the argmax policy (`eval/...`, its first episode's image written to `logger`), the
@@ -299,27 +253,6 @@ def baseline_reference(
         policy = make_scripted(name, env, seed)
         _BASELINE_RESULTS[key] = summarize(run_episodes(env, lambda obs: policy(env)))
     return _BASELINE_RESULTS[key]
-
-
-def compare_gif_path(out: Path) -> Path:
-    """Where `main` draws `COMPARED` side by side on map 0."""
-    return out.with_name(out.stem + "_compare.gif")
-
-
-def coverage_plot_path(out: Path) -> Path:
-    """Where the coverage-over-time plot of the results file `out` goes: `<stem>_coverage.png`."""
-    return out.with_name(f"{out.stem}_coverage.png")
-
-
-def _nan_to_none(obj):
-    """NaN (e.g. the standard error of a single episode) as None, so the file is strict JSON."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nan_to_none(v) for v in obj]
-    return obj
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,40 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         "temperature": args.temperature,  # of policy_sampled
         **task,  # env_overrides, maps
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
-    imageio.mimsave(out.with_suffix(".gif"), frames["policy"], duration=0.08, loop=0)
-    imageio.imwrite(out.with_suffix(".png"), frames["policy"][-1])
-    compare = compare_gif_path(out)
-    write_video(side_by_side([frames[n] for n in COMPARED], list(COMPARED.values())), compare, fps=12.5)
-    plot = coverage_plot_path(out)
-    plot_coverage(
-        results["coverage_curve"],
-        plot,
-        f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training",
-        env_cfg.target_coverage,
-    )
-    for name in POLICIES:
-        r = results[name]
-        print(
-            f"{name:15s} coverage {r['mean_coverage']:.3f}  steps_to_target {r['mean_steps_to_target']:.1f}  "
-            f"reached 95 % on {r['target_reached']:.1%} of maps  collisions {r['mean_collisions']:.1f}  "
-            f"return {r['mean_return']:.3f}"
-        )
-    for base in ("greedy", "coordinated"):
-        for name, d in results[f"paired_vs_{base}"].items():
-            print(
-                f"{name:15s} vs {base} on the same maps: {d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps "
-                f"(faster on {d['faster']}, equal on {d['equal']}, slower on {d['slower']} of {args.episodes})"
-            )
-    for name, m in results.get("per_map", {}).items():
-        d = m["paired_vs_greedy"]["policy"]
-        reach = ", ".join(f"{p} {m[p]['target_reached']:.1%}" for p in ("policy", "greedy", "coordinated"))
-        print(
-            f"map {name}: {m['episodes']} maps, reached 95 %: {reach}; policy vs greedy "
-            f"{d['mean_steps_diff']:+.1f} +- {d['stderr']:.1f} steps"
-        )
-    print(f"wrote {out}, {out.with_suffix('.gif')}, {out.with_suffix('.png')}, {plot}, {compare}")
+    title = f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training"
+    written = write_report(out, results, frames, title, env_cfg.target_coverage)
+    print("\n".join(summary_lines(results, POLICIES, args.episodes, env_cfg.target_coverage)))
+    print(f"wrote {', '.join(map(str, written))}")
     return 0
 
 
