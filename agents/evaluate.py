@@ -63,9 +63,9 @@ from agents.evaluate_setup import (
     split_defaults,
 )
 from agents.evaluate_stats import METRICS, paired_difference, paired_results, per_map, summarize  # noqa: F401 (re-exported)
-from uavsim import hardware
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv
+from uavsim.machine import hardware
 from uavsim.scripted import make_scripted
 from uavsim.video import record_episode
 

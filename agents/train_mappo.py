@@ -38,7 +38,7 @@ from agents.run.learner_state import learner_state, load_learner_state
 from agents.run.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
 from agents.run.process import pick_device, setup_process
 from agents.run.resume import check_run_dir, resume_config, resume_run_dir
-from uavsim import hardware
+from uavsim.machine import hardware
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 

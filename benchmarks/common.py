@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from uavsim import hardware
-from uavsim.host_memory import retain_freed_memory
+from uavsim.machine import hardware
+from uavsim.machine.host_memory import retain_freed_memory
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # The trainer's benchmarks (step_cost, train_throughput, update_matmuls, distributed) measure the
@@ -31,8 +31,8 @@ _HOST: dict[str, Any] = {"host_memory_retained": False}
 
 def setup_host(threads: int, device: str | None = None, banner: bool = True) -> bool:
     """The process settings a benchmark runs all of its backends under, alike: torch's thread
-    count, and glibc keeping freed memory for the next large tensor (`uavsim.host_memory`, as the
-    trainer does), recorded in `machine_info`. Prints the machine's banner (`uavsim.hardware`).
+    count, and glibc keeping freed memory for the next large tensor (`uavsim.machine.host_memory`, as the
+    trainer does), recorded in `machine_info`. Prints the machine's banner (`uavsim.machine.hardware`).
     Returns whether the memory setting applied."""
     torch.set_num_threads(threads)
     _HOST["host_memory_retained"] = retain_freed_memory()

@@ -54,7 +54,7 @@ from benchmarks.common import (
 from benchmarks.env_throughput_report import plot, table
 from uavsim import EnvConfig
 from uavsim.compile_compat import prepare_inductor
-from uavsim.host_memory import release_free_memory
+from uavsim.machine.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
 
 CPU_SIZES = [1, 16, 256, 4096, 16384]

@@ -40,7 +40,7 @@ from benchmarks.placement_contenders import LocalPool, ProcessPool, RayActorPool
 from benchmarks.placement_pipeline import bench_stage_pipeline
 from benchmarks.placement_report import machine_info, markdown, plot, versions
 from benchmarks.placement_worker import make_jobs, spin
-from uavsim import hardware
+from uavsim.machine import hardware
 
 SCHEMA_VERSION = 2
 TARGETS = {"overhead_us_per_item_max": 1000.0, "speedup_2_vs_1_min": 1.8, "ray_backend_vs_actor_pool_max": 1.25}

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from agents.placement import inventory
-from uavsim import hardware
+from uavsim.machine import hardware
 
 
 def machine_info(devices: list[str]) -> dict:

@@ -82,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TypeError, ValueError, yaml.YAMLError) as e:
         parser.error(str(e).splitlines()[0])
 
-    from uavsim import hardware
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
+    from uavsim.machine import hardware
     from uavsim.scripted import make_scripted
     from uavsim.video import check_video_path, record_episode, write_video
 

@@ -1,7 +1,6 @@
 """Device inventory: free/total/allocated memory per CUDA device and host memory, in one call.
 
-Host memory comes from psutil (every OS), bounded by the cgroup limit (`uavsim.cgroup`), which psutil
-does not read: inside a container it reports the whole host's memory.
+Host memory is the machine's, within this process's cgroup limit (`uavsim.machine.host_memory`).
 """
 
 from __future__ import annotations
@@ -10,10 +9,9 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-import psutil
 import torch
 
-from uavsim.cgroup import cgroup_memory
+from uavsim.machine.host_memory import host_memory, process_rss
 
 from .devices import as_device, format_bytes
 
@@ -47,31 +45,6 @@ class Inventory:
         if self.devices:
             return {d.device: d.free for d in self.devices}
         return {"cpu": self.host_available}
-
-
-def host_memory() -> tuple[int, int]:
-    """``(total, available)`` host memory in bytes (available = what new allocations can get),
-    within this process's cgroup memory limit when it has one (a container's, a Slurm job's)."""
-    total, available = _system_memory()
-    limited = cgroup_memory()
-    if limited is not None:
-        total, available = min(total, limited[0]), min(available, limited[1])
-    return total, available
-
-
-def _system_memory() -> tuple[int, int]:
-    """``(total, available)`` bytes of the machine from psutil: on Linux ``MemTotal`` and
-    ``MemAvailable`` of ``/proc/meminfo``, on Windows and macOS their system calls. psutil does not
-    know cgroup limits: ``host_memory`` adds them."""
-    vm = psutil.virtual_memory()
-    return int(vm.total), int(vm.available)
-
-
-def process_rss() -> int:
-    """Resident set size of this process in bytes (what it currently holds in host RAM), from
-    psutil on every OS (about 50 us a call against 19 us for reading ``/proc/self/statm`` by hand,
-    on a 2-core AMD EPYC: nothing next to a batch or an iteration, which is where it is read)."""
-    return int(psutil.Process().memory_info().rss)
 
 
 def memory_in_use(device: str | torch.device) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from agents.placement.meminfo import process_rss
+from uavsim.machine.host_memory import process_rss
 
 
 class Logger:
@@ -126,7 +126,7 @@ class PhaseTimer:
 
 
 def host_rss_mb() -> float:
-    """Current resident set size of this process in MiB (`agents.placement.meminfo.process_rss`)."""
+    """Current resident set size of this process in MiB (`uavsim.machine.host_memory.process_rss`)."""
     return process_rss() / 2**20
 
 

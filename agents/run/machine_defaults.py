@@ -35,7 +35,8 @@ import torch
 
 from agents.algo.learner import allocate_storage
 from agents.config import AUTO, Amp, Config, Teacher, check_config
-from uavsim import hardware
+from uavsim.machine import hardware
+from uavsim.machine.host_memory import host_memory
 
 CPU_NUM_ENVS = 64
 GPU_MAX_NUM_ENVS = 8192
@@ -59,7 +60,7 @@ def choose_cpu_amp(cpu_class: str, probe: Callable[[], float]) -> tuple[Amp, str
     the probe decides (flags alone mislead: AVX-512 without BF16 converts in software).
 
     Args:
-        cpu_class: one of `uavsim.hardware.CPU_CLASSES`.
+        cpu_class: one of `uavsim.machine.hardware.CPU_CLASSES`.
         probe: `probe() -> float`, the bf16 / fp32 matmul time ratio (`bf16_matmul_time_ratio`).
 
     Returns:
@@ -177,8 +178,6 @@ def available_memory(device: torch.device) -> int:
     within this process's cgroup limit."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    from agents.placement.meminfo import host_memory
-
     return host_memory()[1]
 
 

@@ -10,7 +10,7 @@ import torch
 from agents.config import DEVICE_PATTERN, Config
 from agents.placement.dist import pick_device as placement_pick_device
 from agents.placement.dist import read_dist_env
-from uavsim.host_memory import retain_freed_memory
+from uavsim.machine.host_memory import retain_freed_memory
 
 
 def pick_device(name: str, what: str = "run.device") -> torch.device:
@@ -34,7 +34,7 @@ def pick_device(name: str, what: str = "run.device") -> torch.device:
 def setup_process(cfg: Config) -> None:
     """The entry point's process-wide settings: explicit seeding (library code draws from
     `torch.Generator`s instead), determinism, torch's thread count, and glibc keeping freed host
-    memory for the next large tensor (`uavsim.host_memory`; `run.retain_host_memory`)."""
+    memory for the next large tensor (`uavsim.machine.host_memory`; `run.retain_host_memory`)."""
     torch.manual_seed(cfg.seed)
     if cfg.run.retain_host_memory:
         retain_freed_memory()

@@ -13,6 +13,7 @@ import torch
 
 from agents.placement import inventory, inventory_report, meminfo, memory_in_use, place_models
 from agents.placement.devices import as_device, device_key, format_bytes
+from uavsim.machine import host_memory
 
 GiB = 2**30
 
@@ -84,7 +85,7 @@ def test_memory_in_use_on_cpu_is_the_process_rss():
     if platform.libc_ver()[0] == "glibc":
         # Hand freed heap memory back to the OS first: otherwise the block below may reuse pages
         # that are still resident (other tests in this process ran entry points that keep freed
-        # memory, uavsim.host_memory), and the RSS would not grow.
+        # memory, uavsim.machine.host_memory), and the RSS would not grow.
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     before = memory_in_use("cpu")
     block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched so it is resident
@@ -109,7 +110,7 @@ def test_device_strings():
 def test_host_figures_are_the_kernels_own():
     with open("/proc/meminfo", encoding="ascii") as f:
         kib = {line.split(":")[0]: int(line.split()[1]) for line in f if line.split()[1:]}
-    total, available = meminfo._system_memory()
+    total, available = host_memory._system_memory()
     assert total == kib["MemTotal"] * 1024
     assert abs(available - kib["MemAvailable"] * 1024) < 512 * 2**20  # other processes move it meanwhile
     with open("/proc/self/statm", encoding="ascii") as f:

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from agents.placement import is_oom_error, oom_backoff, split_batch, stream_train
-from agents.placement.meminfo import host_memory, process_rss
 from agents.placement.tensors import batch_len, to_device
+from uavsim.machine.host_memory import host_memory, process_rss
 
 MiB = 2**20
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from uavsim.cgroup import cpu_quota
+from uavsim.machine.cgroup import cpu_quota
 
 CPU_CLASSES = ("baseline", "AVX2", "AVX-512", "AVX512-BF16", "AMX")  # weakest to strongest
 # oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) for each class's cap, weakest to strongest

@@ -1,12 +1,13 @@
-"""The cgroup memory limit (containers, Slurm jobs; read by `uavsim.cgroup`) bounds what the placement
+"""The cgroup memory limit (containers, Slurm jobs; read by `uavsim.machine.cgroup`) bounds what the placement
 utilities see as host memory. The cgroup file systems are built in a temporary folder, in both layouts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from agents.placement import meminfo
-from uavsim.cgroup import cgroup_memory
+from agents.placement import inventory
+from uavsim.machine import host_memory
+from uavsim.machine.cgroup import cgroup_memory
 
 GIB = 2**30
 
@@ -68,14 +69,14 @@ def test_no_limit_or_no_cgroup_files_means_none(tmp_path):
 
 
 def test_host_memory_is_bounded_by_the_cgroup_limit(monkeypatch):
-    monkeypatch.setattr(meminfo, "_system_memory", lambda: (512 * GIB, 500 * GIB))
-    monkeypatch.setattr(meminfo, "cgroup_memory", lambda: (24 * GIB, 20 * GIB))
-    assert meminfo.host_memory() == (24 * GIB, 20 * GIB)
-    assert meminfo.inventory().host_total == 24 * GIB
-    monkeypatch.setattr(meminfo, "cgroup_memory", lambda: (1024 * GIB, 1000 * GIB))  # looser than the machine
-    assert meminfo.host_memory() == (512 * GIB, 500 * GIB)
-    monkeypatch.setattr(meminfo, "cgroup_memory", lambda: None)
-    assert meminfo.host_memory() == (512 * GIB, 500 * GIB)
+    monkeypatch.setattr(host_memory, "_system_memory", lambda: (512 * GIB, 500 * GIB))
+    monkeypatch.setattr(host_memory, "cgroup_memory", lambda: (24 * GIB, 20 * GIB))
+    assert host_memory.host_memory() == (24 * GIB, 20 * GIB)
+    assert inventory().host_total == 24 * GIB
+    monkeypatch.setattr(host_memory, "cgroup_memory", lambda: (1024 * GIB, 1000 * GIB))  # looser than the machine
+    assert host_memory.host_memory() == (512 * GIB, 500 * GIB)
+    monkeypatch.setattr(host_memory, "cgroup_memory", lambda: None)
+    assert host_memory.host_memory() == (512 * GIB, 500 * GIB)
 
 
 def test_v2_nested_finite_limits_the_tighter_wins(tmp_path):

@@ -1,12 +1,12 @@
-"""`uavsim.hardware`: CPU classes, the banner's fields, the warning about a GPU torch cannot use."""
+"""`uavsim.machine.hardware`: CPU classes, the banner's fields, the warning about a GPU torch cannot use."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from uavsim import hardware
-from uavsim.cgroup import cpu_quota
+from uavsim.machine import hardware
+from uavsim.machine.cgroup import cpu_quota
 
 AMX = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 

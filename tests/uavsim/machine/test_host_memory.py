@@ -11,7 +11,7 @@ import pytest
 
 PROBE = """
 import resource, sys, torch
-from uavsim.host_memory import retain_freed_memory
+from uavsim.machine.host_memory import retain_freed_memory
 applied = retain_freed_memory() if sys.argv[1] == "retain" else None
 for _ in range(10):  # warm-up: the heap grows over the first few rounds, then settles
     torch.empty(8 << 20).fill_(1.0)  # 32 MiB

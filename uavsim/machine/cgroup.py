@@ -11,7 +11,7 @@ off). The cgroup's own files say what the process may really use. Both layouts a
                          `memory.limit_in_bytes` (a huge number = no limit), `memory.usage_in_bytes`,
                          `memory.stat` `total_inactive_file`
 
-`uavsim.hardware.usable_cores` bounds the cores by `cpu_quota`; `agents.placement`'s host memory is
+`uavsim.machine.hardware.usable_cores` bounds the cores by `cpu_quota`; `agents.placement`'s host memory is
 bounded by `cgroup_memory`. Memory limits nest, so every level from the process's cgroup up to the
 mount's root is read and the tightest wins. Usage counts the page cache, of which the inactive part
 is reclaimed before the OOM killer acts, so it is left out of what is used (as `docker stats` does).
