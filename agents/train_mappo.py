@@ -192,8 +192,10 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     start = learner.env_steps + 1 if payload is not None else 0
     logger = Logger(run_dir, purge_step=start, enabled=replicas.is_main)
     logger.hyperparameters(flatten(to_dict(cfg)), start)
+    last_good = source
     if payload is None and cfg.imitation.teacher != Teacher.none:  # a resumed actor was cloned before
         _warm_start(learner, logger)
+        last_good = _save(learner, run_dir)  # imitation costs minutes: a run killed after it keeps them
     timer = PhaseTimer(device)
     iterations = learner.num_iterations
     total = iterations * learner.steps_per_iteration
@@ -207,7 +209,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         desc="mappo",
     )
     try:
-        _loop(learner, logger, timer, bar, run_dir, source, iterations)
+        _loop(learner, logger, timer, bar, run_dir, last_good, iterations)
     except KeyboardInterrupt:
         newest = ckpt.list_checkpoints(run_dir)
         raise TrainingInterrupted(
@@ -285,12 +287,17 @@ def _loop(
                 logger.scalars({tag: value}, learner.env_steps)
         last = learner.iteration == iterations
         if crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
-            state = learner_state(learner)  # a collective: every rank takes part
-            if replicas.is_main:
-                # config.yaml: the config --resume will continue, written with the checkpoint
-                last_good = ckpt.save_checkpoint(
-                    run_dir, state, cfg.run.keep_checkpoints, beside={"config.yaml": to_yaml(cfg)}
-                )
+            last_good = _save(learner, run_dir) or last_good
+
+
+def _save(learner: Learner, run_dir: Path) -> Path | None:
+    """A checkpoint of the learner as it is now (a collective: every rank calls it); its path on the
+    main rank, None on the others. config.yaml beside it is the config --resume will continue."""
+    state = learner_state(learner)
+    if not learner.replicas.is_main:
+        return None
+    cfg = learner.cfg
+    return ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints, beside={"config.yaml": to_yaml(cfg)})
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -231,3 +231,44 @@ def test_resume_into_a_run_directory_that_cannot_be_written_says_to_branch(make_
     args = parse_args(["--resume", str(tmp_path), "train.total_env_steps=64"])
     with pytest.raises(ValueError, match="read-only file system; pass run.dir=NEW_DIR to continue elsewhere"):
         train(resolve_config(args), resume=args.resume)
+
+
+def test_a_run_killed_right_after_imitation_resumes_without_imitating_again(make_config, tmp_path, monkeypatch):
+    from agents.algo import imitation
+
+    common = [
+        "run.deterministic=true",
+        "train.total_env_steps=128",
+        "run.checkpoint_interval=0",  # only the final one: the checkpoint after imitation is the only other
+        "env.max_steps=7",
+        "imitation.teacher=greedy",
+        "imitation.env_steps=48",
+        "imitation.epochs=1",
+        "train.clone_kl_coef=0.5",
+    ]
+    full = train(make_config(*common, f"run.dir={tmp_path / 'full'}"))
+    saved = [p.name for p in ckpt.list_checkpoints(tmp_path / "full")]
+    assert saved == ["ckpt_000000000000.pt", "ckpt_000000000128.pt"]
+
+    real_save = ckpt.save_checkpoint
+
+    def save_then_die(run_dir, payload, keep, beside=None):
+        real_save(run_dir, payload, keep, beside)
+        raise Killed  # the process dies right after writing its first checkpoint: the one after imitation
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
+    with pytest.raises(Killed):
+        train(make_config(*common, f"run.dir={tmp_path / 'cut'}"))
+    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "cut")] == ["ckpt_000000000000.pt"]
+
+    def imitate_again(*args, **kwargs):
+        raise AssertionError("the resumed run imitated again")
+
+    monkeypatch.setattr(imitation, "warm_start", imitate_again)
+    args = parse_args(["--resume", str(tmp_path / "cut")])
+    resumed = train(resolve_config(args), resume=args.resume)
+    assert (resumed.env_steps, resumed.iteration) == (full.env_steps, full.iteration)
+    a, b = all_state(full), all_state(resumed)
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert a.keys() == b.keys() and not differ, f"differ after resume: {differ}"
