@@ -172,8 +172,6 @@ class Cluster:
                         on_log({p.name for p in log_dir.iterdir()})
                     time.sleep(0.05)
                 if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=30)
                     raise AssertionError(f"the map did not end within {MAP_TIMEOUT_S}s:\n{self.driver_tail()}")
             finally:
                 if proc.poll() is None:
@@ -207,16 +205,16 @@ def test_a_map_spans_both_nodes_and_a_node_killed_mid_map_loses_no_item(cluster)
     """One map (each cluster start and map costs seconds): both nodes take items, and once the
     second has finished two the test kills it; every result still comes back, in order."""
     n = 40
-    killed_after: list[int] = []
+    done_at_kill: list[int] = []
 
     def kill_second_once_it_worked(names: set[str]) -> None:
-        done_there = [name for name in names if name.endswith("-second")]
-        if not killed_after and len(done_there) >= 2:
-            killed_after.append(len(names))
+        done = [name for name in names if not name.endswith(".ready")]  # "<item>-<node>"
+        if not done_at_kill and sum(name.endswith("-second") for name in done) >= 2:
+            done_at_kill.append(len(done))
             cluster.kill("second")
 
     out = cluster.drive(n, 0.1, on_log=kill_second_once_it_worked)
-    assert killed_after and killed_after[0] < n, "the second node was not killed mid-map"
+    assert done_at_kill and done_at_kill[0] < n, "the second node was not killed mid-map"
     assert [x for x, _ in out["results"]] == list(range(n))
     assert {node for _, node in out["results"]} == {"head", "second"}
     # the kill was seen: the second node's actor reported dead, the item it ran retried elsewhere
