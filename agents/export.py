@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from agents.algo.networks import Actor
-from agents.evaluate_setup import fitted_task, played_env
+from agents.evaluate.setup import fitted_task, played_env
 from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
@@ -230,7 +230,7 @@ def export_actor(
             checkpoint kept outside a run).
         env: ``KEY=VALUE`` overrides of the run's env config, as `agents.evaluate`'s ``--env``: the
             task the actor plays onboard (e.g. ``path_radius=12``), which the sidecar's observation
-            layout describes; the actor must fit it (`agents.actor_fit.check_actor_fits`).
+            layout describes; the actor must fit it (`agents.config.actor_fit.check_actor_fits`).
 
     Returns:
         `(file, sidecar)`.

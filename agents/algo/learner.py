@@ -38,7 +38,7 @@ from uavsim.env import UAVSwarmEnv
 
 @dataclass
 class SizeGroup:
-    """A mixed-size run's environments of one size beyond the first (`agents.env_section`): what
+    """A mixed-size run's environments of one size beyond the first (`agents.config.env_section`): what
     the learner holds of its own group, with the same names."""
 
     env: UAVSwarmEnv

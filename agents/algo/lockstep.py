@@ -1,6 +1,6 @@
 """A mixed-size run's rollout in lockstep: one actor call per step over every size group's UAVs.
 
-A mixed-size run (`agents.env_section`) plays one environment batch per size group: their maps
+A mixed-size run (`agents.config.env_section`) plays one environment batch per size group: their maps
 differ in size, so each group's `env.step` runs on its own. Its actor is one network whose input
 does not depend on the team or map size, so at each step the rows of all groups go through it in
 one call, and only the environments' half of the step (`agents.algo.rollout.record_step`) runs per

@@ -15,7 +15,7 @@ in both places, and the global state's share of a first layer is computed once p
 With `model.size_agnostic` (and `model.agent_id=false`) no input depends on the team's size `N` or
 the map's: the actor's local window is the same on any map, and the critic sees the UAVs as a
 density map over the state's `P x P` blocks (`team_state`) instead of a list of N positions. One set
-of parameters then plays, and trains on, any team and map size (mixed training: `agents.env_section`).
+of parameters then plays, and trains on, any team and map size (mixed training: `agents.config.env_section`).
 
 The critic's input is MAPPO's "agent-specific global state": the global state concatenated with
 the agent's own observation, so one shared critic can tell the agents' values apart. The critic

@@ -174,7 +174,7 @@ def trained_actor(
         path_or_run: a checkpoint file or a run directory.
         form: how its no-grad calls compute the first layers (`Form`).
         task: the saved config to the one the actor is built for and returned (evaluation on
-            another task: `agents.evaluate_setup.fitted_task`); None keeps it.
+            another task: `agents.evaluate.setup.fitted_task`); None keeps it.
 
     Returns:
         `(checkpoint path, payload, config, actor)`.

@@ -75,15 +75,15 @@ def test_paired_difference_counts_and_standard_error():
     "name, policy_cls", [("greedy", GreedyFrontierPolicy), ("coordinated", CoordinatedFrontierPolicy)]
 )
 def test_baseline_reference_is_deterministic_and_computed_once(monkeypatch, name, policy_cls):
-    from agents import evaluate
+    from agents.evaluate import episodes
 
     cfg = EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=3, max_steps=20, launch_size=2, state_pool=4)
     env = UAVSwarmEnv(cfg, num_envs=3, device="cpu", seed=5)
     policy = policy_cls(env)
     direct = summarize(run_episodes(env, lambda obs: policy(env)))
-    assert evaluate.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
-    monkeypatch.setattr(evaluate, "run_episodes", lambda *a, **k: pytest.fail(f"{name} replayed"))
-    assert evaluate.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
+    assert episodes.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
+    monkeypatch.setattr(episodes, "run_episodes", lambda *a, **k: pytest.fail(f"{name} replayed"))
+    assert episodes.baseline_reference(name, cfg, 3, 5, torch.device("cpu")) == direct
 
 
 def test_unknown_scripted_policy_is_an_error():

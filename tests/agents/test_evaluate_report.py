@@ -10,7 +10,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from agents.evaluate_report import (
+from agents.evaluate.report import (
     compare_gif_path,
     coverage_plot_path,
     curve_summary,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from agents import evaluate, train_mappo
-from agents.actor_fit import check_actor_fits
-from agents.evaluate_setup import with_task
+from agents.config.actor_fit import check_actor_fits
+from agents.evaluate.setup import with_task
 from tests.agents.conftest import TINY, tiny_config
 from uavsim.env import UAVSwarmEnv
 from uavsim.maps import load_map_set, map_indices
@@ -159,7 +159,7 @@ def test_the_protocol_splits_fill_what_is_not_given():
     reported); an explicit --seed or --episodes wins."""
     import argparse
 
-    from agents.evaluate_setup import SPLITS, add_protocol_arguments, split_defaults
+    from agents.evaluate.setup import SPLITS, add_protocol_arguments, split_defaults
 
     p = argparse.ArgumentParser()
     add_protocol_arguments(p)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from agents.evaluate_stats import METRICS, per_map, summarize
+from agents.evaluate.stats import METRICS, per_map, summarize
 
 
 def raw_results(steps: dict[str, list[float]]) -> dict[str, dict[str, np.ndarray]]:

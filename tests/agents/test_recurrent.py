@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents import evaluate
 from agents.algo.layers import GRU
 from agents.algo.learner import build_learner, collect, train_iteration
 from agents.algo.networks import Actor
 from agents.config import ModelConfig
-from agents.evaluate import actor_policy
+from agents.evaluate import actor_policy, episodes
 from agents.run import checkpoint as ckpt
 from agents.run.learner_state import learner_state, load_learner_state
 from uavsim.env import UAVSwarmEnv
@@ -143,7 +142,7 @@ def test_evaluation_carries_the_hidden_state_and_zeroes_it_at_each_episode_start
         obs, *_ = second_alone.step(alone[-1])
     assert torch.equal(both[steps:], torch.stack(alone))
     # the test can fail: without the reset the second episode's actions differ
-    monkeypatch.setattr(evaluate, "reset_where_done", lambda hidden, done: hidden)
+    monkeypatch.setattr(episodes, "reset_where_done", lambda hidden, done: hidden)
     assert not torch.equal(_play(actor, env(), 2 * steps)[steps:], both[steps:])
 
 

@@ -16,7 +16,7 @@ from agents.algo.learner import build_learner, collect, prepare_batch, read_metr
 from agents.algo.networks import Actor, make_actor, make_critic, team_state, with_form
 from agents.algo.rollout import agent_ids, value_of
 from agents.algo.value_norm import ValueNorm
-from agents.env_section import split_envs
+from agents.config.env_section import split_envs
 from agents.run import checkpoint as ckpt
 from agents.run.learner_state import learner_state, trained_actor
 from tests.agents.conftest import TINY

@@ -135,7 +135,7 @@ def test_the_default_presets_env_step_keeps_to_its_count():
     # 12 rounds), 929 KiB per env-step (421 without). Not issue 15's 60-kernel GPU target, which the
     # env's default task meets; a change that costs more than this fails here.
     from agents.config import load_config
-    from agents.env_section import env_configs
+    from agents.config.env_section import env_configs
 
     (cfg,) = env_configs(load_config(PRESETS / "default.yaml", []).env)
     assert cfg.window_paths and cfg.comm_radius == 0 and cfg.obs_radius == 6

@@ -1,7 +1,7 @@
 """The training configuration's schema: its sections as typed dataclasses, with their defaults.
 
 `agents.config.load_config` fills a `Config` from YAML presets and overrides;
-`agents.config_checks.check_config` checks the ranges the types cannot express.
+`agents.config.checks.check_config` checks the ranges the types cannot express.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from agents.env_section import AUTO, EnvSection, env_configs, largest, split_envs
+from agents.config.env_section import AUTO, EnvSection, env_configs, largest, split_envs
 from uavsim.config import EnvConfig
 
 
@@ -152,15 +152,15 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
 
     def env_config(self) -> EnvConfig:
-        """The task; a mixed-size run's largest group (`agents.env_section.largest`)."""
+        """The task; a mixed-size run's largest group (`agents.config.env_section.largest`)."""
         return largest(self.env_configs())
 
     def env_configs(self) -> list[EnvConfig]:
-        """Each group's task (`agents.env_section`): one for a single-size run."""
+        """Each group's task (`agents.config.env_section`): one for a single-size run."""
         return env_configs(self.env)
 
     def group_num_envs(self) -> list[int]:
-        """Environments of each group (`agents.env_section.split_envs`)."""
+        """Environments of each group (`agents.config.env_section.split_envs`)."""
         return split_envs(self.num_envs, len(self.env_configs()))
 
     @property

@@ -10,10 +10,12 @@ checks ranges. Any bad input is a `ValueError` / `TypeError` that names the key:
     bool key         -> TypeError("override 'train.anneal_lr=2': train.anneal_lr must be true or false, got 2")
                         (true/false, also yes/no/on/off; OmegaConf alone would read any int as a bool)
 
-The schema is in `agents.config_schema`, the range checks in `agents.config_checks` (their names are
-imported from here too). The `env` section is every field of `uavsim.EnvConfig` (generated from it,
-so the two never drift) plus `num_envs`. Counts of time are environment steps: one step of one
-environment.
+The schema is in `agents.config.schema`, the range checks in `agents.config.checks`, the `env`
+section and a mixed-size run's groups in `agents.config.env_section`, which tasks a trained actor
+can play in `agents.config.actor_fit`; their public names are imported from here too (they import
+each other, never this file, so the package has no import cycle). The `env` section is every field
+of `uavsim.EnvConfig` (generated from it, so the two never drift) plus `num_envs`. Counts of time
+are environment steps: one step of one environment.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 from omegaconf.nodes import BooleanNode, EnumNode
 
-from agents.config_checks import check_config
-from agents.config_schema import (
+from agents.config.checks import check_config
+from agents.config.env_section import AUTO
+from agents.config.schema import (
     DEVICE_PATTERN,
     Activation,
     Amp,
@@ -39,9 +42,8 @@ from agents.config_schema import (
     Teacher,
     TrainConfig,
 )
-from agents.env_section import AUTO
 
-# the schema and the checks live beside this module; their names are imported from here
+# the schema and the checks live in this package's modules; their names are imported from here
 __all__ = [
     "AUTO",
     "DEVICE_PATTERN",

@@ -110,7 +110,7 @@ def split_envs(num_envs: int, groups: int) -> list[int]:
 
 
 def check_mixed(cfg) -> None:
-    """What a mixed-size run (lists in `env`, `agents.env_section`) needs; ValueError naming the key."""
+    """What a mixed-size run (lists in `env`, `agents.config.env_section`) needs; ValueError naming the key."""
     m, groups = cfg.model, len(cfg.env_configs())
     if not m.size_agnostic:
         raise ValueError(

@@ -1,7 +1,7 @@
 """Which tasks a trained actor can play: those where its input and output keep their shape.
 
-A module of its own, not part of `agents.evaluate_setup`: the config checks use it at load
-(`run.evaluate_env`), and importing `evaluate_setup` (checkpoints, networks, the config) from them
+Part of the config, not of `agents.evaluate.setup`: the config checks use it at load
+(`run.evaluate_env`), and importing `agents.evaluate` (checkpoints, networks, the config) from them
 would be an import cycle (`tests/test_import_graph.py`).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from agents.config_schema import ModelConfig
+from agents.config.schema import ModelConfig
 from uavsim.config import EnvConfig
 
 ENV_KEYS = tuple(f.name for f in dataclasses.fields(EnvConfig))

@@ -3,7 +3,7 @@ NaN as null), the first episode's GIF and PNG, the baselines and the policy side
 (`<out>_compare.gif`), the coverage-over-time plot (`<out>_coverage.png`), and the console summary
 (one line per policy, per baseline comparison, and per map of a map set).
 
-`agents.evaluate` plays the episodes; this module only turns its results into files and lines."""
+`agents.evaluate.episodes` plays the episodes; this module only turns its results into files and lines."""
 
 from __future__ import annotations
 

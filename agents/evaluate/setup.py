@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.actor_fit import ENV_KEYS, check_actor_fits
 from agents.algo.layers import Form
 from agents.algo.networks import Actor
 from agents.config import Config, check_config, load_config
+from agents.config.actor_fit import ENV_KEYS, check_actor_fits
 from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir

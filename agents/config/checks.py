@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from agents.actor_fit import ENV_KEYS, check_actor_fits
-from agents.config_schema import DEVICE_PATTERN, Config, Teacher
-from agents.env_section import AUTO, check_mixed, check_sizes, is_mixed
+from agents.config.actor_fit import ENV_KEYS, check_actor_fits
+from agents.config.env_section import AUTO, check_mixed, check_sizes, is_mixed
+from agents.config.schema import DEVICE_PATTERN, Config, Teacher
 
 
 def auto_or_at_least(value: object, low: int) -> bool:
