@@ -146,3 +146,15 @@ def test_the_counts_scale_as_the_model_assumes():
             check["flops"], rel=0.01
         )
         assert n["kernels"] == check["kernels"]
+
+
+def test_the_counter_beside_the_model_counts_kernels_and_flops():
+    import torch
+
+    from benchmarks import gpu_counts
+
+    a, b = torch.ones(4, 8), torch.ones(8, 2)
+    c = gpu_counts.counted(lambda: (a @ b).sum().item())
+    assert c["flops"] == 2 * 4 * 8 * 2  # the matmul's multiply-adds
+    assert c["kernels"] == 2 and c["syncs"] == 1  # mm, sum; the read back
+    assert set(gpu_counts.ENV_VARIANTS) == set(gm.ENV_VARIANTS)
