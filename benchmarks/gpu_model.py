@@ -9,11 +9,12 @@ bytes and FLOPs per call, from `benchmarks.op_count.OpCounter` and torch's FLOP 
 
     max(k x launch, b / (bw_fraction x bandwidth) + f / (mm_efficiency x matmul_peak)) + s x sync
 
-seconds: the host queues kernels at ``launch`` each (eager dispatch, or a compiled function's, or a
-CUDA graph's replay) while the GPU runs behind it at a fraction of its DRAM bandwidth and matmul
-rate; each host sync waits for the queue and costs ``sync`` beyond it. This is `benchmarks.step_cost`'s
-ceiling (``min(bandwidth / bytes, envs / (kernels x launch))``) turned into a time, with syncs and
-FLOPs added, so the two models agree on an env step. A whole run adds up its phases: process start,
+seconds: the host queues kernels at ``launch`` each (eager dispatch, a scripted planner's ops, a
+compiled function's with its graphs skipped, or a CUDA graph's replay) while the GPU runs behind
+it at a fraction of its DRAM bandwidth and matmul rate; each host sync waits for the queue and
+costs ``sync`` beyond it. This is `benchmarks.step_cost`'s ceiling
+(``min(bandwidth / bytes, envs / (kernels x launch))``) turned into a time, with syncs and FLOPs
+added, so the two models agree on an env step. A whole run adds up its phases: process start,
 imitation (planner calls, DAgger's policy steps, cloning minibatches), PPO iterations, in-training
 evaluations and the planners' reference episodes computed once (`agents.evaluate`).
 
@@ -189,10 +190,9 @@ def iteration(it: dict, envs: int, steps: int, gpu: str, c: Constants, launch: s
     return work_seconds(n["kernels"], n["syncs"], n["bytes"], n["flops"], gpu, c, launch)
 
 
-def per_call(call: dict, gpu: str, c: Constants, envs: int | None = None, launch: str = "eager") -> dict[str, float]:
-    """A counted call (kernels, syncs, bytes, FLOPs), its bytes and FLOPs rescaled to ``envs``."""
-    scale = envs / call["envs"] if envs and "envs" in call else 1.0
-    return work_seconds(call["kernels"], call["syncs"], call["bytes"] * scale, call["flops"] * scale, gpu, c, launch)
+def per_call(call: dict, gpu: str, c: Constants, launch: str = "eager") -> dict[str, float]:
+    """A counted call (kernels, syncs, bytes, FLOPs, at the batch it ran) as `work_seconds`."""
+    return work_seconds(call["kernels"], call["syncs"], call["bytes"], call["flops"], gpu, c, launch)
 
 
 def learn_run(
