@@ -9,13 +9,31 @@ GPU (small models); a GPU of a several-GPU worker belongs to that worker alone.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .devices import device_key, visible_device_token
+from .checks import device_key
+
+
+def visible_device_token(index: int, environ: dict[str, str] | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry that makes *this process's* ``cuda:index`` a child's only GPU.
+
+    If this process already runs under a ``CUDA_VISIBLE_DEVICES`` list, its ``cuda:k`` is the k-th
+    entry of that list (an ordinal, UUID or MIG id), not physical GPU ``k``; passing ``str(k)`` to the
+    child would pick the wrong GPU.
+    """
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    tokens = [t.strip() for t in visible.split(",") if t.strip()]
+    if index >= len(tokens):
+        raise ValueError(f"cuda:{index} is not visible: CUDA_VISIBLE_DEVICES={visible!r} lists {len(tokens)} device(s)")
+    return tokens[index]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError, WorkerPool, dp_map
-from agents.placement.devices import visible_device_token
+from agents.placement.dp_shapes import visible_device_token
 
 CPU2 = ["cpu", "cpu"]
 
