@@ -6,12 +6,11 @@ helpers (guide: docs/placement.md). Importing this package does not import diffu
 transformers (the tiny models of the examples and tests are ``examples/toy_models.py``).
 """
 
-from .dp import WorkerPool
-from .dp_types import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from .inventory import DeviceMemory, Inventory, format_bytes, inventory, inventory_report, memory_in_use
 from .journal import Journal
-from .oneshot import dp_map
 from .oom import free_memory, is_oom_error, oom_backoff
+from .pool import WorkerPool, dp_map
+from .pool.errors import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from .stages import Stage, StageError, StagePipeline
 from .streaming import StreamStats, stream_train
 from .tensors import split_batch, to_cpu, to_device

@@ -1,0 +1,447 @@
+"""One map over a pool's workers: items pulled lazily, tasks, results, retries, deaths, timeouts.
+
+Both backends run this scheduler: their executor (:mod:`.local`'s processes, :mod:`.ray`'s actors)
+starts workers, carries tasks and reports what happened; everything else is decided here.
+A *task* is one call of a worker's callable: one item, or with ``batch_size`` a list of up to k
+items. A task that fails as a whole (raises, answers with another length, dies with its worker,
+runs over ``item_timeout``) is split: its items run again one by one ("solo") without losing an
+attempt, so one bad item does not fail its neighbours; a solo item's failures use up ``retries``.
+
+Invariants: an item index is in at most one worker's in-flight tasks or in the pending/retry
+queues; a worker's answers are all handled before its in-flight tasks are requeued, so no item is
+lost or returned twice. A worker answers its tasks in order, so when it dies the oldest task it
+had not answered is the one it was running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import time
+import traceback
+import warnings
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tqdm.auto import tqdm
+
+from ..tensors import to_cpu
+from .errors import ItemFailure, WorkerDiedWarning, WorkerInitError, last_line
+
+WAIT_S = 0.5  # longest wait for an answer before deaths and timeouts are checked again
+_TASK_IDS = itertools.count()
+
+
+@dataclass(eq=False)
+class Task:
+    """One call of a worker's callable: the item indices it covers, the run that sent it (None once
+    that run ended early: the answer is dropped) and the executor's handle on the call."""
+
+    id: int
+    indices: tuple[int, ...]
+    run: Any
+    ref: Any = None
+
+
+@dataclass(eq=False)
+class Slot:
+    """One worker of a pool as the scheduler sees it; an executor adds its own fields."""
+
+    index: int
+    device: str  # how reports name the worker's devices: "cuda:2", "cpu:1", "cuda:2,3", "2 GPUs"
+    state: str = "waiting"  # waiting (stagger) -> starting -> ready -> dead (a restart: starting)
+    where: str = ""  # "pid 4242", "host pid 4242 gpu 3": set by the executor
+    started_at: float = 0.0
+    running_since: float | None = None
+    inflight: deque[Task] = field(default_factory=deque)  # oldest (running) first
+    restarts_used: int = 0
+    init_error: str | None = None  # make_worker raised, or (local) did not return within startup_timeout
+    kill_reason: str | None = None
+    timed_out_task: int | None = None  # the id of the task the worker was killed for
+    # how the worker last died before it was ready; kept across restarts until one gets ready,
+    # so a map with no worker left can say what went wrong
+    died_starting: str | None = None
+
+    def starting(self) -> None:
+        """A new worker process or actor is starting in this slot."""
+        self.state, self.started_at, self.running_since = "starting", time.monotonic(), None
+        self.kill_reason, self.init_error, self.timed_out_task, self.where = None, None, None, ""
+
+    def name(self) -> str:
+        return f"worker {self.index} on {self.device}" + (f" ({self.where})" if self.where else "")
+
+
+# What an executor reports: (slot, kind, task id or None, payload). Kinds: "ready",
+# "init_error" (payload: make_worker's traceback), "ok" (pickled list of results), "error"
+# (traceback), "died" (payload: how; the worker is gone, its answers before that reported).
+Event = tuple[Slot, str, "int | None", Any]
+
+
+class Executor(Protocol):
+    """What the scheduler needs of a backend: workers it can start, feed, hear from and stop."""
+
+    slots: list[Slot]
+    prefetch: int  # tasks queued per worker
+    restarts: int  # restarts a worker may use
+    startup_timeout: float | None
+    died_starting_hint: str  # added when every worker died before it was ready
+
+    def start(self, slot: Slot) -> None: ...  # (re)start the worker (slot.starting()); raises what that raises
+    def accepts(self, slot: Slot) -> bool: ...  # whether tasks may be sent to it now
+    def submit(self, slot: Slot, task: Task, batched: bool, payload: bytes) -> bool: ...  # False: it is gone
+    def wait(self, timeout: float) -> list[Event]: ...  # what the workers reported, waiting for a first report
+    def poll(self, slot: Slot) -> list[Event]: ...  # what one worker has reported, without waiting
+    def kill(self, slot: Slot) -> None: ...  # stop it at once; wait() reports its death
+    def release(self, slot: Slot) -> None: ...  # it died (or failed): make sure it is gone, free what it held
+    def hung_start(self, slot: Slot, limit: float) -> tuple[str, bool]: ...  # why killed; make_worker's fault?
+
+
+class Scheduler:
+    """State of one map over ``items`` on ``executor``'s workers (see ``WorkerPool.map``).
+
+    ``journal`` (an open :class:`~agents.placement.journal.Journal` or None) answers items finished
+    earlier and records each new result. ``window`` bounds how far past :attr:`floor` (the oldest
+    index the consumer still waits for) items are pulled; None pulls as workers need them.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        items: Iterable[Any],
+        *,
+        batch_size: int | None,
+        retries: int,
+        item_timeout: float | None,
+        journal: Any,
+        window: int | None,
+        progress: bool,
+        desc: str,
+    ):
+        self.executor, self.slots, self.retries, self.item_timeout = executor, executor.slots, retries, item_timeout
+        self.batched, self.size = batch_size is not None, batch_size or 1
+        self.journal, self.window, self.floor = journal, window, 0
+        self.source = iter(items)
+        self.items: dict[int, Any] = {}  # pulled, not finished
+        self.pulled, self.done, self.exhausted = 0, 0, False
+        self.pending: deque[int] = deque()  # fresh items, batched as they leave
+        self.retry: deque[int] = deque()  # solo items
+        self.solo: set[int] = set()
+        self.attempts: defaultdict[int, int] = defaultdict(int)
+        self.avoid: dict[int, set[int]] = {}
+        self.last_error: dict[int, tuple[str, str]] = {}  # (summary, text) of an item's last failure
+        self.batch_error: dict[int, str] = {}  # how the batch an item was split from failed
+        self.out: deque[tuple[int, Any]] = deque()
+        self.clean_stop = False  # an exception left the bookkeeping whole (a bad item, a journal mismatch)
+        total = len(items) if hasattr(items, "__len__") else None
+        self.total_bar = tqdm(total=total, desc=desc, unit="item", disable=not progress, position=0)
+        self.bars = [
+            tqdm(desc=f"  [{s.device}]", unit="item", disable=not progress, position=i + 1, leave=False)
+            for i, s in enumerate(self.slots)
+        ]
+
+    def complete(self) -> bool:
+        """Whether every item of the input has a result or a failure record."""
+        return self.exhausted and self.done == self.pulled
+
+    # ------------------------------------------------------------------ items in
+    def pull_one(self) -> bool:
+        """Take the next input item (answered at once when the journal has it); False when none can be taken."""
+        if self.exhausted or (self.window is not None and self.pulled - self.floor >= self.window):
+            return False
+        try:
+            item = next(self.source)
+        except StopIteration:
+            self.exhausted = True
+            self.total_bar.total = self.pulled
+            self.total_bar.refresh()
+            return False
+        except BaseException:
+            self.clean_stop = True  # the input raised: nothing here is half done
+            raise
+        index = self.pulled
+        self.pulled += 1
+        if self.journal is not None:
+            try:
+                found, value = self.journal.get(index, item)
+            except BaseException:
+                self.clean_stop = True  # another job's journal, an item it cannot digest
+                raise
+            if found:
+                self.finish(index, value, None, journaled=True)
+                return True
+        self.items[index] = item
+        self.pending.append(index)
+        return True
+
+    def _next_task(self, slot: Slot) -> list[int]:
+        live = {s.index for s in self.slots if s.state != "dead"}
+        for _ in range(len(self.retry)):
+            index = self.retry.popleft()
+            avoid = self.avoid.get(index, set())
+            # "retried on another worker": unless every live worker has already failed it
+            if slot.index not in avoid or live <= avoid:
+                return [index]
+            self.retry.append(index)
+        take: list[int] = []
+        while len(take) < self.size:
+            if self.pending:
+                take.append(self.pending.popleft())
+            elif not self.pull_one():
+                break
+        return take
+
+    def _dispatch(self, slot: Slot) -> None:
+        while self.executor.accepts(slot) and len(slot.inflight) < self.executor.prefetch:
+            indices = self._next_task(slot)
+            if not indices:
+                return
+            try:
+                # CPU copies: a CUDA tensor would be rebuilt on the worker's cuda:<same index>
+                payload = pickle.dumps([to_cpu(self.items[i]) for i in indices], protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # pickling fails the same way every time: it never runs
+                summary = f"item is not picklable: {type(exc).__name__}: {exc}"
+                if len(indices) > 1:
+                    self.split(indices, summary, traceback.format_exc())
+                else:
+                    self.give_up(indices[0], slot.device, summary, traceback.format_exc())
+                continue
+            task = Task(next(_TASK_IDS), tuple(indices), self)
+            slot.inflight.append(task)
+            if not self.executor.submit(slot, task, self.batched, payload):
+                slot.inflight.pop()  # the worker is gone; its death is handled in this step
+                self.requeue(indices)
+                return
+            if slot.state == "ready" and slot.running_since is None:
+                slot.running_since = time.monotonic()
+
+    def requeue(self, indices: Iterable[int]) -> None:
+        """Put items back at the front of their queue; they lose no attempt."""
+        for index in reversed(list(indices)):
+            (self.retry if index in self.solo else self.pending).appendleft(index)
+
+    # ------------------------------------------------------------------ results out
+    def finish(self, index: int, value: Any, slot: Slot | None, *, journaled: bool = False) -> None:
+        """``index`` has its result (read from the journal, when ``journaled``) or failure record."""
+        if not journaled:
+            if index not in self.items:  # cannot happen by the invariants; guard them anyway
+                raise RuntimeError(f"internal error: item {index} finished twice")
+            stored = self.items.pop(index)
+            if self.journal is not None and not isinstance(value, ItemFailure):
+                self.journal.put(index, stored, value)
+        for state in (self.attempts, self.avoid, self.last_error, self.batch_error):
+            state.pop(index, None)  # a stream of millions keeps nothing per finished item
+        self.solo.discard(index)
+        self.done += 1
+        self.total_bar.update(1)
+        if slot is not None:
+            self.bars[slot.index].update(1)
+        self.out.append((index, value))
+
+    def split(self, indices: Iterable[int], summary: str, text: str) -> None:
+        """A task of several items failed as a whole: each item runs alone next, losing no attempt."""
+        indices = list(indices)
+        for index in indices:
+            self.solo.add(index)
+            self.last_error[index] = (f"batch {indices}: {summary}", text)
+            self.batch_error[index] = f"before that, it ran in batch {indices}, which failed:\n{text}"
+        self.retry.extendleft(reversed(indices))
+
+    def fail(self, index: int, slot: Slot, summary: str, text: str) -> None:
+        """One attempt of ``index`` failed on ``slot``: retry it elsewhere, or record the failure."""
+        self.attempts[index] += 1
+        self.last_error[index] = (summary, text)
+        if self.attempts[index] <= self.retries:
+            self.solo.add(index)
+            self.avoid.setdefault(index, set()).add(slot.index)
+            self.retry.append(index)
+            return
+        self.give_up(index, slot.device, summary, text)
+
+    def give_up(self, index: int, device: str, summary: str, text: str) -> None:
+        """Record ``index`` as failed after ``attempts[index]`` runs: a retry could not help."""
+        if index in self.batch_error:
+            text += "\n" + self.batch_error.pop(index)
+        self.finish(index, ItemFailure(index, device, self.attempts[index], summary, text), None)
+
+    # ------------------------------------------------------------------ what the workers report
+    def handle(self, slot: Slot, kind: str, task_id: int | None, payload: Any) -> None:
+        """Act on one report of ``slot``'s worker (see :data:`Event`)."""
+        if slot.state == "dead":
+            return  # reported after its worker was given up (make_worker failed)
+        now = time.monotonic()
+        if kind == "ready":
+            slot.state = "ready"
+            slot.died_starting = None
+            slot.running_since = now if slot.inflight else None
+            return
+        if kind == "init_error":
+            slot.init_error = payload
+            slot.kill_reason = "make_worker raised:\n" + payload
+            self.on_death(slot, slot.kill_reason)
+            return
+        if kind == "died":
+            self.on_death(slot, payload)
+            return
+        if not slot.inflight or slot.inflight[0].id != task_id:
+            raise RuntimeError(f"internal error: worker {slot.index} answered task {task_id} it does not hold")
+        task = slot.inflight.popleft()
+        slot.running_since = now if slot.inflight else None
+        if task.run is not self:
+            return  # sent by a run that ended early: no one waits for it
+        one = len(task.indices) == 1
+        if kind == "ok":
+            try:
+                values = pickle.loads(payload)
+            except Exception as exc:  # the caller cannot read it however often it runs
+                summary = f"result cannot be unpickled here: {type(exc).__name__}: {exc}"
+                if not one:
+                    self.split(task.indices, summary, traceback.format_exc())
+                    return
+                self.attempts[task.indices[0]] += 1
+                self.give_up(task.indices[0], slot.device, summary, traceback.format_exc())
+                return
+            for index, value in zip(task.indices, values):
+                self.finish(index, value, slot)
+        elif kind == "error":
+            summary = last_line(payload) + (f" (batch {list(task.indices)})" if self.batched else "")
+            if one:
+                self.fail(task.indices[0], slot, summary, payload)
+            else:
+                self.split(task.indices, summary, payload)
+        else:
+            raise RuntimeError(f"internal error: unknown report {kind!r}")
+
+    def on_death(self, slot: Slot, how: str) -> None:
+        """``slot``'s worker is gone: blame the task it was running, requeue the rest, restart it.
+
+        Blamed is its oldest task, unless it died while starting (a crash, not an exception), or
+        was killed for a task that finished before the kill landed; make_worker failing blames
+        nothing and the slot stays dead, since a restart would most likely fail the same way.
+        """
+        for event in self.executor.poll(slot):  # its answers first: what finished is not run again
+            if event[1] in ("ok", "error"):
+                self.handle(*event)
+        self.executor.release(slot)
+        reason = slot.kill_reason or how
+        held = [t for t in slot.inflight if t.run is self]
+        running = slot.inflight[0] if slot.inflight else None
+        slot.inflight.clear()
+        slot.running_since = None
+        if slot.init_error is not None:
+            self.requeue(i for t in held for i in t.indices)
+            slot.state = "dead"
+            warnings.warn(
+                WorkerDiedWarning(f"{slot.name()} failed in make_worker: {last_line(slot.init_error)}"), stacklevel=2
+            )
+            return
+        timed_out, slot.timed_out_task = slot.timed_out_task, None
+        if slot.state != "ready":
+            slot.died_starting = reason.splitlines()[0]
+        blamed = None
+        if slot.state == "ready" and running is not None and running.run is self:
+            if timed_out is None or timed_out == running.id:
+                blamed = running
+        queued = [i for t in held if t is not blamed for i in t.indices]
+        self.requeue(queued)
+        note = f"{slot.name()} died " + ("before it was ready " if slot.state != "ready" else "")
+        note += f"({reason.splitlines()[0]})"
+        if blamed is not None:
+            note += f" while running {_what(blamed)}"
+            text = f"{slot.name()} died while running this item: {reason}"
+            if len(blamed.indices) == 1:
+                self.fail(blamed.indices[0], slot, text.splitlines()[0], text)
+            else:
+                self.split(blamed.indices, text.splitlines()[0], text)
+        restart = slot.restarts_used < self.executor.restarts
+        note += f"; {len(queued)} queued item(s) requeued" if queued else ""
+        note += f"; restarting ({slot.restarts_used + 1}/{self.executor.restarts})" if restart else "; not restarted"
+        warnings.warn(WorkerDiedWarning(note), stacklevel=2)
+        if restart:
+            slot.restarts_used += 1
+            self.executor.start(slot)
+        else:
+            slot.state = "dead"
+
+    def check_timeouts(self) -> None:
+        """Kill a worker past ``startup_timeout`` while starting, or past ``item_timeout`` on one task."""
+        now = time.monotonic()
+        limit = self.executor.startup_timeout
+        for s in self.slots:
+            if s.kill_reason is not None or s.state not in ("starting", "ready"):
+                continue
+            if s.state == "starting" and limit is not None and now - s.started_at > limit:
+                s.kill_reason, make_worker_failed = self.executor.hung_start(s, limit)
+                if make_worker_failed:
+                    s.init_error = s.kill_reason
+                self.executor.kill(s)
+            elif s.state == "ready" and s.running_since is not None and self.item_timeout is not None:
+                if now - s.running_since > self.item_timeout:
+                    for event in self.executor.poll(s):  # an answer since the wait: that task finished in time
+                        self.handle(*event)
+                    if s.state != "ready" or s.running_since is None:
+                        continue
+                    if time.monotonic() - s.running_since <= self.item_timeout:
+                        continue
+                    s.timed_out_task = s.inflight[0].id
+                    s.kill_reason = f"{_what(s.inflight[0])} exceeded item_timeout={self.item_timeout}s"
+                    self.executor.kill(s)
+
+    def no_workers_left(self) -> None:
+        """Every worker is dead: fail what is left (or raise :class:`WorkerInitError` when none ever started)."""
+        slots = self.slots
+        if all(s.init_error is not None for s in slots):
+            raise WorkerInitError(
+                f"every worker failed in make_worker ({len(slots)} of {len(slots)}); first, worker 0 on "
+                f"{slots[0].device}:\n{slots[0].init_error}"
+            )
+        why = ""
+        if all(s.died_starting is not None for s in slots):
+            why = f"; every worker died before it was ready ({slots[0].died_starting})"
+            why += self.executor.died_starting_hint
+        while self.pull_one():
+            pass
+        for index in list(self.retry) + list(self.pending):
+            summary = "no live worker left to run this item (all died and used up their restarts)" + why
+            text = summary
+            if index in self.last_error:
+                summary += f"; last attempt: {self.last_error[index][0]}"
+                text += "\nlast attempt:\n" + self.last_error[index][1]
+            self.give_up(index, "-", summary, text)
+        self.retry.clear()
+        self.pending.clear()
+
+    # ------------------------------------------------------------------ main loop
+    def step(self) -> None:
+        """Dispatch, wait for reports (at most :data:`WAIT_S`), act on them and on timeouts."""
+        if not any(s.state != "dead" for s in self.slots):
+            self.no_workers_left()
+            return
+        if not any(s.state == "starting" for s in self.slots):  # stagger: the next waiting worker
+            waiting = [s for s in self.slots if s.state == "waiting"]
+            if waiting:
+                self.executor.start(waiting[0])
+        while not self.pending and not self.out and self.pull_one():
+            pass  # journaled items come out before any worker is up
+        for s in self.slots:
+            self._dispatch(s)
+        if self.out or self.complete():
+            return
+        for event in self.executor.wait(WAIT_S):
+            self.handle(*event)
+        self.check_timeouts()
+
+    def detach(self) -> None:
+        """End this run early: its tasks still in workers are dropped when they answer."""
+        for s in self.slots:
+            for t in s.inflight:
+                if t.run is self:
+                    t.run = None
+        for bar in self.bars:
+            bar.close()
+        self.total_bar.close()
+
+
+def _what(task: Task) -> str:
+    return f"item {task.indices[0]}" if len(task.indices) == 1 else f"batch {list(task.indices)}"
