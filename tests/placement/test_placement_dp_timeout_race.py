@@ -13,8 +13,9 @@ from multiprocessing import Pipe
 import pytest
 
 from agents.placement.pool.arguments import WorkerSpec
+from agents.placement.pool.executor import Task
 from agents.placement.pool.local import LocalExecutor
-from agents.placement.pool.scheduler import Scheduler, Task
+from agents.placement.pool.scheduler import Scheduler
 
 
 class FakeProc:

@@ -23,8 +23,8 @@ from typing import Any, BinaryIO
 
 from .arguments import WorkerSpec
 from .errors import describe_exit
+from .executor import Event, Slot, Task
 from .process import Hub, start_process
-from .scheduler import Event, Slot, Task
 
 _WRITE_LOCK = threading.Lock()  # one line at a time, whichever worker wrote it
 _CHUNK = 65536
