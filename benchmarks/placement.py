@@ -34,7 +34,7 @@ import psutil
 import torch
 
 from agents.placement import inventory_report
-from agents.placement.dp import check_devices
+from agents.placement.pool.arguments import check_devices
 from benchmarks.placement_accelerate import Accelerate
 from benchmarks.placement_contenders import LocalPool, ProcessPool, RayActorPool, RayBackend, Skip, measure, ray_session
 from benchmarks.placement_pipeline import bench_stage_pipeline

@@ -13,7 +13,7 @@ from agents.placement import Stage, StagePipeline
 
 def bench_stage_pipeline(device: str, cfg: dict) -> dict:
     """Item-by-item and pipelined seconds for ``cfg["pipe_items"]`` prompts, with each stage's own time."""
-    from agents.placement import toy
+    from examples import toy_models as toy  # imports transformers
 
     prompts = toy.random_prompts(cfg["pipe_items"], batch=2, seed=5)
     # sizes chosen so the three stages take similar time on a CPU core (~20-40 ms per item):

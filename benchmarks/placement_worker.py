@@ -23,7 +23,7 @@ class BenchWorker:
     pool's ``batch_size=k`` hands over) gets the list of their results."""
 
     def __init__(self, device: torch.device | str, clip_image_size: int):
-        from agents.placement import toy  # imports transformers: only in the workers
+        from examples import toy_models as toy  # imports transformers: only in the workers
 
         self.clip = toy.make_clip_scorer(torch.device(device), image_size=clip_image_size)
 
@@ -54,7 +54,7 @@ def build_worker(device: str, threads: int, clip_image_size: int) -> BenchWorker
 
 def make_jobs(cfg: dict) -> dict[str, list[tuple[str, Any]]]:
     """The items of each timed job, the same in every process that builds them (fixed seeds)."""
-    from agents.placement import toy
+    from examples import toy_models as toy  # imports transformers
 
     clip = toy.random_clip_items(cfg["clip_items"], cfg["clip_batch"], cfg["clip_image_size"], seed=0)
     return {"echo": [("echo", i) for i in range(cfg["echo_items"])], "clip": [("clip", b) for b in clip]}

@@ -10,8 +10,9 @@ Run from the repository root: ``python examples/seed000_grpo_loop.py`` (GPUs whe
 """
 
 import torch
+import toy_models as toy  # tiny random-weight models (examples/toy_models.py)
 
-from agents.placement import Stage, StagePipeline, model_bytes, place_models, stream_train, toy
+from agents.placement import Stage, StagePipeline, model_bytes, place_models, stream_train
 
 PROMPTS = ["a photo of a cat", "a house by the river", "a red car in the city", "a dog in the snow"]
 

@@ -11,10 +11,11 @@ Run from the repository root: ``python examples/seed001_streaming_embeddings.py`
 """
 
 import torch
+import toy_models as toy  # tiny random-weight models (examples/toy_models.py)
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from agents.placement import stream_train, toy
+from agents.placement import stream_train
 
 
 class RandomImages(Dataset):

@@ -14,9 +14,10 @@ import json
 from pathlib import Path
 
 import torch
+import toy_models as toy  # tiny random-weight models (examples/toy_models.py)
 from PIL import Image
 
-from agents.placement import dp_map, toy
+from agents.placement import dp_map
 
 QUESTION = "user : <image> is there a cat in the picture ? assistant :"
 

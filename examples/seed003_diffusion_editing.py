@@ -16,9 +16,10 @@ import zlib
 from pathlib import Path
 
 import torch
+import toy_models as toy  # tiny random-weight models (examples/toy_models.py)
 from PIL import Image
 
-from agents.placement import WorkerPool, toy
+from agents.placement import WorkerPool
 
 INSTRUCTIONS = ["make the sky red", "turn it into snow", "add a tree", "make it night"]
 

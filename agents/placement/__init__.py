@@ -3,22 +3,19 @@
 Device inventory, model sizes, whole-model placement, a data-parallel map over worker processes,
 streaming training with out-of-memory back-off, stage pipelines across devices and torchrun
 helpers (guide: docs/placement.md). Importing this package does not import diffusers or
-transformers; ``agents.placement.toy`` (tiny models for tests and benchmarks) does, when used.
+transformers (the tiny models of the examples and tests are ``examples/toy_models.py``).
 """
 
-from .devices import format_bytes
-from .dist import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
-from .dp import WorkerPool
-from .dp_types import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
+from .inventory import DeviceMemory, Inventory, format_bytes, inventory, inventory_report, memory_in_use
 from .journal import Journal
-from .meminfo import DeviceMemory, Inventory, inventory, inventory_report, memory_in_use
-from .oneshot import dp_map
 from .oom import free_memory, is_oom_error, oom_backoff
-from .placement import PlacementError, place_models, remaining_memory, to_max_memory
-from .sizing import model_bytes
+from .pool import WorkerPool, dp_map
+from .pool.errors import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from .stages import Stage, StageError, StagePipeline
 from .streaming import StreamStats, stream_train
 from .tensors import split_batch, to_cpu, to_device
+from .torchrun import DistEnv, init_distributed, pick_backend, pick_device, read_dist_env
+from .whole_models import PlacementError, model_bytes, place_models, remaining_memory, to_max_memory
 
 __all__ = [
     # inventory

@@ -1,15 +1,20 @@
-"""Number checks shared by the placement modules: NumPy scalars count as numbers, bools do not.
+"""Argument checks shared by the placement modules: numbers (NumPy scalars count, bools do not) and devices.
 
 A size read from a NumPy array (``np.int64``) or a loss computed with NumPy (``np.float32``) is a
 number like any other, so it is accepted and converted to a Python int or float; ``True`` is an
 int to Python but never a batch size or a byte count, so it is refused. The ``numbers`` ABCs know
 NumPy's scalar types (and not ``np.bool_``) without this package importing NumPy.
+
+A *device* is anything ``torch.device`` accepts for the two kinds this package places work on:
+``"cpu"``, ``"cuda"`` and ``"cuda:<index>"`` (or a ``torch.device`` / ``int`` index).
 """
 
 from __future__ import annotations
 
 import numbers
 from typing import Any
+
+import torch
 
 
 def is_int(value: Any) -> bool:
@@ -33,3 +38,42 @@ def check_int(value: Any, what: str, minimum: int, *, allow_none: bool = False) 
         expected = f"an int >= {minimum}" + (" or None" if allow_none else "")
         raise ValueError(f"{what} must be {expected}, got {value!r}")
     return int(value)
+
+
+def as_device(device: str | int | torch.device, *, what: str = "device") -> torch.device:
+    """Return ``device`` as a ``torch.device`` of type cpu or cuda; an int ``k`` means ``cuda:k``.
+
+    Raises TypeError for other types and ValueError for unparsable strings or other device types
+    (``what`` names the argument in the message).
+    """
+    if isinstance(device, bool):
+        raise TypeError(f"{what} must be a str, int or torch.device, got bool {device!r}")
+    if is_int(device):  # NumPy integers too
+        if device < 0:
+            raise ValueError(f"{what} index must be >= 0, got {device}")
+        return torch.device("cuda", int(device))
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device.strip())
+        except RuntimeError as exc:
+            raise ValueError(
+                f"{what} {device!r} is not a device string; expected 'cpu', 'cuda' or 'cuda:<index>'"
+            ) from exc
+    else:
+        raise TypeError(f"{what} must be a str, int or torch.device, got {type(device).__name__}")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{what} {device!r} has type {dev.type!r}; only 'cpu' and 'cuda' are supported")
+    return dev
+
+
+def device_key(device: str | int | torch.device, *, what: str = "device") -> str:
+    """Canonical string for a device: ``"cpu"``, ``"cuda:<index>"`` (bare ``"cuda"`` means index 0).
+
+    ``what`` names the argument in the errors of :func:`as_device`.
+    """
+    dev = as_device(device, what=what)
+    if dev.type == "cpu":
+        return "cpu"
+    return f"cuda:{0 if dev.index is None else dev.index}"

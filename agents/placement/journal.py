@@ -279,3 +279,16 @@ def _sync_folder(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def journaled_results(journal: str | os.PathLike | Journal, job_key: str, items: list) -> list | None:
+    """Every item's result when ``journal`` holds them all (checking it is the right journal), else None."""
+    j = journal if isinstance(journal, Journal) else Journal(journal, job_key)
+    try:
+        if len(j) < len(items):
+            return None
+        found = [j.get(i, x) for i, x in enumerate(items)]
+    finally:
+        if j is not journal:
+            j.close()
+    return [value for _, value in found] if all(hit for hit, _ in found) else None

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .checks import check_int
-from .devices import as_device, device_key
+from .checks import as_device, check_int, device_key
 from .tensors import to_device
 
 _POLL_S = 0.1  # how often a blocked thread checks whether the pipeline is stopping

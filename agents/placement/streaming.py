@@ -31,9 +31,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .checks import check_int, is_real
-from .devices import as_device
-from .meminfo import memory_in_use
+from .checks import as_device, check_int, is_real
+from .inventory import memory_in_use
 from .oom import free_memory, is_oom_error
 from .tensors import batch_len, split_batch, to_device
 

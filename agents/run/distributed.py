@@ -15,7 +15,7 @@ What each rank does differently from a single process, and nothing more:
     * logged metrics are reduced across ranks (means of means, sums of episode counts) and only
       rank 0 writes TensorBoard and checkpoints; a checkpoint holds every rank's environment state.
 
-gloo serves the CPU and nccl GPUs (`agents.placement.dist`). A rank that raises exits non-zero and
+gloo serves the CPU and nccl GPUs (`agents.placement.torchrun`). A rank that raises exits non-zero and
 torchrun stops the others; every collective also has a timeout, so no rank waits forever.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from agents.algo.replicas import Replicas
-from agents.placement.dist import DistEnv, init_distributed, read_dist_env
+from agents.placement.torchrun import DistEnv, init_distributed, read_dist_env
 
 
 def setup(device_name: str = "auto", timeout_s: float = 600.0) -> Replicas:

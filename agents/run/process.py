@@ -8,8 +8,8 @@ import os
 import torch
 
 from agents.config import DEVICE_PATTERN, Config
-from agents.placement.dist import pick_device as placement_pick_device
-from agents.placement.dist import read_dist_env
+from agents.placement.torchrun import pick_device as placement_pick_device
+from agents.placement.torchrun import read_dist_env
 from uavsim.machine.host_memory import retain_freed_memory
 
 

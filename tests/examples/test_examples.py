@@ -23,10 +23,10 @@ from PIL import Image
 pytest.importorskip("diffusers", reason="needs the [pipelines] extra (diffusers)")
 pytest.importorskip("transformers", reason="needs the [pipelines] extra (transformers)")
 
-from agents.placement import toy  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+from examples import toy_models as toy  # noqa: E402 -- the tiny models, from the repository root
+
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("seed*.py"))
 
 

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-# The dp_map tests pass factories from placement_helpers to spawned workers, which import it by
-# name; spawn hands the children this process's sys.path, so putting the folder here is enough.
+# The dp_map tests pass factories from placement_helpers (and examples/toy_models) to spawned
+# workers, which import them by name; spawn hands the children this process's sys.path, so
+# putting the folders here is enough.
 _HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:
-    sys.path.insert(0, str(_HERE))
+for _folder in (_HERE.parents[1] / "examples", _HERE):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 DEFAULT_LIMIT_S = 60
 

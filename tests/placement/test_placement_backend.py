@@ -12,7 +12,7 @@ import ray_helpers as rh
 import torch
 
 from agents.placement import WorkerPool, dp_map
-from agents.placement.ray_pool import RayWorkerPool
+from agents.placement.pool import RayWorkerPool
 
 HERE = Path(__file__).resolve().parent
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='needs pip install -e ".[ray]"')

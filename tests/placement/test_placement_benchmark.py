@@ -28,7 +28,7 @@ ROWS = {"local-1", "local-1-all-threads", "local-n", "process-pool", "accelerate
 
 def _has_ray_backend() -> bool:
     return "backend" in inspect.signature(WorkerPool).parameters or (
-        importlib.util.find_spec("agents.placement.ray_pool") is not None
+        importlib.util.find_spec("agents.placement.pool.ray") is not None
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError, WorkerPool, dp_map
-from agents.placement.devices import visible_device_token
+from agents.placement.pool.arguments import visible_device_token
 
 CPU2 = ["cpu", "cpu"]
 
@@ -229,7 +229,7 @@ def failing_start(monkeypatch):
     processes that did start are listed, to check that they are stopped."""
     import subprocess
 
-    from agents.placement import dp_proc
+    from agents.placement.pool import process as dp_proc
 
     real_popen = subprocess.Popen
     state = {"fail_from": 0, "calls": 0, "started": []}

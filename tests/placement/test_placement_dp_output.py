@@ -10,7 +10,7 @@ import pool_helpers as ph
 import pytest
 
 from agents.placement import WorkerPool
-from agents.placement.dp_output import pump, split_segments
+from agents.placement.pool.local import pump, split_segments
 
 
 @pytest.mark.parametrize(

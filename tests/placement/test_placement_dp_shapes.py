@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agents.placement import dp_map
-from agents.placement.dp_shapes import check_devices, worker_specs
+from agents.placement.pool.arguments import check_devices, worker_specs
 
 
 @pytest.fixture

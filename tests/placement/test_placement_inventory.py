@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from agents.placement import inventory, inventory_report, meminfo, memory_in_use, place_models
-from agents.placement.devices import as_device, device_key, format_bytes
+from agents.placement import inventory, inventory_report, memory_in_use, place_models
+from agents.placement.checks import as_device, device_key
+from agents.placement.inventory import format_bytes, process_rss
 from uavsim.machine import host_memory
 
 GiB = 2**30
@@ -92,7 +93,7 @@ def test_memory_in_use_on_cpu_is_the_process_rss():
     after = memory_in_use("cpu")
     assert after - before > 48 * 2**20
     del block
-    assert meminfo.process_rss() > 0
+    assert process_rss() > 0
 
 
 def test_device_strings():
@@ -115,7 +116,7 @@ def test_host_figures_are_the_kernels_own():
     assert abs(available - kib["MemAvailable"] * 1024) < 512 * 2**20  # other processes move it meanwhile
     with open("/proc/self/statm", encoding="ascii") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    assert abs(meminfo.process_rss() - rss) < 16 * 2**20
+    assert abs(process_rss() - rss) < 16 * 2**20
 
 
 def test_inventory_report_of_something_else_is_a_type_error():

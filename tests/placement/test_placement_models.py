@@ -10,14 +10,9 @@ import torch
 pytest.importorskip("diffusers", reason="needs the [pipelines] extra (diffusers)")
 pytest.importorskip("transformers", reason="needs the [pipelines] extra (transformers)")
 
-from agents.placement import (  # noqa: E402
-    Stage,
-    StagePipeline,
-    dp_map,
-    model_bytes,
-    place_models,
-    toy,  # noqa: E402
-)
+import toy_models as toy  # noqa: E402 -- examples/toy_models.py, on the path by conftest.py
+
+from agents.placement import Stage, StagePipeline, dp_map, model_bytes, place_models  # noqa: E402
 
 
 @pytest.mark.timeout(120)

@@ -191,7 +191,7 @@ def test_a_model_too_big_for_any_gpu_is_split_by_accelerate_over_what_is_left():
 def test_exact_search_keeps_spreading_and_finds_tight_fits(monkeypatch):
     import random
 
-    from agents.placement import placement as placement_module
+    from agents.placement import whole_models as placement_module
 
     # greedy spread strands m3; the search must still spread, not fall back to packing
     out = place_models({"m0": 6, "m1": 1, "m2": 6, "m3": 8}, {"cuda:0": 10, "cuda:1": 5, "cuda:2": 12}, headroom=0.0)

@@ -21,7 +21,8 @@ import torch
 
 from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from agents.placement.journal import Journal
-from agents.placement.ray_pool import RayWorkerPool, ray_gpus
+from agents.placement.pool import RayWorkerPool
+from agents.placement.pool.ray import ray_gpus
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='needs pip install -e ".[ray]"')
 HERE = Path(__file__).resolve().parent
@@ -124,7 +125,8 @@ def test_a_failing_batch_is_retried_item_by_item(pool, tmp_path):
     out = pool.map(xs, batch_size=4, retries=0, on_error="collect", progress=False)
     # with retries=0 only the bad item fails: its three neighbours ran again one by one
     assert [r for i, r in enumerate(out) if i != 5] == [0, 1, 2, 3, 4, 6, 7]
-    assert isinstance(out[5], ItemFailure) and out[5].error == "ValueError: bad item 5" and out[5].attempts == 1
+    assert isinstance(out[5], ItemFailure) and out[5].attempts == 1
+    assert out[5].error == "ValueError: bad item 5 (batch [5])"
 
 
 @needs_ray
@@ -136,7 +138,8 @@ def test_a_batch_answered_with_another_length_is_an_error_naming_it(pool):
     with pytest.raises(DPMapError) as info:
         pool.map(xs, batch_size=3, retries=0, progress=False)
     assert [f.index for f in info.value.failures] == [4]
-    assert "the batch of items [4] returned 0 results for 1 items" in info.value.failures[0].error
+    assert "returned 0 result(s) for a batch of 1 item(s)" in info.value.failures[0].error
+    assert info.value.failures[0].error.endswith("(batch [4])")
     assert info.value.results[:4] == [0, 1, 2, 3] and info.value.results[5] == 5
 
 
@@ -302,5 +305,5 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
     with pytest.raises(ImportError, match=r'pip install -e "\.\[ray\]"'):
         RayWorkerPool(rh.make_toolbox, ["cpu"])
     # and importing the package and the backend's modules needs no Ray
-    code = "import sys; sys.modules['ray'] = None; import agents.placement, agents.placement.ray_pool"
+    code = "import sys; sys.modules['ray'] = None; import agents.placement, agents.placement.pool.ray"
     subprocess.run([sys.executable, "-c", code], check=True)

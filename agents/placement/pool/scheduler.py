@@ -1,59 +1,41 @@
-"""One map over a :class:`WorkerPool`: items pulled lazily, tasks, results, retries, deaths, timeouts.
+"""One map over a pool's workers: items pulled lazily, tasks, results, retries, deaths, timeouts.
 
+Both backends run this scheduler: their executor (:mod:`.local`'s processes, :mod:`.ray`'s actors)
+starts workers, carries tasks and reports what happened; everything else is decided here.
 A *task* is one call of a worker's callable: one item, or with ``batch_size`` a list of up to k
 items. A task that fails as a whole (raises, answers with another length, dies with its worker,
 runs over ``item_timeout``) is split: its items run again one by one ("solo") without losing an
 attempt, so one bad item does not fail its neighbours; a solo item's failures use up ``retries``.
 
 Invariants: an item index is in at most one worker's in-flight tasks or in the pending/retry
-queues, never two places; an answer is accepted only from the worker holding the task, whose
-connection is drained before its in-flight tasks are requeued, so no item is lost or returned
-twice. Finished items leave :attr:`MapRun.out` in finishing order, for the consumer
-(``WorkerPool.map``, ``imap``, ``imap_unordered``) to take.
+queues; a worker's answers are all handled before its in-flight tasks are requeued, so no item is
+lost or returned twice. A worker answers its tasks in order, so when it dies the oldest task it
+had not answered is the one it was running.
 """
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import time
 import traceback
+import warnings
 from collections import defaultdict, deque
 from collections.abc import Iterable
-from multiprocessing.connection import wait
-from typing import Any, Protocol
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from .dp_health import check_timeouts, no_workers_left, on_death
-from .dp_slot import Slot, Task
-from .dp_types import ItemFailure, last_line
-from .tensors import to_cpu
+from ..tensors import to_cpu
+from .errors import ItemFailure, WorkerDiedWarning, WorkerInitError, last_line
+from .executor import Executor, Slot, Task
 
-_WAIT_S = 0.5  # longest sleep between liveness checks when no message arrives
-
-
-class Pool(Protocol):
-    """What a map run uses of its pool: :class:`~agents.placement.dp.WorkerPool`, which imports
-    this module to run its maps, so it is named here by what it offers, not imported."""
-
-    prefetch: int  # tasks queued per worker
-    restarts: int  # restarts a worker may use
-    startup_timeout: float | None
-    hub: Any  # dp_proc.Hub: where workers connect back
-    _slots: list[Slot]  # one per worker
-
-    def _spawn(self, slot: Slot) -> None:
-        """(Re)start ``slot``'s worker process."""
-
-    def _start_waiting(self) -> None:
-        """Start the next staggered worker when none is starting."""
-
-    def _next_task_id(self) -> int:
-        """A task id unique in the pool."""
+WAIT_S = 0.5  # longest wait for an answer before deaths and timeouts are checked again
+_TASK_IDS = itertools.count()
 
 
-class MapRun:
-    """State of one map over ``items`` on ``pool``'s workers (see :meth:`WorkerPool.map`).
+class Scheduler:
+    """State of one map over ``items`` on ``executor``'s workers (see ``WorkerPool.map``).
 
     ``journal`` (an open :class:`~agents.placement.journal.Journal` or None) answers items finished
     earlier and records each new result. ``window`` bounds how far past :attr:`floor` (the oldest
@@ -62,7 +44,7 @@ class MapRun:
 
     def __init__(
         self,
-        pool: Pool,
+        executor: Executor,
         items: Iterable[Any],
         *,
         batch_size: int | None,
@@ -73,7 +55,7 @@ class MapRun:
         progress: bool,
         desc: str,
     ):
-        self.pool, self.retries, self.item_timeout = pool, retries, item_timeout
+        self.executor, self.slots, self.retries, self.item_timeout = executor, executor.slots, retries, item_timeout
         self.batched, self.size = batch_size is not None, batch_size or 1
         self.journal, self.window, self.floor = journal, window, 0
         self.source = iter(items)
@@ -92,7 +74,7 @@ class MapRun:
         self.total_bar = tqdm(total=total, desc=desc, unit="item", disable=not progress, position=0)
         self.bars = [
             tqdm(desc=f"  [{s.device}]", unit="item", disable=not progress, position=i + 1, leave=False)
-            for i, s in enumerate(pool._slots)
+            for i, s in enumerate(self.slots)
         ]
 
     def complete(self) -> bool:
@@ -130,7 +112,7 @@ class MapRun:
         return True
 
     def _next_task(self, slot: Slot) -> list[int]:
-        live = {s.index for s in self.pool._slots if s.state != "dead"}
+        live = {s.index for s in self.slots if s.state != "dead"}
         for _ in range(len(self.retry)):
             index = self.retry.popleft()
             avoid = self.avoid.get(index, set())
@@ -147,12 +129,12 @@ class MapRun:
         return take
 
     def _dispatch(self, slot: Slot) -> None:
-        while slot.conn is not None and slot.state in ("starting", "ready") and len(slot.inflight) < self.pool.prefetch:
+        while self.executor.accepts(slot) and len(slot.inflight) < self.executor.prefetch:
             indices = self._next_task(slot)
             if not indices:
                 return
             try:
-                # CPU copies: a CUDA tensor would be rebuilt on the child's cuda:<same index>
+                # CPU copies: a CUDA tensor would be rebuilt on the worker's cuda:<same index>
                 payload = pickle.dumps([to_cpu(self.items[i]) for i in indices], protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # pickling fails the same way every time: it never runs
                 summary = f"item is not picklable: {type(exc).__name__}: {exc}"
@@ -161,12 +143,10 @@ class MapRun:
                 else:
                     self.give_up(indices[0], slot.device, summary, traceback.format_exc())
                 continue
-            task = Task(self.pool._next_task_id(), tuple(indices), self)
+            task = Task(next(_TASK_IDS), tuple(indices), self)
             slot.inflight.append(task)
-            try:
-                slot.conn.send((task.id, self.batched, payload))
-            except (OSError, ValueError):  # the worker is gone; its death is handled in this step
-                slot.inflight.pop()
+            if not self.executor.submit(slot, task, self.batched, payload):
+                slot.inflight.pop()  # the worker is gone; its death is handled in this step
                 self.requeue(indices)
                 return
             if slot.state == "ready" and slot.running_since is None:
@@ -221,9 +201,11 @@ class MapRun:
             text += "\n" + self.batch_error.pop(index)
         self.finish(index, ItemFailure(index, device, self.attempts[index], summary, text), None)
 
-    # ------------------------------------------------------------------ messages and deaths
-    def _handle(self, slot: Slot, msg: tuple) -> None:
-        kind, task_id, payload = msg
+    # ------------------------------------------------------------------ what the workers report
+    def handle(self, slot: Slot, kind: str, task_id: int | None, payload: Any) -> None:
+        """Act on one report of ``slot``'s worker (see :data:`.executor.Event`)."""
+        if slot.state == "dead":
+            return  # reported after its worker was given up (make_worker failed)
         now = time.monotonic()
         if kind == "ready":
             slot.state = "ready"
@@ -233,7 +215,11 @@ class MapRun:
         if kind == "init_error":
             slot.init_error = payload
             slot.kill_reason = "make_worker raised:\n" + payload
-            return  # the child exits next; its end brings it to on_death
+            self.on_death(slot, slot.kill_reason)
+            return
+        if kind == "died":
+            self.on_death(slot, payload)
+            return
         if not slot.inflight or slot.inflight[0].id != task_id:
             raise RuntimeError(f"internal error: worker {slot.index} answered task {task_id} it does not hold")
         task = slot.inflight.popleft()
@@ -244,7 +230,7 @@ class MapRun:
         if kind == "ok":
             try:
                 values = pickle.loads(payload)
-            except Exception as exc:  # the parent cannot read it however often it runs
+            except Exception as exc:  # the caller cannot read it however often it runs
                 summary = f"result cannot be unpickled here: {type(exc).__name__}: {exc}"
                 if not one:
                     self.split(task.indices, summary, traceback.format_exc())
@@ -261,56 +247,137 @@ class MapRun:
             else:
                 self.split(task.indices, summary, payload)
         else:
-            raise RuntimeError(f"internal error: unknown message kind {kind!r}")
+            raise RuntimeError(f"internal error: unknown report {kind!r}")
 
-    def drain(self, slot: Slot) -> bool:
-        """Handle every complete message the worker managed to send; True at end of connection."""
-        conn = slot.conn
-        while conn is not None and not conn.closed:
-            try:
-                if not conn.poll():
-                    return False
-                msg = conn.recv()
-            except (EOFError, OSError):  # the child died mid-message or the connection is closed
-                return True
-            self._handle(slot, msg)
-        return True
+    def on_death(self, slot: Slot, how: str) -> None:
+        """``slot``'s worker is gone: blame the task it was running, requeue the rest, restart it.
+
+        Blamed is its oldest task, unless it died while starting (a crash, not an exception), or
+        was killed for a task that finished before the kill landed; make_worker failing blames
+        nothing and the slot stays dead, since a restart would most likely fail the same way.
+        """
+        for event in self.executor.poll(slot):  # its answers first: what finished is not run again
+            if event[1] in ("ok", "error"):
+                self.handle(*event)
+        self.executor.release(slot)
+        reason = slot.kill_reason or how
+        held = [t for t in slot.inflight if t.run is self]
+        running = slot.inflight[0] if slot.inflight else None
+        slot.inflight.clear()
+        slot.running_since = None
+        if slot.init_error is not None:
+            self.requeue(i for t in held for i in t.indices)
+            slot.state = "dead"
+            warnings.warn(
+                WorkerDiedWarning(f"{slot.name()} failed in make_worker: {last_line(slot.init_error)}"), stacklevel=2
+            )
+            return
+        timed_out, slot.timed_out_task = slot.timed_out_task, None
+        if slot.state != "ready":
+            slot.died_starting = reason.splitlines()[0]
+        blamed = None
+        if slot.state == "ready" and running is not None and running.run is self:
+            if timed_out is None or timed_out == running.id:
+                blamed = running
+        queued = [i for t in held if t is not blamed for i in t.indices]
+        self.requeue(queued)
+        note = f"{slot.name()} died " + ("before it was ready " if slot.state != "ready" else "")
+        note += f"({reason.splitlines()[0]})"
+        if blamed is not None:
+            note += f" while running {_what(blamed)}"
+            text = f"{slot.name()} died while running this item: {reason}"
+            if len(blamed.indices) == 1:
+                self.fail(blamed.indices[0], slot, text.splitlines()[0], text)
+            else:
+                self.split(blamed.indices, text.splitlines()[0], text)
+        restart = slot.restarts_used < self.executor.restarts
+        note += f"; {len(queued)} queued item(s) requeued" if queued else ""
+        note += f"; restarting ({slot.restarts_used + 1}/{self.executor.restarts})" if restart else "; not restarted"
+        warnings.warn(WorkerDiedWarning(note), stacklevel=2)
+        if restart:
+            slot.restarts_used += 1
+            self.executor.start(slot)
+        else:
+            slot.state = "dead"
+
+    def check_timeouts(self) -> None:
+        """Kill a worker past ``startup_timeout`` while starting, or past ``item_timeout`` on one task."""
+        now = time.monotonic()
+        limit = self.executor.startup_timeout
+        for s in self.slots:
+            if s.kill_reason is not None or s.state not in ("starting", "ready"):
+                continue
+            if s.state == "starting" and limit is not None and now - s.started_at > limit:
+                s.kill_reason, make_worker_failed = self.executor.hung_start(s, limit)
+                if make_worker_failed:
+                    s.init_error = s.kill_reason
+                self.executor.kill(s)
+            elif s.state == "ready" and s.running_since is not None and self.item_timeout is not None:
+                if now - s.running_since > self.item_timeout:
+                    for event in self.executor.poll(s):  # an answer since the wait: that task finished in time
+                        self.handle(*event)
+                    if s.state != "ready" or s.running_since is None:
+                        continue
+                    if time.monotonic() - s.running_since <= self.item_timeout:
+                        continue
+                    s.timed_out_task = s.inflight[0].id
+                    s.kill_reason = f"{_what(s.inflight[0])} exceeded item_timeout={self.item_timeout}s"
+                    self.executor.kill(s)
+
+    def no_workers_left(self) -> None:
+        """Every worker is dead: fail what is left (or raise :class:`WorkerInitError` when none ever started)."""
+        slots = self.slots
+        if all(s.init_error is not None for s in slots):
+            raise WorkerInitError(
+                f"every worker failed in make_worker ({len(slots)} of {len(slots)}); first, worker 0 on "
+                f"{slots[0].device}:\n{slots[0].init_error}"
+            )
+        why = ""
+        if all(s.died_starting is not None for s in slots):
+            why = f"; every worker died before it was ready ({slots[0].died_starting})"
+            why += self.executor.died_starting_hint
+        while self.pull_one():
+            pass
+        for index in list(self.retry) + list(self.pending):
+            summary = "no live worker left to run this item (all died and used up their restarts)" + why
+            text = summary
+            if index in self.last_error:
+                summary += f"; last attempt: {self.last_error[index][0]}"
+                text += "\nlast attempt:\n" + self.last_error[index][1]
+            self.give_up(index, "-", summary, text)
+        self.retry.clear()
+        self.pending.clear()
 
     # ------------------------------------------------------------------ main loop
     def step(self) -> None:
-        """Dispatch, wait for answers (at most half a second), handle them and any deaths."""
-        slots = self.pool._slots
-        if not any(s.state != "dead" for s in slots):
-            no_workers_left(self)
+        """Dispatch, wait for reports (at most :data:`WAIT_S`), act on them and on timeouts."""
+        if not any(s.state != "dead" for s in self.slots):
+            self.no_workers_left()
             return
-        self.pool._start_waiting()
+        if not any(s.state == "starting" for s in self.slots):  # stagger: the next waiting worker
+            waiting = [s for s in self.slots if s.state == "waiting"]
+            if waiting:
+                self.executor.start(waiting[0])
         while not self.pending and not self.out and self.pull_one():
             pass  # journaled items come out before any worker is up
-        for s in slots:
-            if s.state == "starting" and s.conn is None:
-                s.conn = self.pool.hub.take(s.token)
+        for s in self.slots:
             self._dispatch(s)
         if self.out or self.complete():
             return
-        by_conn = {s.conn: s for s in slots if s.conn is not None and s.state != "dead"}
-        ready = wait([*by_conn, self.pool.hub.wake_conn], timeout=_WAIT_S)
-        self.pool.hub.drain_wakes()
-        ended = {by_conn[c] for c in ready if c in by_conn and self.drain(by_conn[c])}
-        for s in slots:
-            if s.state in ("starting", "ready") and (s in ended or s.exited()):
-                on_death(self, s)
-        check_timeouts(self)
+        for event in self.executor.wait(WAIT_S):
+            self.handle(*event)
+        self.check_timeouts()
 
     def detach(self) -> None:
         """End this run early: its tasks still in workers are dropped when they answer."""
-        for s in self.pool._slots:
+        for s in self.slots:
             for t in s.inflight:
                 if t.run is self:
                     t.run = None
-        self.close_bars()
-
-    def close_bars(self) -> None:
-        """Close the progress bars."""
         for bar in self.bars:
             bar.close()
         self.total_bar.close()
+
+
+def _what(task: Task) -> str:
+    return f"item {task.indices[0]}" if len(task.indices) == 1 else f"batch {list(task.indices)}"

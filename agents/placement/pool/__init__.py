@@ -1,36 +1,30 @@
-"""Data-parallel map: one worker process per device (or GPU set), items handed out dynamically.
+"""Data-parallel map: one worker per device (or GPU set), items handed out dynamically.
 
-``dp_map(make_worker, items, devices)`` (:mod:`.oneshot`) is the one-shot form; :class:`WorkerPool` keeps the
-workers (and the models they built) alive across several ``map`` / ``imap`` calls, which is what a
-trainer scoring a batch every iteration wants. Processes are started by :mod:`.dp_proc`, the
-child side lives in :mod:`.dp_worker`, one map's bookkeeping in :mod:`.dp_run`.
+``dp_map(make_worker, items, devices)`` is the one-shot form; :class:`WorkerPool` keeps the workers
+(and the models they built) alive across several ``map`` / ``imap`` calls, which is what a trainer
+scoring a batch every iteration wants. Two executors carry the work: worker processes on this
+machine (:mod:`.local`, the default) and Ray actors (:mod:`.ray`, ``backend="ray"``); one
+:class:`~.scheduler.Scheduler` runs every map on either.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import pickle
-import time
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 import torch
 
-from .dp_args import MapArgs, check_map_args, check_pool_args
-from .dp_output import start_pumps
-from .dp_proc import Hub, check_python, start_process
-from .dp_run import MapRun
-from .dp_shapes import check_devices
-from .dp_slot import Slot, shutdown
-from .dp_types import DPMapError, ItemFailure, stream_failure
-from .journal import Journal, job_key_for
+from ..journal import Journal, job_key_for, journaled_results
+from .arguments import Devices, MapArgs, check_devices, check_map_args, check_pool_args
+from .errors import DPMapError, ItemFailure, stream_failure
+from .local import LocalExecutor
+from .process import check_python
+from .scheduler import Scheduler
 
-__all__ = ["WorkerPool", "check_devices"]
-
-Devices = Sequence[str | int | torch.device | Sequence[str | int | torch.device]]
+__all__ = ["WorkerPool", "RayWorkerPool", "dp_map", "check_devices"]
 
 
 def refuse_ray_args(runtime_env: dict | None, address: str | None) -> None:
@@ -39,13 +33,8 @@ def refuse_ray_args(runtime_env: dict | None, address: str | None) -> None:
         raise ValueError("runtime_env= and address= are the Ray backend's: pass backend='ray' with them")
 
 
-def _close_hub_after(slots: list[Slot], hub: Hub, timeout: float) -> None:
-    shutdown(slots, timeout)
-    hub.close()
-
-
 class WorkerPool:
-    """Worker processes, one per entry of ``devices``, each holding what ``make_worker`` built.
+    """Workers, one per entry of ``devices``, each holding what ``make_worker`` built.
 
     Args:
         make_worker: ``device -> (item -> result)``, run once in each worker. It must be picklable
@@ -55,40 +44,36 @@ class WorkerPool:
             (``["cuda:0", "cuda:1"]``) that a ``device_map="auto"`` model inside spreads over. The
             worker's ``CUDA_VISIBLE_DEVICES`` lists its GPUs, so inside it they are ``cuda:0``,
             ``cuda:1``, ... and ``make_worker`` gets ``cuda:0`` (``cpu`` for a CPU worker, which
-            sees no GPU).
-        threads_per_worker: Torch (and OpenMP/MKL) threads per worker; default: the CPU cores
-            divided among the workers.
+            sees no GPU). On Ray the GPU index is not a choice (Ray assigns free GPUs), so
+            ``"cuda:3"`` means one GPU, like ``"cuda"``.
+        threads_per_worker: Torch (and OpenMP/MKL) threads per worker (on Ray, each actor's
+            ``num_cpus``); default: the CPU cores (of the cluster) divided among the workers.
         prefetch: Tasks (items, or batches with ``batch_size``) queued per worker, so that it
             never waits for the parent.
         restarts: How many times each worker is restarted after it dies.
         startup_timeout: Seconds a worker may take from its start to ``make_worker`` returning;
-            past it, the worker is killed and reported with its device, as if make_worker had
-            raised. None waits.
+            past it, the worker is killed and reported with its device (locally as if
+            make_worker had raised; on Ray, where no node may have room yet, as a death). None waits.
         stagger: Start the workers one after another, each once the previous one is ready (or
             has failed), so that they do not all load their weights at once; the ones that are
             ready work meanwhile.
         python: The interpreter the workers run under (a venv's or conda env's ``python``, which
             must import this package and torch); checked when the pool is built. None: this one.
-        backend: ``"local"`` (worker processes on this machine) or ``"ray"``: the same pool as Ray
-            actors (:class:`~agents.placement.ray_pool.RayWorkerPool`), on this machine or a cluster.
-        runtime_env, address: Ray's, passed through (``backend="ray"`` only).
+        backend: ``"local"`` (worker processes on this machine) or ``"ray"``: Ray actors, on this
+            machine or a cluster (the pool is then a :class:`RayWorkerPool`).
+        runtime_env: Ray's ``runtime_env`` for the actors (``{"pip": [...]}``, ``{"working_dir": ...}``).
+        address: The Ray cluster to join (``"auto"``, ``"ray://head:10001"``) when Ray is not
+            initialised in this process yet; None starts a local Ray (which stays up after the pool).
 
-    A worker's output (print, logging, progress bars) is shown in this process's stdout and
+    A local worker's output (print, logging, progress bars) is shown in this process's stdout and
     stderr, each line prefixed with the worker's device: ``[cuda:0] ...``, ``[cpu:1] ...``.
     """
 
     def __new__(cls, *args: Any, backend: Literal["local", "ray"] = "local", **kwargs: Any):
-        # backend="ray": the same pool on Ray actors (agents.placement.ray_pool), built here so
-        # that WorkerPool(..., backend="ray") is all a user changes
-        if backend == "ray":
-            if kwargs.pop("python", None) is not None:
-                raise ValueError("python= is the local backend's; with backend='ray' give the actors runtime_env=")
-            from .ray_pool import RayWorkerPool
-
-            return RayWorkerPool(*args, **kwargs)
-        if backend != "local":
+        if backend not in ("local", "ray"):
             raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
-        return super().__new__(cls)
+        # WorkerPool(..., backend="ray") is all a user changes to get the Ray pool
+        return super().__new__(RayWorkerPool if backend == "ray" else cls)
 
     def __init__(
         self,
@@ -105,70 +90,42 @@ class WorkerPool:
         runtime_env: dict | None = None,
         address: str | None = None,
     ):
-        refuse_ray_args(runtime_env, address)
-        args = check_pool_args(make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
-        self.python = check_python(python)
-        self.devices = [s.canonical for s in args.specs]
-        self.threads_per_worker = args.threads_per_worker
-        self.prefetch = args.prefetch
-        self.restarts = args.restarts
-        self.startup_timeout = args.startup_timeout
-        self.stagger = args.stagger
+        if backend == "ray" and python is not None:
+            raise ValueError("python= is the local backend's; with backend='ray' give the actors runtime_env=")
+        if backend != "ray":
+            refuse_ray_args(runtime_env, address)
+        args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
+        a = check_pool_args(*args, local=backend != "ray")
+        counts = {"prefetch": a.prefetch, "restarts": a.restarts, "startup_timeout": a.startup_timeout}
+        if backend == "ray":
+            from .ray import RayExecutor
+
+            executor = RayExecutor(
+                make_worker, devices, a.threads_per_worker, **counts, runtime_env=runtime_env, address=address
+            )
+            self.devices = executor.devices
+        else:
+            python = check_python(python)
+            executor = LocalExecutor(pickle.dumps(make_worker), a.specs, a.threads_per_worker, python, **counts)
+            self.python = python
+            self.devices = [s.canonical for s in a.specs]
+        self.executor, self._slots = executor, executor.slots
+        self.threads_per_worker, self.prefetch, self.restarts = executor.threads, a.prefetch, a.restarts
+        self.startup_timeout, self.stagger = a.startup_timeout, a.stagger
         self.job_key = job_key_for(make_worker)
-        self._make_worker = pickle.dumps(make_worker)
-        self._task_ids = itertools.count()
-        self._active: MapRun | None = None
-        self.hub = Hub()
-        self._slots = [Slot(i, spec) for i, spec in enumerate(args.specs)]
+        self._active: Scheduler | None = None
         self._closed = False
-        self._finalizer = weakref.finalize(self, _close_hub_after, self._slots, self.hub, 5.0)
         try:
-            for s in self._slots[: 1 if self.stagger else None]:
-                self._spawn(s)
+            for s in self._slots[: 1 if self.stagger else None]:  # stagger: the maps start the others
+                executor.start(s)
         except BaseException:
             self.close()
             raise
 
-    # ----------------------------------------------------------------------------- processes
-    def _spawn(self, s: Slot) -> None:
-        cuda = bool(s.spec.cuda)
-        threads = str(self.threads_per_worker)
-        env = {"CUDA_VISIBLE_DEVICES": s.spec.visible_devices(), "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        s.starts += 1
-        s.token = f"{s.index}:{s.starts}"
-        # a start that raises (too many open files, a script that starts workers when imported)
-        # propagates as it is; the slot keeps no process
-        s.proc = None
-        s.proc = start_process(
-            self.hub,
-            s.token,
-            f"dp-worker-{s.index}-{s.device}",
-            self._make_worker,
-            "cuda:0" if cuda else "cpu",
-            self.threads_per_worker,
-            env,
-            self.python,
-        )
-        s.outputs = start_pumps(s.proc, s.device, self.hub.wake)
-        s.state, s.started_at, s.running_since = "starting", time.monotonic(), None
-        s.kill_reason, s.init_error, s.timed_out_task = None, None, None
-
-    def _start_waiting(self) -> None:
-        if any(s.state == "starting" for s in self._slots):
-            return
-        for s in self._slots:
-            if s.state == "waiting":
-                self._spawn(s)
-                return
-
-    def _next_task_id(self) -> int:
-        return next(self._task_ids)
-
     def close(self, timeout: float = 10.0) -> None:
         """Stop the workers (waiting up to ``timeout`` s before killing them). Idempotent."""
         self._closed = True
-        self._finalizer.detach()
-        _close_hub_after(self._slots, self.hub, timeout)
+        self.executor.close(timeout)
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -263,11 +220,14 @@ class WorkerPool:
         a = self._check(batch_size, retries, on_error, item_timeout, journal)
         return self._unordered(items, a, progress, desc)
 
-    def _check(self, batch_size, retries, on_error, item_timeout, journal) -> MapArgs:
+    def _check(self, batch_size=None, retries=1, on_error="raise", item_timeout=None, journal=None) -> MapArgs:
         if self._closed:
-            raise RuntimeError("this WorkerPool is closed")
+            raise RuntimeError(f"this {type(self).__name__} is closed")
         if self._active is not None:
-            raise RuntimeError("this WorkerPool is running another map; finish or close that iterator first")
+            # its tasks are tracked per worker: a second run would take them for its own
+            raise RuntimeError(
+                f"this {type(self).__name__} is running another map; finish or close that iterator first"
+            )
         return check_map_args(batch_size, retries, on_error, item_timeout, journal)
 
     def _ordered(self, items, a: MapArgs, window: int, progress: bool, desc: str) -> Iterator[Any]:
@@ -290,15 +250,12 @@ class WorkerPool:
 
     def _events(self, items, a: MapArgs, window: int | None, progress: bool, desc: str) -> Iterator[tuple[int, Any]]:
         """``(index, result or ItemFailure)`` in finishing order, for one run over ``items``."""
-        if self._closed:
-            raise RuntimeError("this WorkerPool is closed")
-        if self._active is not None:
-            raise RuntimeError("this WorkerPool is running another map; finish or close that iterator first")
+        self._check()  # imap checks when called; its run starts at the first next()
         own = a.journal is not None and not isinstance(a.journal, Journal)
         journal = Journal(a.journal, self.job_key) if own else a.journal
         try:
-            run = MapRun(
-                self,
+            run = Scheduler(
+                self.executor,
                 items,
                 batch_size=a.batch_size,
                 retries=a.retries,
@@ -334,3 +291,73 @@ class WorkerPool:
             if not clean:
                 # cut short mid-step (Ctrl-C, an internal error): the workers' state is unknown
                 self.close(timeout=2.0)
+
+
+class RayWorkerPool(WorkerPool):
+    """``WorkerPool(..., backend="ray")``: the workers as Ray actors (``make_worker`` must be
+    importable where they run). Raises ImportError naming the ``ray`` extra without Ray."""
+
+    def __init__(self, make_worker: Callable[[torch.device], Callable[[Any], Any]], devices: Devices, **kwargs: Any):
+        if kwargs.pop("backend", "ray") != "ray":
+            raise ValueError("a RayWorkerPool's backend is 'ray'")
+        super().__init__(make_worker, devices, backend="ray", **kwargs)
+
+
+def dp_map(
+    make_worker: Callable[[torch.device], Callable[[Any], Any]],
+    items: Iterable[Any],
+    devices: Devices,
+    *,
+    threads_per_worker: int | None = None,
+    prefetch: int = 2,
+    restarts: int = 1,
+    startup_timeout: float | None = None,
+    stagger: bool = False,
+    python: str | os.PathLike | None = None,
+    backend: Literal["local", "ray"] = "local",
+    runtime_env: dict | None = None,
+    address: str | None = None,
+    batch_size: int | None = None,
+    retries: int = 1,
+    on_error: Literal["raise", "collect"] = "raise",
+    item_timeout: float | None = None,
+    journal: str | os.PathLike | Journal | None = None,
+    progress: bool = True,
+    desc: str = "dp_map",
+) -> list[Any]:
+    """Map ``items`` over one worker per ``devices`` entry: a :class:`WorkerPool` used for one ``map``.
+
+    See :class:`WorkerPool` for the pool's arguments (``backend="ray"``: Ray actors) and
+    :meth:`WorkerPool.map` for the rest. ``devices=["cpu", "cpu"]`` runs two CPU workers. With a
+    ``journal`` that already holds every item, no worker is started.
+    """
+    # every argument is checked even when there is nothing to map: a bad call fails the first
+    # time it runs, not on the first non-empty batch
+    a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
+    if backend == "local":  # the Ray pool checks its own (a head node may have no GPU of its own)
+        refuse_ray_args(runtime_env, address)
+        check_pool_args(
+            make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, local=True
+        )
+    items = list(items)
+    if journal is not None:
+        done = journaled_results(journal, job_key_for(make_worker), items)
+        if done is not None:
+            return done
+    if not items:
+        return []
+    pool_args = {"threads_per_worker": threads_per_worker, "prefetch": prefetch, "restarts": restarts}
+    pool_args |= {"startup_timeout": startup_timeout, "stagger": stagger, "python": python, "backend": backend}
+    if backend == "ray":
+        pool_args |= {"runtime_env": runtime_env, "address": address}
+    with WorkerPool(make_worker, devices, **pool_args) as pool:
+        return pool.map(
+            items,
+            batch_size=a.batch_size,
+            retries=a.retries,
+            on_error=a.on_error,
+            item_timeout=a.item_timeout,
+            journal=journal,
+            progress=progress,
+            desc=desc,
+        )

@@ -8,6 +8,11 @@ classes a real job loads with ``from_pretrained``: a word-level tokenizer
 InstructPix2Pix editing twin (diffusers), and a LLaVA vision-language model with its processor
 (transformers). No weights are downloaded. Needs the ``[pipelines]`` extra (diffusers,
 transformers); they are imported only when a builder runs.
+
+Not part of the library: the example scripts import it as ``toy_models`` (their folder is on
+``sys.path`` when run as ``python examples/<script>.py``), the tests put examples/ on the path
+(tests/placement/conftest.py) and the benchmarks import ``examples.toy_models`` from the
+repository root.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ from typing import Literal
 
 import torch
 
-from .checks import is_int, is_real
-from .devices import as_device, device_key
+from .checks import as_device, device_key, is_int, is_real
 
 _VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 

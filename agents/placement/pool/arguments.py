@@ -1,4 +1,5 @@
-"""Worker shapes of :class:`~agents.placement.WorkerPool`: which devices each worker process gets.
+"""The pool's arguments, checked before any worker starts: a bad call fails at once (even with no
+items) with a TypeError or ValueError naming the argument; and the local workers' devices.
 
 An entry of ``devices`` is one worker: ``"cpu"``, one GPU (``"cuda:2"``, ``2``, a ``torch.device``)
 or a list of GPUs (``["cuda:2", "cuda:3"]``) that become the worker's ``CUDA_VISIBLE_DEVICES``, so
@@ -9,13 +10,121 @@ GPU (small models); a GPU of a several-GPU worker belongs to that worker alone.
 from __future__ import annotations
 
 import collections
+import os
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .devices import device_key, visible_device_token
+from ..checks import check_int, device_key, is_real
+from ..journal import Journal
+
+Devices = Sequence[str | int | torch.device | Sequence[str | int | torch.device]]
+
+
+@dataclass(frozen=True)
+class MapArgs:
+    """The checked per-map arguments (see :meth:`WorkerPool.map`)."""
+
+    batch_size: int | None
+    retries: int
+    on_error: str
+    item_timeout: float | None
+    journal: str | os.PathLike | Journal | None
+
+
+def check_seconds(value: Any, what: str) -> float | None:
+    """A positive number of seconds as a float, or None; else a ValueError naming ``what``."""
+    if value is None:
+        return None
+    if not is_real(value) or not value > 0:
+        raise ValueError(f"{what} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
+
+
+def check_map_args(batch_size: Any, retries: Any, on_error: Any, item_timeout: Any, journal: Any) -> MapArgs:
+    """The per-map arguments as Python values, or a TypeError/ValueError naming the bad one."""
+    if on_error not in ("raise", "collect"):
+        raise ValueError(f"on_error must be 'raise' or 'collect', got {on_error!r}")
+    if journal is not None and not isinstance(journal, (str, os.PathLike, Journal)):
+        raise TypeError(f"journal must be a path, a Journal or None, got {type(journal).__name__}")
+    return MapArgs(
+        batch_size=check_int(batch_size, "batch_size", 1, allow_none=True),
+        retries=check_int(retries, "retries", 0),
+        on_error=on_error,
+        item_timeout=check_seconds(item_timeout, "item_timeout"),
+        journal=journal,
+    )
+
+
+@dataclass(frozen=True)
+class PoolArgs:
+    """The checked pool arguments (see ``WorkerPool``); ``specs`` only for the local backend."""
+
+    specs: list[WorkerSpec] | None
+    threads_per_worker: int | None
+    prefetch: int
+    restarts: int
+    startup_timeout: float | None
+    stagger: bool
+
+
+def check_pool_args(
+    make_worker: Any,
+    devices: Any,
+    threads_per_worker: Any,
+    prefetch: Any,
+    restarts: Any,
+    startup_timeout: Any,
+    stagger: Any,
+    *,
+    local: bool,
+) -> PoolArgs:
+    """The pool arguments as Python values, or a TypeError/ValueError naming the bad one. The Ray
+    executor checks its ``devices`` itself; a local worker's ``make_worker`` must pickle."""
+    if not callable(make_worker):
+        raise TypeError(f"make_worker must be callable, got {type(make_worker).__name__}")
+    specs = None
+    if local:
+        try:
+            pickle.dumps(make_worker)
+        except Exception as exc:
+            raise TypeError(
+                "make_worker must be picklable to reach the worker processes (a module-level function "
+                f"or a functools.partial of one, not a lambda or closure); pickling failed: {exc}"
+            ) from exc
+        specs = worker_specs(devices)
+    if not isinstance(stagger, bool):
+        raise TypeError(f"stagger must be a bool, got {type(stagger).__name__}")
+    if threads_per_worker is None and specs is not None:
+        threads_per_worker = max(1, (os.cpu_count() or 1) // len(specs))
+    return PoolArgs(
+        specs=specs,
+        threads_per_worker=check_int(threads_per_worker, "threads_per_worker", 1, allow_none=True),
+        prefetch=check_int(prefetch, "prefetch", 1),
+        restarts=check_int(restarts, "restarts", 0),
+        startup_timeout=check_seconds(startup_timeout, "startup_timeout"),
+        stagger=stagger,
+    )
+
+
+def visible_device_token(index: int, environ: dict[str, str] | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry that makes *this process's* ``cuda:index`` a child's only GPU.
+
+    If this process already runs under a ``CUDA_VISIBLE_DEVICES`` list, its ``cuda:k`` is the k-th
+    entry of that list (an ordinal, UUID or MIG id), not physical GPU ``k``; passing ``str(k)`` to the
+    child would pick the wrong GPU.
+    """
+    env = os.environ if environ is None else environ
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return str(index)
+    tokens = [t.strip() for t in visible.split(",") if t.strip()]
+    if index >= len(tokens):
+        raise ValueError(f"cuda:{index} is not visible: CUDA_VISIBLE_DEVICES={visible!r} lists {len(tokens)} device(s)")
+    return tokens[index]
 
 
 @dataclass(frozen=True)

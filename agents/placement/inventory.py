@@ -13,7 +13,9 @@ import torch
 
 from uavsim.machine.host_memory import host_memory, process_rss
 
-from .devices import as_device, format_bytes
+from .checks import as_device
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,15 @@ def inventory_report(inv: Inventory | None = None) -> str:
     if not inv.devices:
         lines.append("(no CUDA device visible: placement falls back to the host)")
     return "\n".join(lines)
+
+
+def format_bytes(n: int | float) -> str:
+    """Human-readable binary size, e.g. ``format_bytes(3 * 2**30) == '3.00 GiB'``."""
+    value = float(n)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    unit = 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    return f"{sign}{value:.0f} B" if unit == 0 else f"{sign}{value:.2f} {_UNITS[unit]}"

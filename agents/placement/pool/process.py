@@ -1,25 +1,43 @@
-"""Starting :class:`~agents.placement.WorkerPool` workers: processes, their connection back, ``python=``.
+"""A local worker process: starting it (the parent's side), and serving tasks in it (the child's).
 
 A worker is a plain child process (``subprocess.Popen`` of ``python -c BOOT``): its environment
 (``CUDA_VISIBLE_DEVICES``, thread counts) is its own, its stdout and stderr are pipes the parent
-shows prefixed (:mod:`.dp_output`), and it can run under another interpreter. What
+shows prefixed (:mod:`.local`), and it can run under another interpreter. What
 ``multiprocessing``'s spawn would hand the child (the parent's ``sys.path``, its ``__main__``
 module, so that a ``make_worker`` defined in the user's script unpickles) comes as spawn's own
 preparation data, read from the child's stdin with the address and key of the :class:`Hub` it
-connects back to. The connection carries items and results (:mod:`.dp_worker`).
+connects back to.
+
+Protocol, over that connection: the worker first says ``("hello", token, pid)``, then
+``("ready", -1, pid)`` once ``make_worker`` has built its callable, or ``("init_error", -1,
+traceback)``. The parent sends tasks ``(task_id, batched, pickled list of items)`` and ``None`` to
+stop; per task the worker answers ``("ok", task_id, pickled list of results)`` or ``("error",
+task_id, traceback)`` (:func:`run_task`, which the Ray actors run too), in the order the tasks
+arrived. A thread receives the tasks while the main thread computes, so the parent's send never
+waits for a computation; results are sent before the next task is taken, so when a worker dies,
+the oldest task the parent has not heard back about is the one it was running. The connection
+closing without ``None`` means the parent is gone: the worker exits at once rather than holding
+a GPU's memory as an orphan.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import queue
+import signal
 import subprocess
 import sys
 import threading
-from multiprocessing import Pipe, spawn
+import traceback
+from multiprocessing import Pipe, current_process, spawn
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
+
+import torch
+
+from ..tensors import to_cpu
 
 # The child's first program: read the boot data, set sys.path, hand over to the worker module.
 # The parent's interpreter takes the parent's sys.path as it is (what spawn does); another
@@ -32,10 +50,10 @@ _SET_PATH = (
     "p = boot['sys_path']\n"
     "sys.path[:] = p if boot['own_python'] else sys.path + [e for e in p if e not in sys.path]\n"
 )
-BOOT = _SET_PATH + "from agents.placement.dp_worker import serve\nserve(boot)\n"
+BOOT = _SET_PATH + "from agents.placement.pool.process import serve\nserve(boot)\n"
 # what check_python runs: the same path, then the worker module's imports; an exact answer, so that
 # a program that is not Python (echo, true) cannot pass by printing the code or nothing
-_PROBE = _SET_PATH + "import agents.placement.dp_worker\nprint('dp-probe', 6 * 7)\n"
+_PROBE = _SET_PATH + "import agents.placement.pool.process\nprint('dp-probe', 6 * 7)\n"
 _HELLO_S = 30.0  # how long a connected worker may take to say which one it is
 
 
@@ -228,3 +246,86 @@ def start_process(
         except OSError:
             pass
     return proc
+
+
+# ---------------------------------------------------------------------------------- the child
+def call_batch(fn: Any, items: list, batched: bool) -> list:
+    """``fn`` over one task's items: ``fn(items)`` when ``batched`` (it must return one result per
+    item, in a list or tuple), else ``[fn(items[0])]``."""
+    if not batched:
+        return [fn(items[0])]
+    out = fn(items)
+    if not isinstance(out, (list, tuple)):
+        raise TypeError(
+            f"with batch_size, the worker's callable must return a list with one result per item, "
+            f"got {type(out).__name__} (for a tensor of results, return list(tensor) or tensor.tolist())"
+        )
+    if len(out) != len(items):
+        raise ValueError(
+            f"the worker's callable returned {len(out)} result(s) for a batch of {len(items)} item(s); "
+            "with batch_size it must return one result per item, in order"
+        )
+    return list(out)
+
+
+def _receive(conn: Any, tasks: queue.SimpleQueue) -> None:
+    """Move the parent's messages to ``tasks``; exit the process if the parent goes away."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            os._exit(1)  # the parent died (or dropped us): no one will read our results
+        tasks.put(msg)
+        if msg is None:
+            return
+
+
+def serve(boot: dict[str, Any]) -> None:
+    """Prepare like a spawned child, connect back, build the callable, then serve tasks until ``None``."""
+    # Ctrl-C reaches the whole process group; the parent handles it and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    me = current_process()
+    me._inheriting = True  # as in spawn: a script that starts workers when imported fails clearly
+    try:
+        spawn.prepare(boot["prep"])  # the parent's cwd, sys.argv and __main__ (for make_worker)
+    finally:
+        me._inheriting = False
+    conn = Client(boot["address"], authkey=boot["authkey"])
+    conn.send(("hello", boot["token"], os.getpid()))
+    tasks: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_receive, args=(conn, tasks), name="dp-receive", daemon=True).start()
+    torch.set_num_threads(boot["threads"])
+    try:
+        fn = build_worker(boot["make_worker"], torch.device(boot["device"]))
+    except BaseException:
+        conn.send(("init_error", -1, traceback.format_exc()))
+        return
+    conn.send(("ready", -1, os.getpid()))
+    while True:
+        msg = tasks.get()
+        if msg is None:
+            return
+        task_id, batched, payload = msg
+        kind, answer = run_task(fn, batched, payload)
+        conn.send((kind, task_id, answer))
+
+
+def build_worker(make_worker: bytes, device: torch.device) -> Any:
+    """The callable the pickled ``make_worker`` builds on ``device`` (made the current CUDA device)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    fn = pickle.loads(make_worker)(device)
+    if not callable(fn):
+        raise TypeError(f"make_worker must return a callable item -> result, got {type(fn).__name__}")
+    return fn
+
+
+def run_task(fn: Any, batched: bool, payload: bytes) -> tuple[str, bytes | str]:
+    """``("ok", pickled list of results)`` for one task's pickled list of items, or ``("error", traceback)``."""
+    try:
+        # results travel as CPU tensors: a CUDA tensor pickled here would be rebuilt on the
+        # parent's cuda:0, which is a different GPU than this worker's cuda:0
+        out = to_cpu(call_batch(fn, pickle.loads(payload), batched))
+        return "ok", pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return "error", traceback.format_exc()
