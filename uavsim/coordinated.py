@@ -40,10 +40,11 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
     unique per cell, and an auction round needs no search. A second search, from each UAV's target
     and only as deep as the UAV lies from it, marks the neighbours one move nearer the target: those
     on a shortest path, among which the tie-break picks. The first search runs a fixed number of
-    rounds, `search_rounds` (the obstacle-free map's diameter, in whole chunks); the call reads one
-    number from the device: whether a bid may have needed a longer path (then the call searches
-    twice as deep, reads again, and keeps the deeper setting: counted in `deeper_calls`) and the
-    farthest target (the second search's depth).
+    rounds, `search_rounds` (the obstacle-free map's diameter, in whole chunks of 16); the call reads
+    one number from the device: whether a bid may have needed a longer path (then the call searches
+    a quarter deeper, at least a chunk, reads again, and keeps the deeper setting: counted in
+    `deeper_calls`; on the protocol maps one call in 200 of 256 environments did) and the farthest
+    target (the second search's depth).
 
     Ties between equally short moves are broken by a counter-based hash of ``(seed, row in the
     batch, call count, UAV, move)``, not a generator's stream: environment ``b`` plays the same
@@ -306,13 +307,14 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         open_ = ((searched != BLOCKED) & self.search_map[:, None]).to(torch.uint8)[:, None] * 255
         free = ((searched == FREE) & self.search_map[:, None]).to(torch.uint8)[:, None] * 255
         here_s = self.cell_to_search[here]
-        rounds = self.search_rounds
+        rounds = max(1, -(-(self.search_rounds + 1) // CHUNK)) * CHUNK - 1  # whole chunks
         while True:
             target, depth, short = self._auction(cells, here, here_s, open_, free, rounds)
             read = int(short.long() << 32 | depth.amax().clamp(min=0))  # the call's one host read
             if not read >> 32:
                 break
-            rounds = self.search_rounds = 2 * rounds + 1
+            # a quarter deeper, in whole chunks (at least one), kept for the next calls
+            rounds = self.search_rounds = rounds + max(CHUNK, (rounds + 1) // 4 // CHUNK * CHUNK)
             self.deeper_calls += 1
         target_s = torch.where(target >= 0, self.cell_to_search[target.clamp(min=0)], -1)
         on_path = self._on_path(target_s, depth, here_s, open_, (read & 0xFFFFFFFF) - 1)
