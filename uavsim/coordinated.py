@@ -39,11 +39,13 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
     ``length * C + rank`` over the available cells (``C`` cells, ranks: the cells' random order),
     unique per cell, and an auction round needs no search. A second search, from each UAV's target
     and only as deep as the UAV lies from it, marks the neighbours one move nearer the target: those
-    on a shortest path, among which the tie-break picks. The first search runs a fixed number of
+    on a shortest path, among which the tie-break picks (exactly the neighbours whose key was the
+    bid's minus ``C`` in the per-round fields of before: a cell one move nearer the won cell has it
+    as its own lowest key too). The first search runs a fixed number of
     rounds, `search_rounds` (the obstacle-free map's diameter, in whole chunks of 16); the call reads
     one number from the device: whether a bid may have needed a longer path (then the call searches
     a quarter deeper, at least a chunk, reads again, and keeps the deeper setting: counted in
-    `deeper_calls`; on the protocol maps one call in 200 of 256 environments did) and the farthest
+    `deeper_calls`; on the protocol maps one call of 200, at 256 environments) and the farthest
     target (the second search's depth).
 
     Ties between equally short moves are broken by a counter-based hash of ``(seed, row in the
@@ -107,6 +109,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         position = torch.full((self.num_cells + 1,), len(self.map_cells), dtype=torch.int64, device=dev)
         self.map_position = position.scatter_(0, self.map_cells, torch.arange(len(self.map_cells), device=dev))
         self.offsets = [dr * ws + dc for dr, dc in self.shifts]  # host ints: slicing reads no device
+        self.search_offsets = torch.tensor(self.offsets, device=dev)  # built once: a copy to a GPU waits for it
         square = [(r, c) for r in (-1, 0, 1) for c in (-1, 0, 1) if r or c]
         self.square = sorted(map(tuple, self.shifts)) == square  # the 8 moves: 3 then 3 ORs, not 8
         self.byte_bits = 1 << torch.arange(8, device=dev, dtype=torch.uint8)  # [8] bit g of a byte
@@ -273,7 +276,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
                 todo ^= out
         seen = torch.zeros(cs, k, b, dtype=torch.uint8, device=dev)
         torch.bitwise_xor(open_, todo, out=seen[lo:hi])
-        nbrs = here[:, :, None] + torch.tensor(self.offsets, device=dev)  # [B, N, A - 1]
+        nbrs = here[:, :, None] + self.search_offsets  # [B, N, A - 1]
         uav = torch.arange(n, device=dev)[None, :, None]
         got = seen.view(-1)[nbrs * (k * b) + (uav // 8) * b + torch.arange(b, device=dev)[:, None, None]]
         return (got >> (uav % 8)) & 1 == 1
@@ -357,7 +360,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         depth = torch.full((b, n), -1, dtype=torch.int64, device=dev)
         index = torch.arange(n, device=dev)
         env = torch.arange(b, device=dev)[:, None]
-        inf = torch.tensor(float("inf"), dtype=dtype, device=dev)
+        inf = torch.full((), float("inf"), dtype=dtype, device=dev)  # a fill: no copy from the host
         first = None
         for last in [False] * (n - 1) + [True]:  # the lowest bid of an environment always wins: at most N rounds
             bid = offer.amin(0).t()  # [B, N]
