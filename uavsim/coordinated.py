@@ -16,6 +16,7 @@ from uavsim.rng import MAX_KEY, hash32
 from uavsim.rules import BLOCKED, FREE
 
 CHUNK = 16  # search depths kept at once, then folded into the lengths' bits (memory: CHUNK bit maps)
+FLOAT32_EXACT = 2**24  # float32 holds every integer up to here: the keys length * C + rank, below
 # An 8 x 8 bit transpose whose rows are one byte place of 8 int64 words: (row distance = shift,
 # mask) per step, each swapping blocks between rows r and r + d (Hacker's Delight, "transpose8"). No
 # mask keeps the top bits that an arithmetic right shift fills with the sign.
@@ -345,7 +346,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         b, n = here.shape
         c, m, dev = self.num_cells, len(self.map_cells), cells.device
         length, unfinished, unreached = self._lengths(here_s, open_, free, rounds)  # [M, B, N]
-        dtype = torch.float32 if (rounds + 1) * c <= 2**24 else torch.float64  # exact integers
+        dtype = torch.float32 if (rounds + 1) * c <= FLOAT32_EXACT else torch.float64
         # offer[i, n, b]: length * C + rank of the map's i-th cell in rank order; inf: claimed (row m:
         # a sink for claims off the map)
         offer = torch.empty(m + 1, n, b, dtype=dtype, device=dev)

@@ -4,7 +4,7 @@
 on many maps: sizes, obstacles and walls, 4 and 8 moves, claim radii (inside and beyond the
 padding), UAV counts across byte boundaries, batch sizes, and steps of play through episode ends
 (coverage varies). Also its paths that only unusual maps reach: searching deeper than the default
-depth (and keeping it), and lengths past one byte."""
+depth (and keeping it), lengths past one byte, and float64 keys."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.op_count import OpCounter
 from tests.uavsim.coordinated_reference import ReferenceCoordinatedFrontierPolicy
-from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim import EnvConfig, UAVSwarmEnv, coordinated
 from uavsim.coordinated import CoordinatedFrontierPolicy
 
 
@@ -142,6 +142,13 @@ def test_the_same_when_the_search_must_go_deeper(moves):
     )
     planner = compare(cfg, 6, 20, seed=3, claim_radius=10, rounds=15)  # wide claims push later bids far
     assert planner.deeper_calls >= 1 and planner.search_rounds > 15
+
+
+def test_the_same_with_float64_keys(monkeypatch):
+    # Keys of big maps pass float32's exact integers: float64 then (here forced on a small map).
+    monkeypatch.setattr(coordinated, "FLOAT32_EXACT", 0)
+    cfg = EnvConfig(grid_height=11, grid_width=12, num_uavs=6, num_obstacles=8, max_steps=15, launch_size=3, **WALLS)
+    compare(cfg, 4, 18, seed=7)
 
 
 def test_the_same_with_lengths_past_one_byte():
