@@ -3,10 +3,12 @@
 (tests/uavsim/coordinated_reference.py: one relaxed field per auction round, host reads per round),
 on many maps: sizes, obstacles and walls, 4 and 8 moves, claim radii (inside and beyond the
 padding), UAV counts across byte boundaries, batch sizes, and steps of play through episode ends
-(coverage varies). Also its paths that only unusual maps reach: searching deeper than the default
+(coverage varies), and 16 random tasks. Also its paths that only unusual maps reach: searching deeper than the default
 depth (and keeping it), lengths past one byte, and float64 keys."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
@@ -171,3 +173,35 @@ def test_one_host_read_per_call_and_its_kernels():
         assert count.kernels < 1500, count.kernels
         env.step(planner(env))
     assert planner.deeper_calls == 0
+
+
+def random_config(rng: random.Random) -> tuple[EnvConfig, int, int | None]:
+    """A random task (size, UAVs, obstacles, walls, moves, radii, episode length), a batch size and
+    a claim radius."""
+    h, w = rng.randint(4, 24), rng.randint(4, 24)
+    side = min(h, w)
+    launch = rng.randint(1, min(5, side))
+    walls = rng.choice([0, 2, 5])
+    kw = dict(num_walls=walls, wall_min_length=min(3, side), wall_max_length=min(side, 9)) if walls else {}
+    cfg = EnvConfig(
+        grid_height=h,
+        grid_width=w,
+        num_uavs=rng.randint(1, launch * launch),
+        num_obstacles=rng.randint(0, h * w // 8),
+        obstacle_max_size=min(4, side),
+        max_steps=rng.randint(8, 30),
+        launch_size=launch,
+        moves=rng.choice([4, 8]),
+        obs_radius=rng.randint(1, min(4, max(h, w) - 1)),
+        sensor_radius=rng.randint(0, min(3, max(h, w) - 1)),
+        state_pool=min(8, side),
+        **kw,
+    )
+    return cfg, rng.choice([1, 2, 5, 8]), rng.choice([None, 0, 1, 2, 4, 7])
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_same_on_random_maps(seed):
+    rng = random.Random(seed)
+    cfg, num_envs, radius = random_config(rng)
+    compare(cfg, num_envs, rng.randint(10, 30), seed=100 + seed, claim_radius=radius, rounds=rng.choice([None, 15]))
