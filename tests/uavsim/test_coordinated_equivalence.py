@@ -2,9 +2,9 @@
 (one search from the UAVs' cells per call, one host read) against the frozen planner it replaced
 (tests/uavsim/coordinated_reference.py: one relaxed field per auction round, host reads per round),
 on many maps: sizes, obstacles and walls, 4 and 8 moves, claim radii (inside and beyond the
-padding), UAV counts across byte boundaries, batch sizes, and steps of play through episode ends
-(coverage varies), and 16 random tasks. Also its paths that only unusual maps reach: searching deeper than the default
-depth (and keeping it), lengths past one byte, and float64 keys."""
+padding), UAV counts across byte boundaries, batch sizes, steps of play through episode ends
+(coverage varies), and 16 random tasks. Also its paths that only unusual maps reach: searching
+deeper than the default depth (and keeping it), lengths past one byte, and float64 keys."""
 
 from __future__ import annotations
 
