@@ -270,7 +270,7 @@ def test_an_actor_killed_mid_map_hands_its_items_to_the_other(free_ray):
         warm_up(solo_pool)
         it = solo_pool.imap(items("sleep", 30, 0.02), progress=False)
         out = [next(it)]
-        free_ray.kill(solo_pool._slots[0].actor)
+        free_ray.kill(solo_pool.executor.slots[0].actor)
         with pytest.warns(WorkerDiedWarning, match="not restarted"):
             out += list(it)
         assert out == list(range(30))

@@ -10,6 +10,7 @@ machine (:mod:`.local`, the default) and Ray actors (:mod:`.ray`, ``backend="ray
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
@@ -25,12 +26,6 @@ from .process import check_python
 from .scheduler import Scheduler
 
 __all__ = ["WorkerPool", "RayWorkerPool", "dp_map", "check_devices"]
-
-
-def refuse_ray_args(runtime_env: dict | None, address: str | None) -> None:
-    """The local backend has no use for Ray's arguments: a clear error rather than ignoring them."""
-    if runtime_env is not None or address is not None:
-        raise ValueError("runtime_env= and address= are the Ray backend's: pass backend='ray' with them")
 
 
 class WorkerPool:
@@ -90,33 +85,27 @@ class WorkerPool:
         runtime_env: dict | None = None,
         address: str | None = None,
     ):
-        if backend == "ray" and python is not None:
-            raise ValueError("python= is the local backend's; with backend='ray' give the actors runtime_env=")
-        if backend != "ray":
-            refuse_ray_args(runtime_env, address)
-        args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger)
-        a = check_pool_args(*args, local=backend != "ray")
+        local = backend != "ray"
+        args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, python)
+        a = check_pool_args(*args, runtime_env, address, local=local)
         counts = {"prefetch": a.prefetch, "restarts": a.restarts, "startup_timeout": a.startup_timeout}
-        if backend == "ray":
+        if local:
+            self.python = check_python(python)
+            executor = LocalExecutor(pickle.dumps(make_worker), a.specs, a.threads_per_worker, self.python, **counts)
+        else:
             from .ray import RayExecutor
 
             executor = RayExecutor(
                 make_worker, devices, a.threads_per_worker, **counts, runtime_env=runtime_env, address=address
             )
-            self.devices = executor.devices
-        else:
-            python = check_python(python)
-            executor = LocalExecutor(pickle.dumps(make_worker), a.specs, a.threads_per_worker, python, **counts)
-            self.python = python
-            self.devices = [s.canonical for s in a.specs]
-        self.executor, self._slots = executor, executor.slots
+        self.executor, self.devices = executor, executor.devices
         self.threads_per_worker, self.prefetch, self.restarts = executor.threads, a.prefetch, a.restarts
         self.startup_timeout, self.stagger = a.startup_timeout, a.stagger
         self.job_key = job_key_for(make_worker)
         self._active: Scheduler | None = None
         self._closed = False
         try:
-            for s in self._slots[: 1 if self.stagger else None]:  # stagger: the maps start the others
+            for s in executor.slots[: 1 if self.stagger else None]:  # stagger: the maps start the others
                 executor.start(s)
         except BaseException:
             self.close()
@@ -170,11 +159,9 @@ class WorkerPool:
         worker fails in ``make_worker``, :class:`WorkerInitError` is raised.
         """
         a = self._check(batch_size, retries, on_error, item_timeout, journal)
-        results: list[Any] = []
         with contextlib.closing(self._events(items, a, None, progress, desc)) as events:
-            for index, value in events:
-                results.extend([None] * (index + 1 - len(results)))
-                results[index] = value
+            found = dict(events)
+        results = [found[i] for i in range(len(found))]
         failures = [v for v in results if isinstance(v, ItemFailure)]
         if failures and on_error == "raise":
             raise DPMapError(failures, results)
@@ -201,7 +188,7 @@ class WorkerPool:
         pool usable: the tasks still in the workers are dropped as they finish.
         """
         a = self._check(batch_size, retries, on_error, item_timeout, journal)
-        window = max(64, 4 * len(self._slots) * self.prefetch * (a.batch_size or 1))
+        window = max(64, 4 * len(self.executor.slots) * self.prefetch * (a.batch_size or 1))
         return self._ordered(items, a, window, progress, desc)
 
     def imap_unordered(
@@ -251,9 +238,10 @@ class WorkerPool:
     def _events(self, items, a: MapArgs, window: int | None, progress: bool, desc: str) -> Iterator[tuple[int, Any]]:
         """``(index, result or ItemFailure)`` in finishing order, for one run over ``items``."""
         self._check()  # imap checks when called; its run starts at the first next()
-        own = a.journal is not None and not isinstance(a.journal, Journal)
-        journal = Journal(a.journal, self.job_key) if own else a.journal
-        try:
+        with contextlib.ExitStack() as stack:
+            journal = a.journal
+            if journal is not None and not isinstance(journal, Journal):
+                journal = stack.enter_context(Journal(journal, self.job_key))
             run = Scheduler(
                 self.executor,
                 items,
@@ -265,32 +253,23 @@ class WorkerPool:
                 progress=progress,
                 desc=desc,
             )
-        except BaseException:
-            if own:
-                journal.close()
-            raise
-        self._active = run
-        clean = True
-        try:
-            while True:
-                while run.out:
-                    yield run.out.popleft()
-                if run.complete():
-                    return
-                run.step()
-        except GeneratorExit:
-            raise  # the consumer stopped at a yield: the bookkeeping is whole
-        except BaseException:
-            clean = run.clean_stop
-            raise
-        finally:
-            self._active = None
-            run.detach()
-            if own:
-                journal.close()
-            if not clean:
-                # cut short mid-step (Ctrl-C, an internal error): the workers' state is unknown
-                self.close(timeout=2.0)
+            self._active = run
+            try:
+                while True:
+                    while run.out:
+                        yield run.out.popleft()
+                    if run.complete():
+                        return
+                    run.step()
+            except BaseException as exc:
+                # cut short mid-step (Ctrl-C, an internal error): the workers' state is unknown; a
+                # consumer that stopped at a yield (GeneratorExit) leaves the bookkeeping whole
+                if not (isinstance(exc, GeneratorExit) or run.clean_stop):
+                    self.close(timeout=2.0)
+                raise
+            finally:
+                self._active = None
+                run.detach()
 
 
 class RayWorkerPool(WorkerPool):
@@ -331,14 +310,13 @@ def dp_map(
     :meth:`WorkerPool.map` for the rest. ``devices=["cpu", "cpu"]`` runs two CPU workers. With a
     ``journal`` that already holds every item, no worker is started.
     """
+    given = dict(locals())  # the arguments, passed on to the pool and its map below
     # every argument is checked even when there is nothing to map: a bad call fails the first
     # time it runs, not on the first non-empty batch
-    a = check_map_args(batch_size, retries, on_error, item_timeout, journal)
+    check_map_args(batch_size, retries, on_error, item_timeout, journal)
     if backend == "local":  # the Ray pool checks its own (a head node may have no GPU of its own)
-        refuse_ray_args(runtime_env, address)
-        check_pool_args(
-            make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, local=True
-        )
+        args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, python)
+        check_pool_args(*args, runtime_env, address, local=True)
     items = list(items)
     if journal is not None:
         done = journaled_results(journal, job_key_for(make_worker), items)
@@ -346,18 +324,10 @@ def dp_map(
             return done
     if not items:
         return []
-    pool_args = {"threads_per_worker": threads_per_worker, "prefetch": prefetch, "restarts": restarts}
-    pool_args |= {"startup_timeout": startup_timeout, "stagger": stagger, "python": python, "backend": backend}
-    if backend == "ray":
-        pool_args |= {"runtime_env": runtime_env, "address": address}
-    with WorkerPool(make_worker, devices, **pool_args) as pool:
-        return pool.map(
-            items,
-            batch_size=a.batch_size,
-            retries=a.retries,
-            on_error=a.on_error,
-            item_timeout=a.item_timeout,
-            journal=journal,
-            progress=progress,
-            desc=desc,
-        )
+    with WorkerPool(make_worker, devices, **{k: given[k] for k in _keywords(WorkerPool.__init__)}) as pool:
+        return pool.map(items, **{k: given[k] for k in _keywords(WorkerPool.map)})
+
+
+def _keywords(function: Callable) -> list[str]:
+    """The keyword-only parameters of ``function``: what dp_map passes on to the pool and its map."""
+    return [p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY]

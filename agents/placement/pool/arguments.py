@@ -79,11 +79,19 @@ def check_pool_args(
     restarts: Any,
     startup_timeout: Any,
     stagger: Any,
+    python: Any,
+    runtime_env: Any,
+    address: Any,
     *,
     local: bool,
 ) -> PoolArgs:
     """The pool arguments as Python values, or a TypeError/ValueError naming the bad one. The Ray
-    executor checks its ``devices`` itself; a local worker's ``make_worker`` must pickle."""
+    executor checks its ``devices`` itself; a local worker's ``make_worker`` must pickle. Each
+    backend refuses the other's arguments rather than ignoring them."""
+    if local and (runtime_env is not None or address is not None):
+        raise ValueError("runtime_env= and address= are the Ray backend's: pass backend='ray' with them")
+    if not local and python is not None:
+        raise ValueError("python= is the local backend's; with backend='ray' give the actors runtime_env=")
     if not callable(make_worker):
         raise TypeError(f"make_worker must be callable, got {type(make_worker).__name__}")
     specs = None
@@ -117,8 +125,7 @@ def visible_device_token(index: int, environ: dict[str, str] | None = None) -> s
     entry of that list (an ordinal, UUID or MIG id), not physical GPU ``k``; passing ``str(k)`` to the
     child would pick the wrong GPU.
     """
-    env = os.environ if environ is None else environ
-    visible = env.get("CUDA_VISIBLE_DEVICES")
+    visible = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return str(index)
     tokens = [t.strip() for t in visible.split(",") if t.strip()]
@@ -152,13 +159,9 @@ class WorkerSpec:
         return ",".join(visible_device_token(k, environ) for k in self.cuda)
 
 
-def _is_group(entry: Any) -> bool:
-    return isinstance(entry, Sequence) and not isinstance(entry, (str, bytes))
-
-
 def _entry_keys(entry: Any, position: int) -> list[str]:
     """The device keys of ``devices[position]``, checked on its own."""
-    if not _is_group(entry):
+    if not isinstance(entry, Sequence) or isinstance(entry, (str, bytes)):
         return [device_key(entry)]
     if not entry:
         raise ValueError(f"devices[{position}] is an empty list; a worker needs at least one device")

@@ -32,8 +32,7 @@ class DPMapError(RuntimeError):
     """
 
     def __init__(self, failures: list[ItemFailure], results: list[Any]):
-        self.failures = failures
-        self.results = results
+        self.failures, self.results = failures, results
         first = failures[0]
         super().__init__(
             f"{len(failures)} of {len(results)} item(s) failed; first: item {first.index} on "

@@ -11,6 +11,9 @@ each other; a crashing interpreter's last words (written by C code to the descri
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import re
 import subprocess
 import sys
 import threading
@@ -28,6 +31,7 @@ from .process import Hub, start_process
 
 _WRITE_LOCK = threading.Lock()  # one line at a time, whichever worker wrote it
 _CHUNK = 65536
+_ENDING = re.compile(rb"(\r\n|\n|\r)")  # captured: split() keeps each ending
 
 
 @dataclass(eq=False)
@@ -40,9 +44,6 @@ class LocalSlot(Slot):
     token: str = ""  # what the worker says when it connects (index and start count)
     starts: int = 0
     outputs: list[threading.Thread] = field(default_factory=list)
-
-    def exited(self) -> bool:
-        return self.proc is not None and self.proc.poll() is not None
 
 
 class LocalExecutor:
@@ -67,6 +68,7 @@ class LocalExecutor:
         self.prefetch, self.restarts, self.startup_timeout = prefetch, restarts, startup_timeout
         self.hub = Hub()
         self.slots = [LocalSlot(i, spec.label, spec=spec) for i, spec in enumerate(specs)]
+        self.devices = [spec.canonical for spec in specs]  # as check_devices gives them
         self._finalizer = weakref.finalize(self, _close, self.slots, self.hub, 5.0)
 
     def start(self, s: LocalSlot) -> None:
@@ -97,40 +99,33 @@ class LocalExecutor:
         return True
 
     def wait(self, timeout: float) -> list[Event]:
-        by_conn = {s.conn: s for s in self.slots if s.conn is not None and s.state in ("starting", "ready")}
+        live = [s for s in self.slots if s.state in ("starting", "ready")]
+        by_conn = {s.conn: s for s in live if s.conn is not None and not s.conn.closed}
         ready = wait([*by_conn, self.hub.wake_conn], timeout=timeout)
         self.hub.drain_wakes()
-        events: list[Event] = []
-        ended = set()
-        for c in ready:
-            if c in by_conn and self._drain(by_conn[c], events):
-                ended.add(by_conn[c])
-        for s in self.slots:
-            if s.state in ("starting", "ready") and (s in ended or s.exited()):
+        events = [event for c in ready if c in by_conn for event in self.poll(by_conn[c])]
+        for s in live:
+            if (s.conn is not None and s.conn.closed) or (s.proc is not None and s.proc.poll() is not None):
                 if s.conn is None:  # it may have connected and said why it stopped just before
                     s.conn = self.hub.take(s.token, timeout=1.0)
-                self._drain(s, events)
+                events += self.poll(s)
                 self.release(s)  # a worker that closed its connection may still be running
                 events.append((s, "died", None, describe_exit(s.proc.returncode)))
         return events
 
     def poll(self, s: LocalSlot) -> list[Event]:
+        """Every complete message the worker managed to send; at the end of its connection, closes it."""
         events: list[Event] = []
-        self._drain(s, events)
-        return events
-
-    def _drain(self, s: LocalSlot, events: list[Event]) -> bool:
-        """Add every complete message the worker managed to send to ``events``; True at end of connection."""
-        conn = s.conn
-        while conn is not None and not conn.closed:
+        while s.conn is not None and not s.conn.closed:
             try:
-                if not conn.poll():
-                    return False
-                kind, task_id, payload = conn.recv()
-            except (EOFError, OSError):  # the worker died mid-message or the connection is closed
-                return True
+                if not s.conn.poll():
+                    break
+                kind, task_id, payload = s.conn.recv()
+            except (EOFError, OSError):  # the worker died mid-message or the connection broke
+                s.conn.close()
+                break
             events.append((s, kind, None if task_id < 0 else task_id, payload))
-        return True
+        return events
 
     def kill(self, s: LocalSlot) -> None:
         if s.proc is not None:
@@ -152,10 +147,8 @@ def _reap(s: LocalSlot) -> None:
     """Kill the worker's process (TerminateProcess on Windows), reap it, close its connection."""
     if s.proc is not None and s.proc.poll() is None:
         s.proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             s.proc.wait(5.0)
-        except subprocess.TimeoutExpired:
-            pass
     if s.conn is not None:
         s.conn.close()
         s.conn = None
@@ -169,17 +162,14 @@ def _close(slots: list[LocalSlot], hub: Hub, timeout: float) -> None:
     """
     for s in slots:
         if s.conn is not None and s.proc is not None and s.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 s.conn.send(None)
-            except (OSError, ValueError):
-                pass
     deadline = time.monotonic() + timeout
     for s in slots:
         if s.proc is None:
             continue
-        while s.proc.poll() is None and time.monotonic() < deadline:
-            if s.conn is None or s.state != "ready":
-                break  # not serving yet: it cannot read the stop message
+        # a worker not serving yet cannot read the stop message
+        while s.conn is not None and s.state == "ready" and s.proc.poll() is None and time.monotonic() < deadline:
             try:
                 if s.conn.poll(0.05):
                     s.conn.recv_bytes()
@@ -201,38 +191,19 @@ def split_segments(buffer: bytes) -> tuple[list[tuple[bytes, str]], bytes]:
     bar's refresh, given back as ``"\\r"``). A ``\\r`` at the very end stays in ``rest``: the
     ``\\n`` of a ``\\r\\n`` may be in the next chunk.
     """
-    out = []
-    start = 0
-    n = len(buffer)
-    i = 0
-    while i < n:
-        c = buffer[i]
-        if c == 0x0A:  # \n
-            out.append((buffer[start:i], "\n"))
-            start = i + 1
-        elif c == 0x0D:  # \r
-            if i + 1 == n:
-                break
-            if buffer[i + 1] == 0x0A:
-                out.append((buffer[start:i], "\n"))
-                i += 1
-            else:
-                out.append((buffer[start:i], "\r"))
-            start = i + 1
-        i += 1
-    return out, buffer[start:]
+    held = buffer.endswith(b"\r")
+    parts = _ENDING.split(buffer[:-1] if held else buffer)
+    segments = [(text, "\r" if end == b"\r" else "\n") for text, end in zip(parts[:-1:2], parts[1::2])]
+    return segments, parts[-1] + (b"\r" if held else b"")
 
 
 def _write(stream_name: str, text: str) -> None:
     target = getattr(sys, stream_name)  # looked up at each write: pytest and notebooks swap it
     if target is None:  # pythonw: no console
         return
-    with _WRITE_LOCK:
-        try:
-            target.write(text)
-            target.flush()
-        except (OSError, ValueError):  # a closed or broken stream must not kill the pump
-            pass
+    with _WRITE_LOCK, contextlib.suppress(OSError, ValueError):  # a closed or broken stream must not kill the pump
+        target.write(text)
+        target.flush()
 
 
 def pump(source: BinaryIO, prefix: str, stream_name: str, on_eof: Callable[[], Any] | None = None) -> None:
@@ -243,40 +214,31 @@ def pump(source: BinaryIO, prefix: str, stream_name: str, on_eof: Callable[[], A
     """
     rest = b""
     try:
-        while True:
-            try:
-                chunk = source.read(_CHUNK)
-            except (OSError, ValueError):
-                break
-            if not chunk:
-                break
-            segments, rest = split_segments(rest + chunk)
-            lines = []
-            for text, ending in segments:
-                if text or ending == "\n":  # an empty \r segment is a bar's leading carriage return
-                    lines.append(f"{prefix}{text.decode('utf-8', 'replace')}{ending}")
-            if lines:
-                _write(stream_name, "".join(lines))
+        with contextlib.suppress(OSError, ValueError):  # the pipe broke or closed: as at its end
+            for chunk in iter(functools.partial(source.read, _CHUNK), b""):
+                segments, rest = split_segments(rest + chunk)
+                # an empty \r segment is a bar's leading carriage return
+                lines = [prefix + t.decode("utf-8", "replace") + end for t, end in segments if t or end == "\n"]
+                if lines:
+                    _write(stream_name, "".join(lines))
         rest = rest.rstrip(b"\r")
         if rest:
             _write(stream_name, prefix + rest.decode("utf-8", "replace") + "\n")
     finally:
-        try:
+        with contextlib.suppress(OSError):
             source.close()
-        except OSError:
-            pass
         if on_eof is not None:
             on_eof()
 
 
 def start_pumps(proc: Any, label: str, on_eof: Callable[[], Any] | None = None) -> list[threading.Thread]:
     """Start the threads that show ``proc``'s stdout and stderr prefixed with ``[label] ``."""
-    threads = []
-    for name in ("stdout", "stderr"):
-        t = threading.Thread(
-            target=pump, args=(getattr(proc, name), f"[{label}] ", name, on_eof), name=f"dp-output-{label}-{name}"
+    threads = [
+        threading.Thread(
+            target=pump, args=(getattr(proc, n), f"[{label}] ", n, on_eof), name=f"dp-output-{label}-{n}", daemon=True
         )
-        t.daemon = True
+        for n in ("stdout", "stderr")
+    ]
+    for t in threads:
         t.start()
-        threads.append(t)
     return threads

@@ -22,6 +22,7 @@ a GPU's memory as an orphan.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -38,6 +39,7 @@ from typing import Any
 import torch
 
 from ..tensors import to_cpu
+from .errors import last_line
 
 # The child's first program: read the boot data, set sys.path, hand over to the worker module.
 # The parent's interpreter takes the parent's sys.path as it is (what spawn does); another
@@ -70,8 +72,7 @@ class Hub:
         self._listener = Listener(authkey=self.authkey)
         self.address = self._listener.address
         self.wake_conn, self._wake_w = Pipe(duplex=False)
-        self._lock = threading.Lock()
-        self._arrival = threading.Condition(self._lock)
+        self._lock = threading.Condition()  # guards the fields below; notified when a worker arrives
         self._arrived: dict[str, Connection] = {}
         self._closing = False
         self._woken = False  # a wake-up is in the pipe: at most one is, so sending never blocks
@@ -98,14 +99,14 @@ class Hub:
                 continue
             with self._lock:
                 self._arrived[hello[1]] = conn
-                self._arrival.notify_all()
+                self._lock.notify_all()
             self.wake()
 
     def take(self, token: str, timeout: float = 0.0) -> Connection | None:
         """The connection of the worker started with ``token``, once it has connected (waiting up to
         ``timeout`` seconds for it), else None."""
         with self._lock:
-            self._arrival.wait_for(lambda: token in self._arrived or self._closing, timeout)
+            self._lock.wait_for(lambda: token in self._arrived or self._closing, timeout)
             return self._arrived.pop(token, None)
 
     def wake(self) -> None:
@@ -113,21 +114,17 @@ class Hub:
         with self._lock:
             if self._closing or self._woken:
                 return
-            try:
+            with contextlib.suppress(OSError):
                 self._wake_w.send_bytes(b"")
                 self._woken = True
-            except OSError:
-                pass
 
     def drain_wakes(self) -> None:
         """Consume the pending wake-up, if any."""
         with self._lock:
             if not self._woken or self._closing:
                 return
-            try:
+            with contextlib.suppress(EOFError, OSError):
                 self.wake_conn.recv_bytes()
-            except (EOFError, OSError):
-                pass
             self._woken = False
 
     def close(self) -> None:
@@ -136,10 +133,8 @@ class Hub:
             if self._closing:
                 return
             self._closing = True
-        try:
+        with contextlib.suppress(Exception):
             Client(self.address, authkey=self.authkey).close()
-        except Exception:
-            pass
         self._thread.join(5.0)
         self._listener.close()
         with self._lock:
@@ -174,8 +169,8 @@ def check_python(python: Any) -> str | None:
         raise ValueError(f"python={str(path)!r} cannot be run: {exc}") from exc
     if proc.returncode == 0 and proc.stdout.split() == [b"dp-probe", b"42"]:
         return str(path)
-    lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-    why = lines[-1] if lines else f"exit code {proc.returncode}, output {proc.stdout[:200]!r}"
+    why = last_line(proc.stderr.decode("utf-8", "replace").strip())
+    why = why or f"exit code {proc.returncode}, output {proc.stdout[:200]!r}"
     raise ValueError(
         f"python={str(path)!r} cannot run the workers: {why}; it must be a Python that can import "
         "agents.placement and torch (a venv or conda env with this package installed)"
@@ -228,6 +223,7 @@ def start_process(
         "threads": threads,
     }
     child_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8"}
+    data = pickle.dumps(boot, protocol=4)  # before the start: a child is never left waiting for it
     proc = subprocess.Popen(
         [python or sys.executable, "-c", BOOT],
         stdin=subprocess.PIPE,
@@ -236,15 +232,10 @@ def start_process(
         env=child_env,
         bufsize=0,
     )
-    try:
-        proc.stdin.write(pickle.dumps(boot, protocol=4))
-    except OSError:  # the child is already gone: the pool sees it exit and says how
-        pass
-    finally:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
+    with contextlib.suppress(OSError):  # the child is already gone: the pool sees it exit and says how
+        proc.stdin.write(data)
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
     return proc
 
 

@@ -60,13 +60,13 @@ class Scheduler:
         self.journal, self.window, self.floor = journal, window, 0
         self.source = iter(items)
         self.items: dict[int, Any] = {}  # pulled, not finished
-        self.pulled, self.done, self.exhausted = 0, 0, False
+        self.pulled, self.exhausted = 0, False
         self.pending: deque[int] = deque()  # fresh items, batched as they leave
         self.retry: deque[int] = deque()  # solo items
-        self.solo: set[int] = set()
         self.attempts: defaultdict[int, int] = defaultdict(int)
         self.avoid: dict[int, set[int]] = {}
-        self.last_error: dict[int, tuple[str, str]] = {}  # (summary, text) of an item's last failure
+        # (summary, text) of an item's last failure; an item that has failed (alone or in a batch) runs solo
+        self.last_error: dict[int, tuple[str, str]] = {}
         self.batch_error: dict[int, str] = {}  # how the batch an item was split from failed
         self.out: deque[tuple[int, Any]] = deque()
         self.clean_stop = False  # an exception left the bookkeeping whole (a bad item, a journal mismatch)
@@ -79,34 +79,31 @@ class Scheduler:
 
     def complete(self) -> bool:
         """Whether every item of the input has a result or a failure record."""
-        return self.exhausted and self.done == self.pulled
+        return self.exhausted and not self.items
 
     # ------------------------------------------------------------------ items in
     def pull_one(self) -> bool:
         """Take the next input item (answered at once when the journal has it); False when none can be taken."""
         if self.exhausted or (self.window is not None and self.pulled - self.floor >= self.window):
             return False
+        index = self.pulled
         try:
             item = next(self.source)
+            found, value = (False, None) if self.journal is None else self.journal.get(index, item)
         except StopIteration:
             self.exhausted = True
             self.total_bar.total = self.pulled
             self.total_bar.refresh()
             return False
         except BaseException:
-            self.clean_stop = True  # the input raised: nothing here is half done
+            # the input raised, or the journal refused an item (another job's journal, an item it
+            # cannot digest): nothing here is half done
+            self.clean_stop = True
             raise
-        index = self.pulled
         self.pulled += 1
-        if self.journal is not None:
-            try:
-                found, value = self.journal.get(index, item)
-            except BaseException:
-                self.clean_stop = True  # another job's journal, an item it cannot digest
-                raise
-            if found:
-                self.finish(index, value, None, journaled=True)
-                return True
+        if found:
+            self.finish(index, value, None, journaled=True)
+            return True
         self.items[index] = item
         self.pending.append(index)
         return True
@@ -137,25 +134,20 @@ class Scheduler:
                 # CPU copies: a CUDA tensor would be rebuilt on the worker's cuda:<same index>
                 payload = pickle.dumps([to_cpu(self.items[i]) for i in indices], protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # pickling fails the same way every time: it never runs
-                summary = f"item is not picklable: {type(exc).__name__}: {exc}"
-                if len(indices) > 1:
-                    self.split(indices, summary, traceback.format_exc())
-                else:
-                    self.give_up(indices[0], slot.device, summary, traceback.format_exc())
+                self.unrunnable(indices, slot, f"item is not picklable: {type(exc).__name__}: {exc}", ran=False)
                 continue
             task = Task(next(_TASK_IDS), tuple(indices), self)
-            slot.inflight.append(task)
             if not self.executor.submit(slot, task, self.batched, payload):
-                slot.inflight.pop()  # the worker is gone; its death is handled in this step
-                self.requeue(indices)
+                self.requeue(indices)  # the worker is gone; its death is handled in this step
                 return
+            slot.inflight.append(task)
             if slot.state == "ready" and slot.running_since is None:
                 slot.running_since = time.monotonic()
 
     def requeue(self, indices: Iterable[int]) -> None:
         """Put items back at the front of their queue; they lose no attempt."""
         for index in reversed(list(indices)):
-            (self.retry if index in self.solo else self.pending).appendleft(index)
+            (self.retry if index in self.last_error else self.pending).appendleft(index)
 
     # ------------------------------------------------------------------ results out
     def finish(self, index: int, value: Any, slot: Slot | None, *, journaled: bool = False) -> None:
@@ -168,8 +160,6 @@ class Scheduler:
                 self.journal.put(index, stored, value)
         for state in (self.attempts, self.avoid, self.last_error, self.batch_error):
             state.pop(index, None)  # a stream of millions keeps nothing per finished item
-        self.solo.discard(index)
-        self.done += 1
         self.total_bar.update(1)
         if slot is not None:
             self.bars[slot.index].update(1)
@@ -179,21 +169,31 @@ class Scheduler:
         """A task of several items failed as a whole: each item runs alone next, losing no attempt."""
         indices = list(indices)
         for index in indices:
-            self.solo.add(index)
             self.last_error[index] = (f"batch {indices}: {summary}", text)
             self.batch_error[index] = f"before that, it ran in batch {indices}, which failed:\n{text}"
         self.retry.extendleft(reversed(indices))
 
-    def fail(self, index: int, slot: Slot, summary: str, text: str) -> None:
-        """One attempt of ``index`` failed on ``slot``: retry it elsewhere, or record the failure."""
+    def fail(self, indices: tuple[int, ...], slot: Slot, summary: str, text: str) -> None:
+        """A task failed on ``slot``: a batch is split; a lone item is retried elsewhere, or recorded as failed."""
+        if len(indices) > 1:
+            self.split(indices, summary, text)
+            return
+        [index] = indices
         self.attempts[index] += 1
         self.last_error[index] = (summary, text)
         if self.attempts[index] <= self.retries:
-            self.solo.add(index)
             self.avoid.setdefault(index, set()).add(slot.index)
             self.retry.append(index)
             return
         self.give_up(index, slot.device, summary, text)
+
+    def unrunnable(self, indices: list[int] | tuple[int, ...], slot: Slot, summary: str, *, ran: bool) -> None:
+        """A task fails the same way however often it runs: a batch is split; a lone item is failed."""
+        if len(indices) > 1:
+            self.split(indices, summary, traceback.format_exc())
+            return
+        self.attempts[indices[0]] += ran
+        self.give_up(indices[0], slot.device, summary, traceback.format_exc())
 
     def give_up(self, index: int, device: str, summary: str, text: str) -> None:
         """Record ``index`` as failed after ``attempts[index]`` runs: a retry could not help."""
@@ -226,26 +226,18 @@ class Scheduler:
         slot.running_since = now if slot.inflight else None
         if task.run is not self:
             return  # sent by a run that ended early: no one waits for it
-        one = len(task.indices) == 1
         if kind == "ok":
             try:
                 values = pickle.loads(payload)
             except Exception as exc:  # the caller cannot read it however often it runs
                 summary = f"result cannot be unpickled here: {type(exc).__name__}: {exc}"
-                if not one:
-                    self.split(task.indices, summary, traceback.format_exc())
-                    return
-                self.attempts[task.indices[0]] += 1
-                self.give_up(task.indices[0], slot.device, summary, traceback.format_exc())
+                self.unrunnable(task.indices, slot, summary, ran=True)
                 return
             for index, value in zip(task.indices, values):
                 self.finish(index, value, slot)
         elif kind == "error":
             summary = last_line(payload) + (f" (batch {list(task.indices)})" if self.batched else "")
-            if one:
-                self.fail(task.indices[0], slot, summary, payload)
-            else:
-                self.split(task.indices, summary, payload)
+            self.fail(task.indices, slot, summary, payload)
         else:
             raise RuntimeError(f"internal error: unknown report {kind!r}")
 
@@ -273,8 +265,9 @@ class Scheduler:
             )
             return
         timed_out, slot.timed_out_task = slot.timed_out_task, None
+        first = reason.splitlines()[0]
         if slot.state != "ready":
-            slot.died_starting = reason.splitlines()[0]
+            slot.died_starting = first
         blamed = None
         if slot.state == "ready" and running is not None and running.run is self:
             if timed_out is None or timed_out == running.id:
@@ -282,14 +275,11 @@ class Scheduler:
         queued = [i for t in held if t is not blamed for i in t.indices]
         self.requeue(queued)
         note = f"{slot.name()} died " + ("before it was ready " if slot.state != "ready" else "")
-        note += f"({reason.splitlines()[0]})"
+        note += f"({first})"
         if blamed is not None:
             note += f" while running {_what(blamed)}"
             text = f"{slot.name()} died while running this item: {reason}"
-            if len(blamed.indices) == 1:
-                self.fail(blamed.indices[0], slot, text.splitlines()[0], text)
-            else:
-                self.split(blamed.indices, text.splitlines()[0], text)
+            self.fail(blamed.indices, slot, text.splitlines()[0], text)
         restart = slot.restarts_used < self.executor.restarts
         note += f"; {len(queued)} queued item(s) requeued" if queued else ""
         note += f"; restarting ({slot.restarts_used + 1}/{self.executor.restarts})" if restart else "; not restarted"
@@ -302,27 +292,28 @@ class Scheduler:
 
     def check_timeouts(self) -> None:
         """Kill a worker past ``startup_timeout`` while starting, or past ``item_timeout`` on one task."""
-        now = time.monotonic()
         limit = self.executor.startup_timeout
         for s in self.slots:
-            if s.kill_reason is not None or s.state not in ("starting", "ready"):
+            if s.kill_reason is not None:
                 continue
-            if s.state == "starting" and limit is not None and now - s.started_at > limit:
+            if s.state == "starting" and limit is not None and time.monotonic() - s.started_at > limit:
                 s.kill_reason, make_worker_failed = self.executor.hung_start(s, limit)
                 if make_worker_failed:
                     s.init_error = s.kill_reason
                 self.executor.kill(s)
-            elif s.state == "ready" and s.running_since is not None and self.item_timeout is not None:
-                if now - s.running_since > self.item_timeout:
-                    for event in self.executor.poll(s):  # an answer since the wait: that task finished in time
-                        self.handle(*event)
-                    if s.state != "ready" or s.running_since is None:
-                        continue
-                    if time.monotonic() - s.running_since <= self.item_timeout:
-                        continue
+            elif self._running_over(s):
+                for event in self.executor.poll(s):  # an answer since the wait: that task finished in time
+                    self.handle(*event)
+                if self._running_over(s):
                     s.timed_out_task = s.inflight[0].id
                     s.kill_reason = f"{_what(s.inflight[0])} exceeded item_timeout={self.item_timeout}s"
                     self.executor.kill(s)
+
+    def _running_over(self, s: Slot) -> bool:
+        """Whether ``s``'s worker has been running its current task for longer than ``item_timeout``."""
+        if s.state != "ready" or s.running_since is None or self.item_timeout is None:
+            return False
+        return time.monotonic() - s.running_since > self.item_timeout
 
     def no_workers_left(self) -> None:
         """Every worker is dead: fail what is left (or raise :class:`WorkerInitError` when none ever started)."""
@@ -354,10 +345,9 @@ class Scheduler:
         if not any(s.state != "dead" for s in self.slots):
             self.no_workers_left()
             return
-        if not any(s.state == "starting" for s in self.slots):  # stagger: the next waiting worker
-            waiting = [s for s in self.slots if s.state == "waiting"]
-            if waiting:
-                self.executor.start(waiting[0])
+        waiting = next((s for s in self.slots if s.state == "waiting"), None)
+        if waiting is not None and not any(s.state == "starting" for s in self.slots):  # stagger: the next one
+            self.executor.start(waiting)
         while not self.pending and not self.out and self.pull_one():
             pass  # journaled items come out before any worker is up
         for s in self.slots:

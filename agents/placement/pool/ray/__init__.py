@@ -10,6 +10,7 @@ Ray's object store).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -24,17 +25,6 @@ import torch
 from ...checks import is_int
 from ..executor import Event, Slot, Task
 from ..process import build_worker, run_task
-
-RAY_EXTRA_HINT = 'the Ray backend needs Ray: pip install -e ".[ray]" (the "ray" extra of this project)'
-
-
-def import_ray() -> Any:
-    """The ``ray`` module, or an ImportError saying which extra installs it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise type(exc)(f"{RAY_EXTRA_HINT}; importing ray failed: {exc}") from exc
-    return ray
 
 
 def ray_gpus(entry: Any) -> int:
@@ -61,12 +51,8 @@ def ray_gpus(entry: Any) -> int:
 class RayWorker:
     """Builds ``make_worker(device)`` once, then runs tasks (pickled lists of items) through it.
 
-    Args:
-        make_worker: The factory (``device -> (item -> result)``), pickled by the caller with
-            cloudpickle; unpickled here, so that a module the actor cannot import is reported
-            as ``make_worker``'s failure, with its traceback, rather than as a dead actor.
-        gpus: How many GPUs Ray gave this actor; ``0`` hides every GPU from it.
-        threads: Torch threads for this actor (its ``num_cpus``).
+    ``make_worker`` comes pickled by cloudpickle and is unpickled here, so that a module the actor
+    cannot import is reported as make_worker's failure, with its traceback, not as a dead actor.
     """
 
     def __init__(self, make_worker: bytes, gpus: int, threads: int):
@@ -130,7 +116,12 @@ class RayExecutor:
         if address is not None and not isinstance(address, str):
             raise TypeError(f"address must be a str or None, got {type(address).__name__}")
         self.prefetch, self.restarts, self.startup_timeout = prefetch, restarts, startup_timeout
-        self.ray = ray = import_ray()
+        try:
+            import ray
+        except ImportError as exc:
+            hint = 'the Ray backend needs Ray: pip install -e ".[ray]" (the "ray" extra of this project)'
+            raise type(exc)(f"{hint}; importing ray failed: {exc}") from exc
+        self.ray = ray
         if not ray.is_initialized():
             ray.init(address=address)
         elif address not in (None, "auto"):
@@ -153,15 +144,12 @@ class RayExecutor:
             raise TypeError(f"make_worker cannot be pickled to reach the Ray actors: {exc}") from exc
         self.runtime_env = runtime_env
         self.actor_class = ray.remote(RayWorker)
-        labels = [f"{g} GPUs" if isinstance(d, (list, tuple)) else str(d) for d, g in zip(devices, gpus)]
-        self.devices = labels
-        self.slots = [RaySlot(i, label, gpus=g) for i, (label, g) in enumerate(zip(labels, gpus))]
+        self.devices = [f"{g} GPUs" if isinstance(d, (list, tuple)) else str(d) for d, g in zip(devices, gpus)]
+        self.slots = [RaySlot(i, label, gpus=g) for i, (label, g) in enumerate(zip(self.devices, gpus))]
         self._finalizer = weakref.finalize(self, _kill_all, ray, self.slots)
 
     def start(self, s: RaySlot) -> None:
-        options: dict[str, Any] = {"num_cpus": self.threads, "num_gpus": s.gpus, "max_restarts": 0}
-        if self.runtime_env is not None:
-            options["runtime_env"] = self.runtime_env
+        options = {"num_cpus": self.threads, "num_gpus": s.gpus, "max_restarts": 0, "runtime_env": self.runtime_env}
         s.actor = self.actor_class.options(**options).remote(self.make_worker, s.gpus, self.threads)
         s.ready_ref = s.actor.ready.remote()
         s.starting()
@@ -198,7 +186,7 @@ class RayExecutor:
             except Exception as exc:  # the actor died before its constructor returned
                 return [(s, "died", None, _how(exc))]
             s.where = f"{host} pid {pid}" + (f" gpu {visible}" if s.gpus else "")
-            return [(s, "ready", None, None) if init_error is None else (s, "init_error", None, init_error)]
+            return [(s, "ready" if init_error is None else "init_error", None, init_error)]
         events: list[Event] = []
         for task in s.inflight if s.state == "ready" else ():
             if not self.ray.wait([task.ref], num_returns=1, timeout=0)[0]:
@@ -218,11 +206,8 @@ class RayExecutor:
     release = kill
 
     def hung_start(self, s: RaySlot, limit: float) -> tuple[str, bool]:
-        # a restart may find room on a node: not counted as make_worker's failure
-        return (
-            f"not ready after startup_timeout={limit}s: make_worker hung, or no node has room for num_gpus={s.gpus}",
-            False,
-        )
+        why = f"make_worker hung, or no node has room for num_gpus={s.gpus}"
+        return f"not ready after startup_timeout={limit}s: {why}", False  # a restart may find room: not its fault
 
     def close(self, timeout: float) -> None:
         self._finalizer()
@@ -236,8 +221,6 @@ def _how(exc: BaseException) -> str:
 def _kill_all(ray: Any, slots: list[RaySlot]) -> None:
     for s in slots:
         if s.actor is not None and ray.is_initialized():
-            try:
+            with contextlib.suppress(Exception):  # Ray going down with the interpreter: its actors go too
                 ray.kill(s.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 -- Ray going down with the interpreter: its actors go too
-                pass
         s.actor, s.state = None, "dead"
