@@ -309,10 +309,9 @@ def observe(
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
         local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim].copy_(memory_heading(lay, counts, v["cell"]))
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
-        if lay.path_square is None:  # of the window
-            code = seen >> lay.count_bits
-            blocked, goal = code == BLOCKED_CODE, code == FREE_CODE
+        if lay.path_square is None:  # of the window: BLOCKED is the top code, FREE the bottom one
+            blocked, goal = seen >= lay.blocked_value, seen < lay.covered_bit
         else:  # of the memory near the UAV
             blocked, goal = lay.path_square(v["memory"], v["cell"])
-        local[..., cfg.local_obs_dim - cfg.paths_obs_dim :].copy_(lay.paths(blocked, goal))
+        lay.paths(blocked, goal, out=local[..., cfg.local_obs_dim - cfg.paths_obs_dim :])
     return {"local": local, "state": state}, seen[:, :, w2 // 2]
