@@ -274,6 +274,7 @@ def observe(
     dtype: torch.dtype,
     b_index: torch.Tensor,
     cell: torch.Tensor | None = None,
+    seen: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The observation of the states ``buf``.
 
@@ -284,6 +285,8 @@ def observe(
         dtype: the observation's dtype.
         b_index: ``[M, 1]`` int64 arange.
         cell: the UAVs' cells as a contiguous ``[M, N]`` tensor if the caller has one (saves a copy).
+        seen: the UAVs' windows, ``[M, N, win^2]`` packed grid values, if the caller read them
+            (`uavsim.memory.sense_and_share` does).
 
     Returns:
         ``({"local": [M, N, L], "state": [M, S]}, own)``: each value the float32 rules' value cast to
@@ -293,7 +296,8 @@ def observe(
     m, n, p2 = buf.shape[0], cfg.num_uavs, cfg.state_pool**2
     local = torch.empty(m, n, cfg.local_obs_dim, dtype=dtype, device=lay.device)
     state = torch.empty(m, cfg.state_dim, dtype=dtype, device=lay.device)
-    seen = lay.windows(buf)[b_index, v["cell"]].view(m, n, w2)
+    if seen is None:
+        seen = lay.windows(buf)[b_index, v["cell"]].view(m, n, w2)
     into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, (seen >> lay.count_bits)[:, :, None, :], lay.channel_codes)
     into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
     cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
@@ -307,7 +311,7 @@ def observe(
     if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
         counts = v["known"]  # kept up to date by the sensing (uavsim.memory)
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
-        local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim].copy_(memory_heading(lay, counts, v["cell"]))
+        memory_heading(lay, counts, cell, local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim])
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
         if lay.path_square is None:  # of the window: BLOCKED is the top code, FREE the bottom one
             blocked, goal = seen >= lay.blocked_value, seen < lay.covered_bit
