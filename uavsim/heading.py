@@ -111,6 +111,7 @@ class CellHeading:
             table[on, b] = module(one_block, r[:, None], c[:, None])[:, 0]
         self.p2, self.far = p2, module.far
         self.cell_sq = cell_sq.to(device)
+        self.far_sq = torch.tensor(module.far, dtype=sq_dtype, device=device)  # a tensor: a Python int is a kernel
         self.none_row = torch.tensor(len(rows) * p2, device=device)
         self.tables = {torch.float32: torch.cat([table.view(-1, HEADING_DIM), torch.zeros(1, HEADING_DIM)]).to(device)}
 
@@ -126,7 +127,7 @@ class CellHeading:
         values cast). Ties go to the lowest block index, as `BlockHeading`'s."""
         m, n, _ = flagged.shape
         sq = self.cell_sq.index_select(0, cell).view(m, n, self.p2)
-        nearest, block = torch.where(flagged, sq, self.far).min(-1)  # [M, N]
+        nearest, block = torch.where(flagged, sq, self.far_sq).min(-1)  # [M, N]
         row = torch.add(block, cell.view(m, n), alpha=self.p2)
         row = torch.where(nearest < self.far, row, self.none_row)
         table = self.table(out.dtype)

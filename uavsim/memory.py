@@ -104,25 +104,25 @@ def restore(lay: GridLayout, v: dict[str, torch.Tensor], cells: torch.Tensor) ->
     known_counts(lay, v["memory"], out=v["known"])
 
 
-def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> torch.Tensor | None:
+def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Each UAV writes its window into its memory, then merges the memories of the UAVs in range
     (one hop), in place, and updates the per-block counts of what each knows. ``v``: the state
     record's field views (``memory [M, N, G]`` uint8, ``known``: `known_counts`). Returns the
-    windows read, ``[M, N, win^2]`` packed grid values (what the observation shows: read once);
-    without memory (``comm_radius`` None) a no-op that returns None."""
+    windows read, ``[M, N, win^2]`` packed grid values and their codes (what the observation
+    shows: read once); without memory (``comm_radius`` None) a no-op that returns None."""
     if lay.memory is None:
         return None
     memory, cell, grid, known = v["memory"], v["cell"], v["grid"], v["known"]
     m, n = cell.shape
     window = cell[:, :, None] + lay.memory.window  # [M, N, win^2] grid cells, distinct per UAV
     values = grid.gather(1, window.view(m, -1)).view(m, n, -1)
-    seen = (values >> lay.count_bits).to(torch.uint8)
-    seen.bitwise_or_(SEEN)  # the truth now: never less than what was remembered
+    code = values >> lay.count_bits
+    seen = (code | SEEN).to(torch.uint8)  # the truth now: never less than what was remembered
     if lay.memory.radius == 0:  # only the windows change: count their change, not the whole map
         add_sightings(lay, known, window, memory.gather(2, window), seen)
     memory.scatter_(2, window, seen)
     if lay.memory.radius == 0:
-        return values
+        return values, code
     if lay.memory.everyone:
         memory.copy_(memory.amax(1, keepdim=True).expand_as(memory))
     else:
@@ -133,7 +133,7 @@ def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> torch.Tensor
         # on one thread of the 2-core AMD EPYC (broadcast uint8 `where` is slow there), the same bytes
         memory.copy_((memory[:, None] * in_range[..., None]).amax(2))
     known_counts(lay, memory, out=known)  # a merge can change any cell: count them all
-    return values
+    return values, code
 
 
 def add_sightings(

@@ -43,11 +43,12 @@ class WindowPaths(nn.Module):
     open cells. A cell's distance is the number of rounds before it joins. Each round is 4 tensor
     ops on ``[F, N, win]`` rows: the step is launch-bound on a GPU, so ops count more than bytes.
     A row's dilation along itself (``x | x << 1 | x >> 1``) is one gather from a table of every
-    row (``2^win`` entries, windows up to 16 cells across; 32 KiB for 13x13), else three shifts.
-    Rows are int32 up to 31 cells across (int64 beyond): the table's gather takes them as indices.
+    row (``2^win`` entries, windows up to 16 cells across; 16 KiB for 13x13), else three shifts.
+    The rounds are kept in int32 up to 31 cells across (int64 beyond), which the table's gather
+    takes as indices; the sets a round builds are int16 up to 15 cells across (half the bytes).
     """
 
-    TABLE_MAX_WIN = 16  # a row table of 2^16 int32 entries (256 KiB) at most
+    TABLE_MAX_WIN = 16  # a row table of 2^16 entries at most
 
     def __init__(self, cfg: EnvConfig):
         super().__init__()
@@ -56,26 +57,21 @@ class WindowPaths(nn.Module):
             raise ValueError(f"window_paths searches at most 63 cells across (a radius <= 31), got {2 * c + 1}")
         self.win, self.rounds, self.diagonal = 2 * c + 1, rules.window_path_rounds(cfg), cfg.moves == 8
         w = self.win
-        self.row_dtype = torch.int32 if w <= 31 else torch.int64
-        bit_dtype = torch.int16 if w <= 15 else self.row_dtype  # a bool x bit product: the narrowest that holds 2^(w-1)
+        self.row_dtype = torch.int32 if w <= 31 else torch.int64  # the kept rounds: the table's indices
+        self.set_dtype = torch.int16 if w <= 15 else self.row_dtype  # a round's sets: 2^(w-1) fits
         moves = rules.move_table(cfg)  # [1 + moves, 2]: hover (the UAV's own cell) first
         self.centre = c
         # the read cells' rows in the band of the centre row and its neighbours (`distances`)
         self.register_buffer("rows", torch.as_tensor(1 + moves[:, 0], dtype=torch.int64), persistent=False)
         self.register_buffer("cols", torch.as_tensor(c + moves[:, 1], dtype=self.row_dtype), persistent=False)
-        self.register_buffer("bits", 2 ** torch.arange(w, dtype=bit_dtype), persistent=False)
+        self.register_buffer("bits", 2 ** torch.arange(w, dtype=self.set_dtype), persistent=False)
         self.register_buffer("far", torch.tensor(float(self.rounds + 1)), persistent=False)
         self.full = (1 << w) - 1
         table = None
         if w <= self.TABLE_MAX_WIN:
             x = torch.arange(1 << w, dtype=torch.int64)
-            table = ((x | (x << 1) | (x >> 1)) & self.full).to(self.row_dtype)
+            table = ((x | (x << 1) | (x >> 1)) & self.full).to(self.set_dtype)
         self.register_buffer("dilate_table", table, persistent=False)
-
-    def _rows(self, cells: torch.Tensor) -> torch.Tensor:
-        """``[F, N, win]`` row bit sets of ``cells [F, N, win^2]`` bool."""
-        f, n, _ = cells.shape
-        return (cells.view(f, n, self.win, self.win) * self.bits).sum(-1, dtype=self.row_dtype)
 
     def _along_rows(self, x: torch.Tensor) -> torch.Tensor:
         """``x | x << 1 | x >> 1`` of contiguous row bit sets (bits past the window: the caller masks them)."""
@@ -84,18 +80,20 @@ class WindowPaths(nn.Module):
         out = x | (x << 1)
         return out.bitwise_or_(x >> 1)
 
-    def distances(self, blocked: torch.Tensor, uncovered: torch.Tensor) -> torch.Tensor:
-        """``[F, N, 1 + moves]`` int: moves from the UAV's own cell, then from each move's cell, to
-        the nearest uncovered free cell (``rounds + 1`` where none is within ``rounds``).
+    def distances(self, cells: torch.Tensor) -> torch.Tensor:
+        """``[F, N, 1 + moves]`` int64: moves from the UAV's own cell, then from each move's cell, to
+        the nearest uncovered free cell (``rounds + 1`` where none is within ``rounds``), of
+        ``cells [F, N, 2, win^2]`` bool (blocked, uncovered; row-major).
 
         Round ``k``'s reached rows are kept (``[rounds + 1, F, N, win + 2]``, an empty row above and
         below: the moves between rows read shifted slices); the distances are counted once, at the end."""
-        f, n, _ = blocked.shape
+        f, n = cells.shape[:2]
         w, rounds = self.win, self.rounds
-        open_ = self._rows(blocked) ^ self.full
-        reach = torch.empty(rounds + 1, f, n, w + 2, dtype=self.row_dtype, device=blocked.device)
+        rows = (cells.view(f, n, 2, w, w) * self.bits).sum(-1, dtype=self.set_dtype)  # [F, N, 2, win] bit sets
+        open_ = rows[:, :, 0] ^ self.full
+        reach = torch.empty(rounds + 1, f, n, w + 2, dtype=self.row_dtype, device=cells.device)
         reach[..., :: w + 1].zero_()  # the empty rows at either end
-        _into(reach[0, ..., 1:-1], torch.bitwise_and, self._rows(uncovered), open_)
+        _into(reach[0, ..., 1:-1], torch.bitwise_and, rows[:, :, 1], open_)
         for k in range(rounds):
             now = reach[k]
             if self.diagonal:  # 8 moves: the rows above and below, dilated along the row like the own
@@ -109,16 +107,20 @@ class WindowPaths(nn.Module):
         joined = ((band.index_select(3, self.rows) >> self.cols) & 1).sum(0)  # rounds each read cell was in
         return rounds + 1 - joined
 
-    def forward(self, blocked: torch.Tensor, uncovered: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """``blocked``, ``uncovered``: ``[F, N, win^2]`` bool, the square's cells row-major; into
-        ``out`` (``[F, N, moves + 1]``, any float dtype: the float32 values cast) if given."""
-        dist = self.distances(blocked, uncovered)
+    def search(self, cells: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given."""
+        dist = self.distances(cells)
         if out is None:
             out = torch.empty(*dist.shape, dtype=torch.float32, device=dist.device)
         here = dist[..., :1]
         _into(out[..., :-1], torch.lt, dist[..., 1:], here)
         _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
         return out
+
+    def forward(self, blocked: torch.Tensor, uncovered: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``blocked``, ``uncovered``: ``[F, N, win^2]`` bool, the square's cells row-major; into
+        ``out`` (``[F, N, moves + 1]``, any float dtype: the float32 values cast) if given."""
+        return self.search(torch.stack([blocked, uncovered], 2), out)
 
 
 def _into(out: torch.Tensor, op, *args) -> torch.Tensor:
