@@ -88,15 +88,25 @@ class CellHeading:
     a UAV on grid cell ``g`` to block ``b`` is row ``g * P^2 + b`` of one table, the module's own
     output for that cell with only that block flagged (so bit for bit its values), and the last
     row, zeros, is the heading when no block is flagged. Why: the module's ~20 small ops per step
-    (positions, two table reads, offsets, a concatenation, a mask) become 6 (`write`), and an
-    eager step on a GPU costs a launch per op.
+    (positions, two table reads, offsets, a concatenation, a mask) become 7 (`write`), and an
+    eager step on a GPU costs a launch per op. Tables past `TABLE_MAX_BYTES` (large maps with
+    fine pools) are not built: `write` then runs the module itself.
 
     ``rows``, ``cols``: ``[G]`` int64 NumPy map row and column of each grid cell (any value off the
     map, ``on_map`` False: a UAV is never there; those rows hold zeros)."""
 
+    TABLE_MAX_BYTES = 64 << 20  # 1.3 MiB on the default task (1,678 grid cells x 64 blocks)
+
     def __init__(self, env_cfg: EnvConfig, rows: np.ndarray, cols: np.ndarray, on_map: np.ndarray, device):
-        module = BlockHeading(env_cfg, squared_distance=True)
+        self.module = module = BlockHeading(env_cfg, squared_distance=True).to(device)
         p2 = env_cfg.state_pool**2
+        self.p2, self.far = p2, module.far
+        self.tables: dict[torch.dtype, torch.Tensor] = {}
+        if len(rows) * p2 * (HEADING_DIM * 4 + module.sq_dtype.itemsize) > self.TABLE_MAX_BYTES:
+            rc = np.stack([np.where(on_map, rows, 0), np.where(on_map, cols, 0)], -1)
+            self.cell_rc = torch.as_tensor(rc, dtype=torch.int64, device=device)  # [G, 2] for the module
+            return
+        module = BlockHeading(env_cfg, squared_distance=True)  # on the CPU, to build the tables
         r = torch.as_tensor(rows[on_map], dtype=torch.int64)
         c = torch.as_tensor(cols[on_map], dtype=torch.int64)
         sq_dtype = module.sq_dtype
@@ -109,11 +119,10 @@ class CellHeading:
             one_block = torch.zeros(len(r), 1, p2, dtype=torch.bool)
             one_block[..., b] = True
             table[on, b] = module(one_block, r[:, None], c[:, None])[:, 0]
-        self.p2, self.far = p2, module.far
         self.cell_sq = cell_sq.to(device)
         self.far_sq = torch.tensor(module.far, dtype=sq_dtype, device=device)  # a tensor: a Python int is a kernel
         self.none_row = torch.tensor(len(rows) * p2, device=device)
-        self.tables = {torch.float32: torch.cat([table.view(-1, HEADING_DIM), torch.zeros(1, HEADING_DIM)]).to(device)}
+        self.tables[torch.float32] = torch.cat([table.view(-1, HEADING_DIM), torch.zeros(1, HEADING_DIM)]).to(device)
 
     def table(self, dtype: torch.dtype) -> torch.Tensor:
         """``[G * P^2 + 1, 3]``: the float32 values cast to ``dtype``."""
@@ -126,6 +135,9 @@ class CellHeading:
         the blocks ``flagged [M, N, P^2]`` bool, into ``out [M, N, 3]`` (any float dtype: the float32
         values cast). Ties go to the lowest block index, as `BlockHeading`'s."""
         m, n, _ = flagged.shape
+        if not self.tables:  # too large to tabulate
+            rc = self.cell_rc.index_select(0, cell).view(m, n, 2)
+            return out.copy_(self.module(flagged, rc[..., 0], rc[..., 1]))
         sq = self.cell_sq.index_select(0, cell).view(m, n, self.p2)
         nearest, block = torch.where(flagged, sq, self.far_sq).min(-1)  # [M, N]
         row = torch.add(block, cell.view(m, n), alpha=self.p2)

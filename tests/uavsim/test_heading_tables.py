@@ -5,7 +5,7 @@ import torch
 
 from uavsim import EnvConfig
 from uavsim.dynamics import Layout
-from uavsim.heading import BlockHeading
+from uavsim.heading import BlockHeading, CellHeading
 
 
 @pytest.mark.parametrize(
@@ -28,8 +28,12 @@ from uavsim.heading import BlockHeading
     ids=["default-preset", "wide", "small"],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_tabulated_heading_is_block_headings_own(cfg, dtype):
+@pytest.mark.parametrize("tabulated", [True, False], ids=["tables", "too-large-to-tabulate"])
+def test_the_tabulated_heading_is_block_headings_own(cfg, dtype, tabulated, monkeypatch):
+    if not tabulated:  # large maps with fine pools run the module itself
+        monkeypatch.setattr(CellHeading, "TABLE_MAX_BYTES", 0)
     lay = Layout(cfg, torch.device("cpu"))
+    assert bool(lay.memory.heading.tables) == tabulated
     g = torch.Generator().manual_seed(cfg.grid_width)
     m, n, p2 = 64, cfg.num_uavs, cfg.state_pool**2
     rows = torch.randint(0, cfg.grid_height, (m, n), generator=g)
