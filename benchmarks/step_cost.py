@@ -9,6 +9,8 @@ the aten ops that would each launch a kernel and the bytes of their operands, pe
     env.step[<mode>]   `UAVSwarmEnv.step` in each reset / autoreset / observation-dtype mode
                        (`ENV_MODES`), and with onboard memory (`MEMORY_MODES`), with the trainer's
                        settings (`check_action_range=False`);
+    env.step[default preset]  the same, in the env's default modes, on the task of `PRESET`
+                       (configs/default.yaml: 13x13 windows, onboard memory, window paths);
     policy step        `Actor.act` (agents.algo.networks) with the trainer config's networks, fp32 and bf16;
     rollout step       one iteration of `agents.algo.learner.collect`'s loop: policy step, storage
                        writes, env.step, episode statistics (trainer config, bf16);
@@ -50,6 +52,7 @@ from benchmarks.step_cost_report import table
 from uavsim import EnvConfig, UAVSwarmEnv
 
 GPUS = {"H100 SXM": 3.35e12, "H200": 4.8e12}  # peak DRAM bandwidth, bytes/s
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"  # the default preset: its env's task
 BASELINE = RESULTS_DIR / "step_cost-before-redesign"  # the counts before issue 15's env redesign (commit 159bf42)
 PROJECTED_ENVS = (4096, 65536, 262144)
 # (path name, UAVSwarmEnv keyword arguments): every reset / autoreset / observation mode.
@@ -172,6 +175,27 @@ def env_paths(args) -> dict[str, dict[str, Any]]:
         small = staggered_env(cfg, args.explain_envs, args.episode_length, **kwargs)
         out[name]["graph_breaks"] = graph_breaks(small.step, random_actions(cfg, args.explain_envs, 1, small.device)[0])
     return out
+
+
+def preset_env_config(config: Path = PRESET) -> EnvConfig:
+    """The env task of a trainer config (`PRESET` by default: the default preset's)."""
+    from agents.config import load_config
+    from agents.config.env_section import env_configs
+
+    (cfg,) = env_configs(load_config(config, []).env)
+    return cfg
+
+
+def preset_paths(args) -> dict[str, dict[str, Any]]:
+    """``env.step[default preset]``: the env step of `PRESET`'s task, counted as `env_paths` counts."""
+    cfg = preset_env_config()
+    env = staggered_env(cfg, args.num_envs, args.episode_length)
+    steps = whole_periods(args.steps, env)
+    actions = random_actions(cfg, args.num_envs, steps, env.device)
+    out = count_calls(lambda i: env.step(actions[i]), steps, args.num_envs)
+    small = staggered_env(cfg, args.explain_envs, args.episode_length)
+    out["graph_breaks"] = graph_breaks(small.step, random_actions(cfg, args.explain_envs, 1, small.device)[0])
+    return {"env.step[default preset]": out}
 
 
 def whole_periods(steps: int, env: UAVSwarmEnv) -> int:
@@ -304,6 +328,7 @@ def measure(args) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     paths = env_paths(args)
     if not args.env_only:
+        paths.update(preset_paths(args))  # the preset is read by the trainer's config loader (agents)
         paths.update(trainer_paths(args))
     fused = fused_paths(args) if args.fused else {}
     for name, p in paths.items():

@@ -133,6 +133,7 @@ class Layout:
         self.cell_position = {torch.float32: (rc / scale).to(dev)}  # {dtype: [grid cells, 2]}, float32 values cast
         self.scale = scale.to(dev)
         self.channel_codes = torch.tensor([BLOCKED_CODE, COVERED_CODE], dtype=self.grid_dtype, device=dev)[:, None]
+        self.path_codes = torch.tensor([BLOCKED_CODE, FREE_CODE], dtype=self.grid_dtype, device=dev)[:, None]
         center = torch.zeros(self.win2, dtype=self.grid_dtype)
         center[self.win2 // 2] = 1  # a UAV counts the others in its window: not itself at the centre
         self.center = center.to(dev)
@@ -274,6 +275,7 @@ def observe(
     dtype: torch.dtype,
     b_index: torch.Tensor,
     cell: torch.Tensor | None = None,
+    window: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The observation of the states ``buf``.
 
@@ -284,6 +286,8 @@ def observe(
         dtype: the observation's dtype.
         b_index: ``[M, 1]`` int64 arange.
         cell: the UAVs' cells as a contiguous ``[M, N]`` tensor if the caller has one (saves a copy).
+        window: the UAVs' windows, ``[M, N, win^2]`` packed grid values and their codes, if the
+            caller read them (`uavsim.memory.sense_and_share` does).
 
     Returns:
         ``({"local": [M, N, L], "state": [M, S]}, own)``: each value the float32 rules' value cast to
@@ -293,8 +297,12 @@ def observe(
     m, n, p2 = buf.shape[0], cfg.num_uavs, cfg.state_pool**2
     local = torch.empty(m, n, cfg.local_obs_dim, dtype=dtype, device=lay.device)
     state = torch.empty(m, cfg.state_dim, dtype=dtype, device=lay.device)
-    seen = lay.windows(buf)[b_index, v["cell"]].view(m, n, w2)
-    into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, (seen >> lay.count_bits)[:, :, None, :], lay.channel_codes)
+    if window is None:
+        seen = lay.windows(buf)[b_index, v["cell"]].view(m, n, w2)
+        code = (seen >> lay.count_bits)[:, :, None, :]
+    else:
+        seen, code = window[0], window[1][:, :, None, :]
+    into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, code, lay.channel_codes)
     into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
     cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
     rc, time = local[..., 3 * w2 : 3 * w2 + 2], local[..., 3 * w2 + 2]  # the pooled memory follows them
@@ -307,12 +315,11 @@ def observe(
     if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
         counts = v["known"]  # kept up to date by the sensing (uavsim.memory)
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
-        local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim].copy_(memory_heading(lay, counts, v["cell"]))
+        memory_heading(lay, counts, cell, local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim])
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
+        paths = local[..., cfg.local_obs_dim - cfg.paths_obs_dim :]
         if lay.path_square is None:  # of the window
-            code = seen >> lay.count_bits
-            blocked, goal = code == BLOCKED_CODE, code == FREE_CODE
+            lay.paths.search(code == lay.path_codes, out=paths)  # [M, N, 2, win^2]: blocked, goal
         else:  # of the memory near the UAV
-            blocked, goal = lay.path_square(v["memory"], v["cell"])
-        local[..., cfg.local_obs_dim - cfg.paths_obs_dim :].copy_(lay.paths(blocked, goal))
+            lay.paths(*lay.path_square(v["memory"], v["cell"]), out=paths)
     return {"local": local, "state": state}, seen[:, :, w2 // 2]

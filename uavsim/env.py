@@ -186,11 +186,12 @@ class UAVSwarmEnv:
         b_index: torch.Tensor,
         coverage: torch.Tensor | None = None,
         cell: torch.Tensor | None = None,
+        window: tuple[torch.Tensor, torch.Tensor] | None = None,
     ):
         if coverage is None:
             v = self._lay.record.views(buf)
             coverage = torch.div(v["covered"], v["free"])
-        return observe(self._lay, buf, coverage, self.obs_dtype, b_index, cell)
+        return observe(self._lay, buf, coverage, self.obs_dtype, b_index, cell, window)
 
     def _restart(self, mask: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]) -> None:
         """Start the next episode where ``mask`` ([B] bool) in the state ``buf`` (views ``v``), in place."""
@@ -317,7 +318,7 @@ class UAVSwarmEnv:
         into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
         grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
         cell.copy_(moved_to)
-        sense_and_share(lay, v)  # the UAVs' memories, if the config has them (uavsim.memory)
+        window = sense_and_share(lay, v)  # the UAVs' memories, if the config has them (uavsim.memory)
         newly = fresh.sum(1)
         v["covered"] += newly
         v["t"] += 1 if restarted is None else ~restarted
@@ -325,7 +326,7 @@ class UAVSwarmEnv:
         free = v["free"]
         coverage = torch.div(v["covered"], free)  # float32, as the rules divide
         team = torch.div(newly, free).mul_(self._c_cov).sub_(self._c_time)
-        obs, own_cell = self._observe(buf, self._b_index, coverage, moved_to)
+        obs, own_cell = self._observe(buf, self._b_index, coverage, moved_to, window)
         into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell
         penalty = flags * self._penalties  # [B, N, 2] float32: collision, near miss
         reward = team[:, None] - penalty[..., 0]

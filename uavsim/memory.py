@@ -35,7 +35,7 @@ import torch
 
 from uavsim import rules
 from uavsim.config import EnvConfig
-from uavsim.heading import BlockHeading
+from uavsim.heading import CellHeading
 
 SEEN = 4  # memory code bit: the cell was seen; below it the packed grid's code (FREE 0, COVERED 1, BLOCKED 3)
 KNOWN_BLOCKED, KNOWN_COVERED = SEEN | 3, SEEN | 1  # pooled into the local observation, in this order
@@ -72,7 +72,9 @@ class MemoryTables:
         # block's blocked count for codes with bit 1 (blocked), else its covered count
         covered = torch.tensor([(code >> 1) & 1 == 0 for code in range(8)], device=device) * cfg.state_pool**2
         self.slot = (block_of_grid[:, None] + covered).view(-1)  # [grid cells * 8] int64
-        self.heading = BlockHeading(cfg, squared_distance=True).to(device)
+        rows, cols = np.divmod(np.arange(len(on_map)) - cfg.pad, row_stride)  # of each grid cell, on the map
+        self.heading = CellHeading(cfg, rows - cfg.pad, cols, on_map, device)
+        self.block_cells = torch.as_tensor(rules.cells_per_block(cfg), dtype=count_dtype, device=device)  # counts dtype
 
 
 class GridLayout(Protocol):
@@ -82,7 +84,6 @@ class GridLayout(Protocol):
     ws: int
     count_bits: int
     block_of_cell: torch.Tensor
-    block_cells: torch.Tensor
     memory: MemoryTables | None
 
     def positions(self, cell: torch.Tensor) -> torch.Tensor: ...
@@ -103,23 +104,25 @@ def restore(lay: GridLayout, v: dict[str, torch.Tensor], cells: torch.Tensor) ->
     known_counts(lay, v["memory"], out=v["known"])
 
 
-def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
+def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Each UAV writes its window into its memory, then merges the memories of the UAVs in range
     (one hop), in place, and updates the per-block counts of what each knows. ``v``: the state
-    record's field views (``memory [M, N, G]`` uint8, ``known``: `known_counts`). A no-op without
-    memory (``comm_radius`` None)."""
+    record's field views (``memory [M, N, G]`` uint8, ``known``: `known_counts`). Returns the
+    windows read, ``[M, N, win^2]`` packed grid values and their codes (what the observation
+    shows: read once); without memory (``comm_radius`` None) a no-op that returns None."""
     if lay.memory is None:
-        return
+        return None
     memory, cell, grid, known = v["memory"], v["cell"], v["grid"], v["known"]
     m, n = cell.shape
     window = cell[:, :, None] + lay.memory.window  # [M, N, win^2] grid cells, distinct per UAV
-    seen = (grid.gather(1, window.view(m, -1)) >> lay.count_bits).to(torch.uint8).view(m, n, -1)
-    seen.bitwise_or_(SEEN)  # the truth now: never less than what was remembered
+    values = grid.gather(1, window.view(m, -1)).view(m, n, -1)
+    code = values >> lay.count_bits
+    seen = (code | SEEN).to(torch.uint8)  # the truth now: never less than what was remembered
     if lay.memory.radius == 0:  # only the windows change: count their change, not the whole map
         add_sightings(lay, known, window, memory.gather(2, window), seen)
     memory.scatter_(2, window, seen)
     if lay.memory.radius == 0:
-        return
+        return values, code
     if lay.memory.everyone:
         memory.copy_(memory.amax(1, keepdim=True).expand_as(memory))
     else:
@@ -130,6 +133,7 @@ def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
         # on one thread of the 2-core AMD EPYC (broadcast uint8 `where` is slow there), the same bytes
         memory.copy_((memory[:, None] * in_range[..., None]).amax(2))
     known_counts(lay, memory, out=known)  # a merge can change any cell: count them all
+    return values, code
 
 
 def add_sightings(
@@ -171,10 +175,10 @@ def known_counts(lay: GridLayout, memory: torch.Tensor, out: torch.Tensor | None
     return out.zero_().index_add_(3, lay.block_of_cell, known.view(m, n, 2, -1))
 
 
-def heading(lay: GridLayout, counts: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
-    """``[M, N, 3]`` float32: each UAV's heading (`uavsim.heading`) to the nearest block holding a
-    cell it does not know to be blocked or covered (an unknown cell may need a visit).
-    ``counts``: `known_counts`; ``cell``: ``[M, N]`` the UAVs' grid cells."""
-    flagged = (counts[:, :, 0] + counts[:, :, 1]) < lay.block_cells  # the two never overlap: within the dtype
-    row, col = lay.positions(cell).long().unbind(-1)
-    return lay.memory.heading(flagged, row, col)
+def heading(lay: GridLayout, counts: torch.Tensor, cell: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Each UAV's heading (`uavsim.heading`) to the nearest block holding a cell it does not know
+    to be blocked or covered (an unknown cell may need a visit), into ``out [M, N, 3]`` (float32
+    values, cast to its dtype). ``counts``: `known_counts`; ``cell``: ``[M * N]`` the UAVs' grid
+    cells, contiguous."""
+    flagged = (counts[:, :, 0] + counts[:, :, 1]) < lay.memory.block_cells  # the two never overlap: within the dtype
+    return lay.memory.heading.write(flagged, cell, out)

@@ -38,13 +38,17 @@ class WindowPaths(nn.Module):
     """`forward(blocked, uncovered [F, N, win^2] bool) -> [F, N, moves + 1]` float32 (module
     docstring) for windows of `cfg` (the squares of ``path_radius`` where that is set). Buffers only.
 
-    The search runs on bit sets, one int64 per window row (bit ``c``: column ``c``): the cells
-    within ``k`` moves of an uncovered free cell, grown by one move per round with shifts and ORs,
-    masked by the open cells. A cell's distance is the number of rounds before it joins. On one
-    thread of the 2-core AMD EPYC (Zen 4), 64 environments x 10 UAVs, 13x13 windows, 12 rounds:
-    the distance grids by relaxation took 2.5-12 ms (int16 slices), by max pooling ~50 ms, the bit
-    sets 1.6-3.1 ms (a loaded machine, all in one run); they read only the 1 + moves cells the
-    observation needs."""
+    The search runs on bit sets, one integer per window row (bit ``c``: column ``c``): the cells
+    within ``k`` moves of an uncovered free cell, grown by one move per round and masked by the
+    open cells. A cell's distance is the number of rounds before it joins. Each round is 4 tensor
+    ops on ``[F, N, win]`` rows: the step is launch-bound on a GPU, so ops count more than bytes.
+    A row's dilation along itself (``x | x << 1 | x >> 1``) is one gather from a table of every
+    row (``2^win`` entries, windows up to 16 cells across; 16 KiB for 13x13), else three shifts.
+    The rounds are kept in int32 up to 31 cells across (int64 beyond), which the table's gather
+    takes as indices; the sets a round builds are int16 up to 15 cells across (half the bytes).
+    """
+
+    TABLE_MAX_WIN = 16  # a row table of 2^16 entries at most
 
     def __init__(self, cfg: EnvConfig):
         super().__init__()
@@ -52,53 +56,78 @@ class WindowPaths(nn.Module):
         if 2 * c + 1 > 63:
             raise ValueError(f"window_paths searches at most 63 cells across (a radius <= 31), got {2 * c + 1}")
         self.win, self.rounds, self.diagonal = 2 * c + 1, rules.window_path_rounds(cfg), cfg.moves == 8
+        w = self.win
+        self.row_dtype = torch.int32 if w <= 31 else torch.int64  # the kept rounds: the table's indices
+        self.set_dtype = torch.int16 if w <= 15 else self.row_dtype  # a round's sets: 2^(w-1) fits
         moves = rules.move_table(cfg)  # [1 + moves, 2]: hover (the UAV's own cell) first
-        self.register_buffer("rows", torch.as_tensor(c + moves[:, 0], dtype=torch.int64), persistent=False)
-        self.register_buffer("cols", torch.as_tensor(c + moves[:, 1], dtype=torch.int64), persistent=False)
-        self.register_buffer("bits", 2 ** torch.arange(self.win, dtype=torch.int64), persistent=False)
+        self.centre = c
+        # the read cells' rows in the band of the centre row and its neighbours (`distances`)
+        self.register_buffer("rows", torch.as_tensor(1 + moves[:, 0], dtype=torch.int64), persistent=False)
+        self.register_buffer("cols", torch.as_tensor(c + moves[:, 1], dtype=self.row_dtype), persistent=False)
+        self.register_buffer("bits", 2 ** torch.arange(w, dtype=self.set_dtype), persistent=False)
         self.register_buffer("far", torch.tensor(float(self.rounds + 1)), persistent=False)
+        self.full = (1 << w) - 1
+        table = None
+        if w <= self.TABLE_MAX_WIN:
+            x = torch.arange(1 << w, dtype=torch.int64)
+            table = ((x | (x << 1) | (x >> 1)) & self.full).to(self.set_dtype)
+        self.register_buffer("dilate_table", table, persistent=False)
 
-    def distances(self, blocked: torch.Tensor, uncovered: torch.Tensor) -> torch.Tensor:
+    def _along_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``x | x << 1 | x >> 1`` of contiguous row bit sets (bits past the window: the caller masks them)."""
+        if self.dilate_table is not None:
+            return self.dilate_table.index_select(0, x.view(-1)).view(x.shape)
+        out = x | (x << 1)
+        return out.bitwise_or_(x >> 1)
+
+    def distances(self, cells: torch.Tensor) -> torch.Tensor:
         """``[F, N, 1 + moves]`` int64: moves from the UAV's own cell, then from each move's cell, to
-        the nearest uncovered free cell (``rounds + 1`` where none is within ``rounds``).
+        the nearest uncovered free cell (``rounds + 1`` where none is within ``rounds``), of
+        ``cells [F, N, 2, win^2]`` bool (blocked, uncovered; row-major).
 
-        Each round grows the reached cells (``[F, N, win]`` row bit sets) by one move, open cells
-        only, and keeps their bits at the 1 + moves cells read; the distances are counted once, at
-        the end. The row sets live in buffers with an empty row above and below, so the moves
-        between rows read shifted slices: 8 tensor operations a round where the small tensors make
-        each one's dispatch the cost (the clone-and-update form took 12)."""
-        f, n, _ = blocked.shape
-        w, rounds, dev = self.win, self.rounds, blocked.device
-        free = ~blocked.view(f, n, w, w)
-        open_ = (free.long() * self.bits).sum(-1)  # [F, N, win] row bit sets
-        reach = torch.zeros(f, n, w + 2, dtype=torch.int64, device=dev)  # an empty row at either end
-        reach[..., 1:-1] = ((free & uncovered.view(f, n, w, w)).long() * self.bits).sum(-1)
-        across = torch.zeros_like(reach) if self.diagonal else None  # with 8 moves, rows reach diagonally
-        read = torch.empty(rounds + 1, f, n, len(self.rows), dtype=torch.int64, device=dev)
-        for k in range(rounds + 1):
-            now = reach[..., 1:-1]
-            torch.index_select(now, 2, self.rows, out=read[k])
-            if k == rounds:
-                break
-            sideways = now | (now << 1)  # bits past the window are masked off below
-            if across is None:
-                sideways |= now >> 1
-                between = reach  # 4 moves: from the rows above and below, straight
-            else:
-                torch.bitwise_or(sideways, now >> 1, out=across[..., 1:-1])
-                sideways, between = across[..., 1:-1], across
-            grown = sideways | between[..., :-2]
-            grown |= between[..., 2:]
-            torch.bitwise_and(grown, open_, out=now)
-        joined = ((read >> self.cols) & 1).sum(0)  # rounds in which each read cell was reached
+        Round ``k``'s reached rows are kept (``[rounds + 1, F, N, win + 2]``, an empty row above and
+        below: the moves between rows read shifted slices); the distances are counted once, at the end."""
+        f, n = cells.shape[:2]
+        w, rounds = self.win, self.rounds
+        rows = (cells.view(f, n, 2, w, w) * self.bits).sum(-1, dtype=self.set_dtype)  # [F, N, 2, win] bit sets
+        open_ = rows[:, :, 0] ^ self.full
+        reach = torch.empty(rounds + 1, f, n, w + 2, dtype=self.row_dtype, device=cells.device)
+        reach[..., :: w + 1].zero_()  # the empty rows at either end
+        _into(reach[0, ..., 1:-1], torch.bitwise_and, rows[:, :, 1], open_)
+        for k in range(rounds):
+            now = reach[k]
+            if self.diagonal:  # 8 moves: the rows above and below, dilated along the row like the own
+                grown = now[..., :-2] | now[..., 1:-1]
+                grown = self._along_rows(grown.bitwise_or_(now[..., 2:]))
+            else:  # 4 moves: along the own row, straight from the rows above and below
+                grown = self._along_rows(now)[..., 1:-1] | now[..., :-2]
+                grown.bitwise_or_(now[..., 2:])
+            _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
+        band = reach[..., self.centre : self.centre + 3]  # window rows centre - 1 .. centre + 1
+        joined = ((band.index_select(3, self.rows) >> self.cols) & 1).sum(0)  # rounds each read cell was in
         return rounds + 1 - joined
 
-    def forward(self, blocked: torch.Tensor, uncovered: torch.Tensor) -> torch.Tensor:
-        """``blocked``, ``uncovered``: ``[F, N, win^2]`` bool, the square's cells row-major."""
-        dist = self.distances(blocked, uncovered)
+    def search(self, cells: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given."""
+        dist = self.distances(cells)
+        if out is None:
+            out = torch.empty(*dist.shape, dtype=torch.float32, device=dist.device)
         here = dist[..., :1]
-        closer = (dist[..., 1:] < here).float()
-        return torch.cat([closer, here.float() / self.far], -1)
+        _into(out[..., :-1], torch.lt, dist[..., 1:], here)
+        _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
+        return out
+
+    def forward(self, blocked: torch.Tensor, uncovered: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``blocked``, ``uncovered``: ``[F, N, win^2]`` bool, the square's cells row-major; into
+        ``out`` (``[F, N, moves + 1]``, any float dtype: the float32 values cast) if given."""
+        return self.search(torch.stack([blocked, uncovered], 2), out)
+
+
+def _into(out: torch.Tensor, op, *args) -> torch.Tensor:
+    """`uavsim.dynamics.into` (which imports this module): ``op(*args, out=out)``, compiled a copy."""
+    if torch.compiler.is_compiling():
+        return out.copy_(op(*args))
+    return op(*args, out=out)
 
 
 class MemorySquare(nn.Module):

@@ -52,7 +52,9 @@ def test_a_cell_out_of_reach_reads_as_far_and_no_move_is_closer():
     assert got == [0.0, 1.0, 0.0, 1.0, np.float32(4) / np.float32(5)]
 
 
-@pytest.mark.parametrize("moves, radius", [(4, 1), (4, 6), (8, 3), (8, 31)])
+# Every form of the bit sets: a row table over int16 sets (windows up to 15 cells across: radius 7),
+# shifts on int32 rows (17 to 31 cells: radius 8 to 15) and on int64 rows (beyond).
+@pytest.mark.parametrize("moves, radius", [(4, 1), (4, 6), (8, 3), (4, 7), (8, 7), (8, 8), (4, 12), (8, 31)])
 def test_the_bit_set_search_equals_the_breadth_first_reference(moves, radius):
     cfg = EnvConfig(obs_radius=radius, moves=moves, window_paths=True, grid_height=64, grid_width=64)
     w = cfg.window
