@@ -10,7 +10,7 @@ the aten ops that would each launch a kernel and the bytes of their operands, pe
                        (`ENV_MODES`), and with onboard memory (`MEMORY_MODES`), with the trainer's
                        settings (`check_action_range=False`);
     env.step[default preset]  the same, in the env's default modes, on the task of `PRESET`
-                       (configs/default.yaml: 13x13 windows, onboard memory, window paths);
+                       (configs/default.yaml: 13x13 windows, onboard memory, window paths; not --quick);
     policy step        `Actor.act` (agents.algo.networks) with the trainer config's networks, fp32 and bf16;
     rollout step       one iteration of `agents.algo.learner.collect`'s loop: policy step, storage
                        writes, env.step, episode statistics (trainer config, bf16);
@@ -327,7 +327,7 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
 def measure(args) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     paths = env_paths(args)
-    if not args.env_only:
+    if not (args.env_only or args.quick):  # --quick (CI's smoke run) leaves it to its own counted test
         paths.update(preset_paths(args))  # the preset is read by the trainer's config loader (agents)
         paths.update(trainer_paths(args))
     fused = fused_paths(args) if args.fused else {}
