@@ -327,8 +327,9 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
 def measure(args) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     paths = env_paths(args)
-    if not (args.env_only or args.quick):  # --quick (CI's smoke run) leaves it to its own counted test
-        paths.update(preset_paths(args))  # the preset is read by the trainer's config loader (agents)
+    if not args.env_only:
+        if not args.quick:  # --quick (CI's smoke run) leaves it to its own counted test
+            paths.update(preset_paths(args))  # the preset is read by the trainer's config loader (agents)
         paths.update(trainer_paths(args))
     fused = fused_paths(args) if args.fused else {}
     for name, p in paths.items():
