@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
 from agents.algo.replicas import Replicas
-from agents.config import Config, Teacher, load_config, to_dict, to_yaml
+from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
+from agents.config.recipe import choose_recipe, recipe_paths
 from agents.run import checkpoint as ckpt
 from agents.run import machine_defaults
 from agents.run.control import (
@@ -236,7 +237,7 @@ def _warm_start(learner: Learner, logger: Logger) -> None:
     if learner.replicas.is_main:
         print(
             f"imitation of {learner.cfg.imitation.teacher.value}: accuracy {stats['accuracy']:.3f}, "
-            f"loss {stats['loss']:.3f}, {stats['seconds']:.0f} s",
+            f"loss {stats['loss']:.3f}, {stats['epochs']} cloning epochs, {stats['seconds']:.0f} s",
             file=sys.stderr,
         )
 
@@ -323,10 +324,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def resolve_config(args: argparse.Namespace) -> Config:
-    """The config the command line names: a preset and overrides, or a resumed run's with overrides.
-    Raises ValueError or TypeError naming the bad key, file or option."""
+    """The config the command line names: a preset (under `run.recipe`, `agents.config.recipe`) and
+    overrides, or a resumed run's with overrides. Raises ValueError or TypeError naming the bad key,
+    file or option."""
     if args.resume is None:
-        return load_config(args.config or DEFAULT_CONFIG, args.overrides)
+        preset = args.config or DEFAULT_CONFIG
+        cfg = load_config(preset, args.overrides)
+        recipe = choose_recipe(cfg.run.recipe, pick_device(cfg.run.device).type, default_preset=args.config is None)
+        if recipe == Recipe.preset:
+            return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, recipe=recipe))
+        return load_config(recipe_paths(preset, recipe), [*args.overrides, f"run.recipe={recipe.value}"])
     if args.config is not None:
         raise ValueError("--resume continues with the run's saved config; pass key=value overrides instead of --config")
     return resume_config(args.resume, args.overrides)

@@ -94,11 +94,11 @@ class Demonstrations:
         self.num_frames = f + b
 
 
-def demo_env_shape(env_steps: int, max_steps: int, num_envs: int) -> tuple[int, int]:
+def demo_env_shape(env_steps: int, steps_per_env: int, num_envs: int) -> tuple[int, int]:
     """`(environments, steps each)` for `env_steps` demonstration steps: up to `num_envs`
-    environments (the training env's), but few enough that each plays at least `max_steps` steps
-    (whole episodes, not only their starts, on a GPU's thousands of environments)."""
-    envs = max(1, min(num_envs, env_steps // max_steps))
+    environments (the training env's), but few enough that each plays at least `steps_per_env`
+    steps (`imitation.steps_per_env`; the task's max_steps: whole episodes, not only their starts)."""
+    envs = max(1, min(num_envs, env_steps // steps_per_env))
     return envs, math.ceil(env_steps / envs)
 
 
@@ -168,8 +168,9 @@ def clone(
     autocast,
     sync_gradients=None,
     progress: bool = False,
+    min_gain: float = 0.0,
 ) -> dict[str, float]:
-    """Fit `actor` to `demos` by cross-entropy, with Adam.
+    """Fit `actor` to `demos` by cross-entropy, with Adam, for `epochs` passes or until they stop paying.
 
     Args:
         actor: the actor to fit, in place.
@@ -182,9 +183,12 @@ def clone(
         autocast: the networks' autocast factory.
         sync_gradients: the ranks' gradient average (torchrun), so that every replica takes the same steps.
         progress: show a progress bar.
+        min_gain: stop after an epoch whose accuracy beats the best epoch before it by less than this
+            (`imitation.min_accuracy_gain`; 0: every epoch). The epoch's accuracy is read anyway.
 
     Returns:
-        `{"loss", "accuracy"}` of the last epoch (accuracy: the planner's move is the actor's most likely).
+        `{"loss", "accuracy", "epochs"}` of the last epoch (accuracy: the planner's move is the actor's
+        most likely; epochs: passes made).
 
     Raises:
         ValueError: the loss is not finite.
@@ -194,7 +198,8 @@ def clone(
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
     agents = [agent_ids(min(minibatch_steps, d.num_frames), d.num_agents, device) for d in sets]
     uavs = {d.num_agents: torch.arange(d.num_agents, device=device) for d in sets}
-    out = {"loss": math.nan, "accuracy": math.nan}
+    out = {"loss": math.nan, "accuracy": math.nan, "epochs": 0}
+    best = -math.inf
     bar = tqdm(
         range(epochs), desc="imitation: cloning", unit="epoch", disable=not progress, file=sys.stderr, leave=False
     )
@@ -229,8 +234,12 @@ def clone(
         loss, accuracy = (sums / count).tolist()  # once per epoch, outside the training loop
         if not math.isfinite(loss):
             raise ValueError(f"imitation: the cloning loss is {loss} (try a lower imitation.lr)")
-        out = {"loss": loss, "accuracy": accuracy}
+        out = {"loss": loss, "accuracy": accuracy, "epochs": out["epochs"] + 1}
         bar.set_postfix(loss=f"{loss:.3f}", accuracy=f"{accuracy:.3f}")
+        if min_gain > 0 and accuracy - best < min_gain:
+            break  # this pass bought less than it cost: the labels are learned as far as they go
+        best = max(best, accuracy)
+    bar.close()
     return out
 
 
@@ -243,7 +252,8 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
         progress: show progress bars.
 
     Returns:
-        `{"loss", "accuracy", "seconds"}`: the cloning's last loss and accuracy, and the phase's duration.
+        `{"loss", "accuracy", "epochs", "seconds"}`: the cloning's last loss and accuracy, its passes over
+        every fit, and the phase's duration.
 
     Raises:
         ValueError: a recurrent actor, or a non-finite cloning loss.
@@ -259,7 +269,8 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
     all_envs = sum(t.num_envs for t in tasks)
     players, first = [], DEMO_FIRST_ENV
     for task in tasks:
-        envs, steps = demo_env_shape(math.ceil(ic.env_steps / len(tasks)), task.config.max_steps, all_envs)
+        per_env = ic.steps_per_env or task.config.max_steps
+        envs, steps = demo_env_shape(math.ceil(ic.env_steps / len(tasks)), per_env, all_envs)
         env = UAVSwarmEnv(
             task.config,
             num_envs=envs,
@@ -286,13 +297,25 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
     generator = torch.Generator(learner.env.device).manual_seed(cfg.seed + 3)  # the same on every rank
     sync = replicas.average_gradients if replicas.active else None
     fit = lambda epochs: clone(  # noqa: E731
-        learner.actor, all_demos, epochs, ic.lr, ic.minibatch_steps, generator, learner.autocast, sync, progress
+        learner.actor,
+        all_demos,
+        epochs,
+        ic.lr,
+        ic.minibatch_steps,
+        generator,
+        learner.autocast,
+        sync,
+        progress,
+        ic.min_accuracy_gain,
     )
     stats = fit(ic.epochs)
+    epochs = stats["epochs"]
     for _ in range(ic.dagger_rounds):  # each on the next episodes of the demonstration environments
         for env, teacher, demos, dagger_steps, noise in players:
             collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
         stats = fit(ic.dagger_epochs)
+        epochs += stats["epochs"]
+    stats["epochs"] = epochs  # over every fit
     if learner.clone is not None:  # PPO's anchor (train.clone_kl_coef)
         learner.clone.load_state_dict(learner.actor.state_dict())
     return {**stats, "seconds": time.perf_counter() - began}

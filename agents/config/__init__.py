@@ -38,6 +38,7 @@ from agents.config.schema import (
     CriticKind,
     ImitationConfig,
     ModelConfig,
+    Recipe,
     RunConfig,
     Teacher,
     TrainConfig,
@@ -53,6 +54,7 @@ __all__ = [
     "CriticKind",
     "ImitationConfig",
     "ModelConfig",
+    "Recipe",
     "RunConfig",
     "Teacher",
     "TrainConfig",
@@ -112,12 +114,15 @@ def _merge(base, other, source: str, key_hint: str = "?"):
 
 
 def load_config(
-    path: str | Path | None = None, overrides: Sequence[str] = (), base: Config | dict | None = None
+    path: str | Path | Sequence[str | Path] | None = None,
+    overrides: Sequence[str] = (),
+    base: Config | dict | None = None,
 ) -> Config:
     """Schema defaults (or `base`), then the YAML file at `path`, then the overrides, checked.
 
     Args:
-        path: a YAML preset (None: none).
+        path: a YAML preset, or several laid over each other in order (a preset, then a recipe:
+            `agents.config.recipe`); None: none.
         overrides: `key=value` items with dotted keys (`train.amp=bf16`).
         base: a config, or its `to_dict`, in place of the schema's defaults (a checkpoint's).
 
@@ -128,8 +133,8 @@ def load_config(
     if base is not None:
         base_dict = to_dict(base) if isinstance(base, Config) else base
         cfg = _merge(cfg, OmegaConf.create(base_dict), "the saved config")
-    if path is not None:
-        path = Path(path)
+    paths = [] if path is None else [path] if isinstance(path, (str, Path)) else list(path)
+    for path in map(Path, paths):
         if path.is_dir():
             raise ValueError(f"config file {path} is a directory, expected a YAML file (e.g. configs/default.yaml)")
         if not path.is_file():

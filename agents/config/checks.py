@@ -46,6 +46,8 @@ def check_config(cfg: Config) -> None:
     im = cfg.imitation
     need(im.env_steps >= 1, "imitation.env_steps", ">= 1")
     need(im.epochs >= 1, "imitation.epochs", ">= 1")
+    need(im.steps_per_env >= 0, "imitation.steps_per_env", ">= 0 (0: the task's max_steps)")
+    need(0 <= im.min_accuracy_gain < 1, "imitation.min_accuracy_gain", "in [0, 1) (0: every epoch)")
     need(0 < im.lr < math.inf, "imitation.lr", "finite and > 0")
     need(im.minibatch_steps >= 1, "imitation.minibatch_steps", ">= 1")
     need(im.dagger_rounds >= 0, "imitation.dagger_rounds", ">= 0")

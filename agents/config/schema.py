@@ -40,6 +40,16 @@ class Teacher(str, enum.Enum):
     coordinated = "coordinated"
 
 
+class Recipe(str, enum.Enum):
+    """Which batch shape a run takes (`agents.config.recipe`): `preset`, the preset as written;
+    `gpu`, configs/recipe_gpu.yaml laid over it; `auto`, gpu for the command line's default preset
+    on CUDA, else preset."""
+
+    auto = "auto"
+    preset = "preset"
+    gpu = "gpu"
+
+
 class Activation(str, enum.Enum):
     tanh = "tanh"
     relu = "relu"
@@ -117,7 +127,13 @@ class ImitationConfig:
 
     teacher: Teacher = Teacher.none  # none | greedy | coordinated
     env_steps: int = 81_920  # demonstration steps (environments x steps) per rank
+    # steps each demonstration environment plays; 0: the task's max_steps (whole episodes, fewer
+    # environments); shorter: more environments per planner call (a GPU's width; episodes reach
+    # 95 % coverage in ~60 steps)
+    steps_per_env: int = 0
     epochs: int = 20  # passes of behaviour cloning over the demonstrations
+    # stop a fit early once an epoch's accuracy beats the best before it by less than this; 0: every epoch
+    min_accuracy_gain: float = 0.0
     lr: float = 1e-3
     minibatch_steps: int = 512  # environment steps (all their UAVs) per cloning minibatch
     dagger_rounds: int = 0  # rounds in which the cloned actor plays and the planner labels its states
@@ -129,6 +145,8 @@ class ImitationConfig:
 class RunConfig:
     dir: str | None = None  # None -> runs/mappo-<seed>-<time>
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
+    # preset | gpu (configs/recipe_gpu.yaml over the preset) | auto: gpu for the default preset on CUDA
+    recipe: Recipe = Recipe.auto
     torch_threads: int | str = AUTO  # auto: the cores this process may use; 0 leaves torch's default
     retain_host_memory: bool = True  # glibc keeps freed memory: no page faults on each step's big tensors
     deterministic: bool = False  # torch.use_deterministic_algorithms; exact resume on CPU

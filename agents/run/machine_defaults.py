@@ -34,7 +34,8 @@ from types import SimpleNamespace
 import torch
 
 from agents.algo.learner import allocate_storage
-from agents.config import AUTO, Amp, Config, Teacher, check_config
+from agents.config import AUTO, Amp, Config, Recipe, Teacher, check_config
+from agents.config.recipe import describe_recipe
 from uavsim.machine import hardware
 from uavsim.machine.host_memory import host_memory
 
@@ -243,13 +244,16 @@ def resolve(cfg: Config, device: torch.device, ranks_here: int | None = None) ->
         ranks_here: torchrun ranks on this machine (None: `LOCAL_WORLD_SIZE`, else 1).
 
     Returns:
-        `(resolved config, {"threads", "precision", "environments": what and why})`.
+        `(resolved config, {"recipe", "threads", "precision", "environments": what and why})`.
 
     Raises:
         ValueError: the resolved config's batch geometry does not fit (`check_config`).
     """
     reasons: dict[str, str] = {}
     run, train, env = cfg.run, cfg.train, cfg.env
+    if run.recipe == Recipe.auto:  # a config built in code: taken as given (the command line resolves auto)
+        run = dataclasses.replace(run, recipe=Recipe.preset)
+    reasons["recipe"] = describe_recipe(run.recipe, device.type)
     if run.torch_threads == AUTO:
         usable, why = hardware.usable_cores()
         ranks_here = ranks_here if ranks_here is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)

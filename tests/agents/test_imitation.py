@@ -87,6 +87,33 @@ def test_demo_env_shape_keeps_whole_episodes():
     assert demo_env_shape(81_920, 200, 64) == (64, 1280)  # the CPU default: the training env's size
     assert demo_env_shape(81_920, 200, 8192) == (409, 201)  # a GPU's thousands: fewer, longer
     assert demo_env_shape(10, 200, 64) == (1, 10)
+    # imitation.steps_per_env=64 (the GPU recipe): every one of a GPU's environments, one planner episode each
+    assert demo_env_shape(131_072, 64, 2048) == (2048, 64)
+
+
+def test_cloning_stops_once_an_epoch_buys_less_than_min_gain(make_config):
+    learner = build_learner(make_config("model.hidden_size=64"), torch.device("cpu"))
+    demos = demonstrations(learner, Teacher.greedy, 24)
+    start = {k: v.clone() for k, v in learner.actor.state_dict().items()}
+
+    def fit(min_gain: float) -> dict:
+        learner.actor.load_state_dict(start)
+        return clone(
+            learner.actor,
+            demos,
+            epochs=40,
+            lr=3e-3,
+            minibatch_steps=64,
+            generator=torch.Generator().manual_seed(0),
+            autocast=make_autocast(Amp.off, torch.device("cpu")),
+            min_gain=min_gain,
+        )
+
+    every = fit(0.0)
+    early = fit(0.02)  # two points of accuracy an epoch: the small demonstrations are learned well before 40
+    assert every["epochs"] == 40
+    assert 2 <= early["epochs"] < 40, early
+    assert early["accuracy"] > 0.5
 
 
 def test_the_actor_learning_rate_ramps_up_and_the_critics_does_not(make_config):
@@ -138,6 +165,10 @@ def test_bad_imitation_settings_name_the_key(make_config):
         make_config("imitation.env_steps=0")
     with pytest.raises(ValueError, match="train.actor_warmup"):
         make_config("train.actor_warmup=1.5")
+    with pytest.raises(ValueError, match="imitation.steps_per_env"):
+        make_config("imitation.steps_per_env=-1")
+    with pytest.raises(ValueError, match="imitation.min_accuracy_gain"):
+        make_config("imitation.min_accuracy_gain=1.0")
     with pytest.raises(ValueError, match="imitation.teacher"):
         load_config(None, ["imitation.teacher=oracle"])
     with pytest.raises(ValueError, match="train.clone_kl_coef"):

@@ -98,7 +98,8 @@ def test_explicit_values_win_and_skip_the_probe(monkeypatch, keep_threads):
     monkeypatch.setattr(md, "bf16_matmul_time_ratio", no_probe)
     cfg, reasons = md.resolve(tiny_config("train.amp=bf16", "run.torch_threads=1", "env.num_envs=8"), CPU)
     assert (cfg.train.amp, cfg.run.torch_threads, cfg.env.num_envs) == (Amp.bf16, 1, 8)
-    assert all(v.endswith("(set)") for v in reasons.values())
+    assert all(v.endswith("(set)") for k, v in reasons.items() if k != "recipe")
+    assert reasons["recipe"] == "preset (as written)"  # run.recipe=auto in code: the config as given
 
 
 def test_resolve_on_a_gpu_uses_its_capability(monkeypatch, keep_threads):

@@ -1,0 +1,65 @@
+"""`run.recipe`: the default preset becomes the GPU recipe on CUDA, and only there; an override still wins."""
+
+import pytest
+import torch
+
+from agents import train_mappo
+from agents.config import Recipe, load_config
+from agents.config.recipe import GPU_RECIPE, choose_recipe, describe_recipe, recipe_paths
+from agents.run import machine_defaults
+from agents.train_mappo import DEFAULT_CONFIG, parse_args, resolve_config
+
+SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "device", "default_preset", "chosen"),
+    [
+        (Recipe.auto, "cuda", True, Recipe.gpu),  # `make train` on a GPU machine
+        (Recipe.auto, "cpu", True, Recipe.preset),
+        (Recipe.auto, "cuda", False, Recipe.preset),  # --config names what to run
+        (Recipe.gpu, "cpu", True, Recipe.gpu),  # the GPU recipe checked on a CPU
+        (Recipe.preset, "cuda", True, Recipe.preset),
+    ],
+)
+def test_auto_takes_the_gpu_recipe_for_the_default_preset_on_cuda(recipe, device, default_preset, chosen):
+    assert choose_recipe(recipe, device, default_preset) == chosen
+
+
+def test_the_gpu_recipe_is_wide_and_short_and_keeps_the_preset_task():
+    cpu, gpu = load_config(DEFAULT_CONFIG), load_config(recipe_paths(DEFAULT_CONFIG, Recipe.gpu))
+    assert recipe_paths(DEFAULT_CONFIG, Recipe.gpu) == [DEFAULT_CONFIG, GPU_RECIPE]
+    assert gpu.env.num_envs >= 2048 and gpu.train.num_steps < cpu.train.num_steps
+    assert gpu.imitation.steps_per_env * gpu.env.num_envs == gpu.imitation.env_steps  # every env demonstrates
+    assert gpu.env_config() == cpu.env_config() and gpu.model == cpu.model  # the same task and networks
+    assert gpu.train.total_env_steps == cpu.train.total_env_steps
+    with pytest.raises(ValueError, match="resolved"):
+        recipe_paths(DEFAULT_CONFIG, Recipe.auto)
+
+
+def test_the_command_line_resolves_the_recipe_for_its_device(monkeypatch):
+    cpu = resolve_config(parse_args([]))
+    assert cpu.run.recipe == Recipe.preset and cpu.env.num_envs == "auto"
+    on_cpu = resolve_config(parse_args(["run.recipe=gpu", "run.device=cpu", "train.num_minibatches=4"]))
+    assert on_cpu.run.recipe == Recipe.gpu and on_cpu.env.num_envs == 2048
+    assert on_cpu.train.num_minibatches == 4  # an override is laid over the recipe
+    monkeypatch.setattr(train_mappo, "pick_device", lambda name: torch.device("cuda"))
+    gpu = resolve_config(parse_args([]))
+    assert gpu.run.recipe == Recipe.gpu and gpu.env.num_envs == 2048
+    assert resolve_config(parse_args(["run.recipe=preset"])).env.num_envs == "auto"
+    smoke = resolve_config(parse_args(["--config", str(SMOKE)]))
+    assert smoke.run.recipe == Recipe.preset and smoke == load_config(SMOKE, ["run.recipe=preset"])
+
+
+def test_the_banner_names_the_recipe(restore_threads):
+    cfg = load_config(SMOKE)  # run.recipe=auto: a config built in code is taken as given
+    resolved, reasons = machine_defaults.resolve(cfg, torch.device("cpu"))
+    assert resolved.run.recipe == Recipe.preset and reasons["recipe"] == describe_recipe(Recipe.preset, "cpu")
+    _, reasons = machine_defaults.resolve(load_config(SMOKE, ["run.recipe=gpu"]), torch.device("cpu"))
+    assert reasons["recipe"].startswith("gpu (configs/recipe_gpu.yaml over the preset")
+    assert "run.recipe=gpu" in describe_recipe(Recipe.preset, "cuda")
+
+
+def test_a_bad_recipe_names_the_key():
+    with pytest.raises(ValueError, match="run.recipe"):
+        load_config(DEFAULT_CONFIG, ["run.recipe=fast"])
