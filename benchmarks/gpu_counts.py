@@ -4,6 +4,10 @@
     PYTHONPATH=<tree> python benchmarks/gpu_counts.py --what trainer --config <tree>/benchmarks/trainer_config.yaml \
         --out ...
     PYTHONPATH=<tree> python benchmarks/gpu_counts.py --what learn --config <run>/learn/config.yaml --out ...
+    PYTHONPATH=$PWD python benchmarks/gpu_counts.py --what learn --config configs/default.yaml \
+        configs/recipe_gpu.yaml --out DIR/learn-today-gpu.json           # `make train` on CUDA: the GPU recipe
+    PYTHONPATH=$PWD python benchmarks/gpu_counts.py --what learn --config configs/default.yaml \
+        --set env.num_envs=256 --out DIR/learn-today-preset-256.json     # the preset as CUDA ran it before
 
 Run as a file, not a module, with ``PYTHONPATH`` on the tree whose code is counted (a commit the GPU
 rows name, checked out by ``git worktree add``): it imports only functions that every counted commit
@@ -17,10 +21,18 @@ two batch sizes per item check):
     trainer   a whole `train_iteration` (collect, GAE, PPO epochs) plus its two metric reads, at
               (envs, steps) = (16, 18), (32, 18), (16, 36): kernels = a + b x steps, bytes and FLOPs
               p + r x steps + q x envs x steps; (32, 36) checks that fit.
-    learn     the trainer counts for the run's config, and, where it imitates a planner, one
-              demonstration step (planner, buffer write, env step) at the run's demonstration
-              batch, averaged over sampled steps of a 200-step stretch from reset; the policy step
-              DAgger adds; one cloning minibatch; and the in-training evaluation's pieces at
+    learn     the trainer counts for the run's config (several files: laid over each other in order,
+              as `run.recipe` lays configs/recipe_gpu.yaml over the preset; `--set` overrides after
+              them), also at twice its minibatches (the per-minibatch share, so that a changed
+              `train.num_minibatches` is predicted without a recount); one iteration at the run's own
+              shape, by phase (rollout, update, the rest), its rollout averaged over whole periods of
+              the env's rebuilds of prepared starts; and, where it imitates a planner, one
+              demonstration step (planner, buffer write, env step) at the run's demonstration batch,
+              averaged over sampled steps of a stretch from reset (the run's demonstration steps,
+              at most 200); the policy step DAgger adds; one cloning minibatch at
+              `imitation.minibatch_steps` and at 4x that (bytes and FLOPs per frame), each with what
+              an epoch adds beyond its minibatches; and, where the
+              run evaluates (`run.eval_interval` > 0), the in-training evaluation's pieces at
               `run.eval_envs` (an episode of the actor, the planners' calls).
 """
 
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -82,22 +95,83 @@ def env_counts() -> dict:
     return out
 
 
-def iteration_counts(config: Path) -> dict:
+def learner_at(config: list[Path], overrides: list[str], envs: int, steps: int):
+    """`learner_for` the config files (one: as every counted tree takes it) with ``overrides``."""
+    kw = {"overrides": overrides} if overrides else {}  # a keyword older trees' learner_for lacks
+    return learner_for(envs, steps, "bf16", 100, config=config[0] if len(config) == 1 else config, **kw)
+
+
+def whole_iteration(learner) -> dict[str, float]:
+    """Counts of one `train_iteration` and its two metric reads (after an uncounted one: Adam's state)."""
     from agents.algo.learner import read_episode_stats, read_metrics, train_iteration
 
+    read_metrics(train_iteration(learner))
+
+    def one():
+        read_metrics(train_iteration(learner))
+        read_episode_stats(learner)
+
+    return counted(one)
+
+
+def iteration_counts(config: list[Path], overrides: list[str] = (), per_minibatch: bool = False) -> dict:
     out = {}
     for envs, steps in ITERATION_SHAPES:
-        learner = learner_for(envs, steps, "bf16", 100, config=config)
-        read_metrics(train_iteration(learner))  # not counted: the first creates Adam's state
-
-        def one(learner=learner):
-            read_metrics(train_iteration(learner))
-            read_episode_stats(learner)
-
-        out[f"{envs}x{steps}"] = {"envs": envs, "steps": steps, **counted(one)}
+        learner = learner_at(config, list(overrides), envs, steps)
+        out[f"{envs}x{steps}"] = {"envs": envs, "steps": steps, **whole_iteration(learner)}
     tc = learner.cfg.train
     out["epochs"], out["minibatches"] = tc.update_epochs, tc.num_minibatches
+    if per_minibatch:  # the first shape again at twice the minibatches: what one more minibatch costs
+        envs, steps = ITERATION_SHAPES[0]
+        more = 2 * tc.num_minibatches
+        if envs * steps % more:
+            raise ValueError(f"{envs}x{steps} env steps do not split into {more} minibatches")
+        learner = learner_at(config, [*overrides, f"train.num_minibatches={more}"], envs, steps)
+        out["minibatches_x2"] = {"envs": envs, "steps": steps, "minibatches": more, **whole_iteration(learner)}
     return out
+
+
+def run_iteration(config: list[Path], overrides: list[str], envs: int, steps: int) -> dict:
+    """One iteration at the run's own shape, by phase: ``rollout`` (`collect`: the policy and env
+    steps, averaged over enough calls to cover whole periods of the env's rebuilds of prepared
+    starts, as a run's iterations do), ``update`` (GAE, the clone's log-probabilities and every PPO
+    minibatch at the run's size) and ``rest`` (learning rates, metrics and the two reads)."""
+    from agents.algo.learner import collect, read_episode_stats, read_metrics, train_iteration
+
+    learner = learner_at(config, overrides, envs, steps)
+    read_metrics(train_iteration(learner))  # not counted: the first creates Adam's state
+    period = max(1, learner.env.prepare_period)
+    calls = min(18, math.lcm(steps, period) // steps)
+    flops, marks = FlopCounterMode(display=False), {}
+    with OpCounter() as c, flops:
+
+        def mark(phase: str) -> None:
+            marks[phase] = {"kernels": c.kernels, "syncs": c.host_syncs, "bytes": c.bytes}
+            marks[phase]["flops"] = flops.get_total_flops()
+
+        mark("start")
+        read_metrics(train_iteration(learner, mark))
+        read_episode_stats(learner)
+        mark("stop")
+        for _ in range(calls - 1):
+            collect(learner)
+        mark("rollouts")
+
+    def between(a: str, b: str) -> dict[str, float]:
+        return {k: marks[b][k] - marks[a][k] for k in marks[a]}
+
+    rollout = add(between("env", "learn"), between("stop", "rollouts"))
+    tc = learner.cfg.train
+    return {
+        "envs": envs,
+        "steps": steps,
+        "epochs": tc.update_epochs,
+        "minibatches": tc.num_minibatches,
+        "rollout_calls": calls,
+        "rollout": {k: v / calls for k, v in rollout.items()},
+        "update": between("learn", "end"),
+        "rest": add(between("start", "env"), between("end", "stop")),
+    }
 
 
 def policy_step(learner, envs: int) -> dict[str, float]:
@@ -110,7 +184,8 @@ def policy_step(learner, envs: int) -> dict[str, float]:
 
 def planner_calls(cfg, envs: int, seed: int, steps: int, teacher: str, with_buffer: bool) -> dict[str, float]:
     """Mean counts of one planner call + env step (+ a demonstration write) over ``steps`` steps from
-    reset, every `SAMPLE_EVERY`-th counted (the others run uncounted, so the states are the run's)."""
+    reset, every `SAMPLE_EVERY`-th counted (the others run uncounted, so the states are the run's;
+    only the counted ones write, into a buffer of their size: the write's count is the same)."""
     from agents.algo.imitation import DEMO_FIRST_ENV, Demonstrations
     from uavsim.env import UAVSwarmEnv
     from uavsim.scripted import make_scripted
@@ -120,13 +195,14 @@ def planner_calls(cfg, envs: int, seed: int, steps: int, teacher: str, with_buff
     )
     obs = env.reset()
     policy = make_scripted(teacher, env, planner_seed=seed)
-    into = Demonstrations(steps * envs, env.num_uavs, env.local_obs_dim, 0, env.obs_dtype, env.device)
+    sampled = -(-steps // SAMPLE_EVERY)
+    into = Demonstrations(sampled * envs, env.num_uavs, env.local_obs_dim, 0, env.obs_dtype, env.device)
     total, n = {}, 0
     for s in range(steps):
 
-        def one(obs=obs):
+        def one(obs=obs, write=with_buffer and s % SAMPLE_EVERY == 0):
             act = policy(env)
-            if with_buffer:
+            if write:
                 into.add(obs["local"], act)
             return env.step(act)[0]
 
@@ -139,43 +215,61 @@ def planner_calls(cfg, envs: int, seed: int, steps: int, teacher: str, with_buff
     return {k: v / n for k, v in total.items()} | {"sampled_calls": n, "steps": steps, "envs": envs}
 
 
-def clone_minibatch(learner, frames: int = 2048) -> dict[str, float]:
-    """One epoch of `clone` over ``frames`` random frames, per minibatch (and the epoch's syncs)."""
+def clone_minibatch(learner, rows: int | None = None) -> dict:
+    """One cloning minibatch of ``rows`` frames (by default `imitation.minibatch_steps`): an epoch of
+    `clone` over 4 minibatches of random frames less one over 2, halved (bytes: see below); and under
+    ``epoch`` what an epoch adds beyond its minibatches (its order's draw, its sums, its read; Adam's
+    state, made once a fit, counted in each epoch here)."""
     from agents.algo.imitation import Demonstrations, clone
 
     ic, env = learner.cfg.imitation, learner.env
-    demos = Demonstrations(frames, env.num_uavs, env.local_obs_dim, 0, env.obs_dtype, env.device)
+    rows = rows or ic.minibatch_steps
     gen = torch.Generator().manual_seed(0)
-    local = torch.randn(frames, env.num_uavs, env.local_obs_dim, generator=gen).to(env.obs_dtype)
-    demos.add(local, torch.randint(0, env.config.num_actions, (frames, env.num_uavs), generator=gen))
-    mbs = frames // ic.minibatch_steps
-    c = counted(lambda: clone(learner.actor, demos, 1, ic.lr, ic.minibatch_steps, gen, learner.autocast))
-    return {k: v / mbs for k, v in c.items()} | {"minibatches_counted": mbs, "rows_per_minibatch": ic.minibatch_steps}
+
+    def epoch(minibatches: int) -> dict[str, float]:
+        frames = minibatches * rows
+        demos = Demonstrations(frames, env.num_uavs, env.local_obs_dim, 0, env.obs_dtype, env.device)
+        local = torch.randn(frames, env.num_uavs, env.local_obs_dim, generator=gen).to(env.obs_dtype)
+        demos.add(local, torch.randint(0, env.config.num_actions, (frames, env.num_uavs), generator=gen))
+        return counted(lambda: clone(learner.actor, demos, 1, ic.lr, rows, gen, learner.autocast))
+
+    two, four = epoch(2), epoch(4)
+    one = {k: (four[k] - two[k]) / 2 for k in two}
+    fixed = {k: two[k] - 2 * one[k] for k in two}
+    # bytes: half the 2-minibatch epoch's. A gather counts its whole source (`OpCounter`), here all the
+    # epoch's frames, so the difference would grow with the frames; the run's gathers read their rows.
+    one["bytes"], fixed["bytes"] = two["bytes"] / 2, 0.0
+    return one | {"epoch": fixed, "minibatches_counted": 6, "rows_per_minibatch": rows}
 
 
-def learn_counts(config: Path) -> dict:
+def learn_counts(config: list[Path], overrides: list[str] = ()) -> dict:
     from agents.algo.imitation import demo_env_shape
     from agents.evaluate import actor_policy, run_episodes
 
-    out = {"iteration": iteration_counts(config)}
-    run_cfg = config_of(config)
-    envs = run_cfg.env.num_envs
+    overrides = list(overrides)
+    run_cfg = config_of(config, overrides)
+    envs, steps = run_cfg.env.num_envs, run_cfg.train.num_steps
     ic = run_cfg.imitation
-    learner = learner_for(run_cfg.run.eval_envs, 2, "bf16", 100, config=config)
+    out = {"iteration": iteration_counts(config, overrides, per_minibatch=True)}
+    out["run_iteration"] = run_iteration(config, overrides, envs, steps)
+    out["eval_interval"] = run_cfg.run.eval_interval
+    learner = learner_at(config, overrides, run_cfg.run.eval_envs, 2)
     out["eval_envs"] = eval_envs = run_cfg.run.eval_envs
     env = learner.env
-    for deterministic in (True, False):
-        pol = actor_policy(learner.actor, env, deterministic, 0, learner.autocast)
-        out[f"eval_episode_{'argmax' if deterministic else 'sampled'}"] = counted(
-            lambda pol=pol: run_episodes(env, pol)
-        )
     out["eval_steps"] = env.config.max_steps
-    for teacher in ("greedy", "coordinated"):
-        out[f"eval_baseline_{teacher}_call"] = planner_calls(
-            run_cfg, eval_envs, 0, env.config.max_steps, teacher, False
-        )
+    if run_cfg.run.eval_interval > 0:  # 0: no evaluation, nor the planners' reference episodes
+        for deterministic in (True, False):
+            pol = actor_policy(learner.actor, env, deterministic, 0, learner.autocast)
+            out[f"eval_episode_{'argmax' if deterministic else 'sampled'}"] = counted(
+                lambda pol=pol: run_episodes(env, pol)
+            )
+        for teacher in ("greedy", "coordinated"):
+            out[f"eval_baseline_{teacher}_call"] = planner_calls(
+                run_cfg, eval_envs, 0, env.config.max_steps, teacher, False
+            )
     if ic.teacher.value != "none":
-        demo_envs, demo_steps = demo_env_shape(ic.env_steps, env.config.max_steps, envs)
+        per_env = getattr(ic, "steps_per_env", 0) or env.config.max_steps  # the key older trees lack
+        demo_envs, demo_steps = demo_env_shape(ic.env_steps, per_env, envs)
         dagger_steps = -(-ic.dagger_env_steps // demo_envs)
         out["imitation"] = {
             "teacher": ic.teacher.value,
@@ -186,38 +280,45 @@ def learn_counts(config: Path) -> dict:
             "epochs": [ic.epochs] + [ic.dagger_epochs] * ic.dagger_rounds,
             "frames": [demo_steps * demo_envs + r * dagger_steps * demo_envs for r in range(ic.dagger_rounds + 1)],
             "minibatch_steps": ic.minibatch_steps,
-            "demo_call": planner_calls(run_cfg, demo_envs, run_cfg.seed, 200, ic.teacher.value, True),
-            "dagger_policy_step": policy_step(learner_for(demo_envs, 2, "bf16", 100, config=config), demo_envs),
+            "demo_call": planner_calls(run_cfg, demo_envs, run_cfg.seed, min(200, demo_steps), ic.teacher.value, True),
+            "dagger_policy_step": policy_step(learner_at(config, overrides, demo_envs, 2), demo_envs),
             "clone_minibatch": clone_minibatch(learner),
+            "clone_minibatch_x4": clone_minibatch(learner, 4 * ic.minibatch_steps),
         }
     return out
 
 
-def config_of(path: Path):
+def config_of(paths: list[Path], overrides: list[str] = ()):
     from agents.config import load_config
 
-    return load_config(path, ["run.device=cpu", "run.torch_threads=0"])
+    return load_config(paths[0] if len(paths) == 1 else paths, [*overrides, "run.device=cpu", "run.torch_threads=0"])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--what", choices=("env", "trainer", "learn"), required=True)
-    parser.add_argument("--config", type=Path, help="the config counted (trainer, learn)")
+    parser.add_argument(
+        "--config", type=Path, nargs="+", help="the config counted (trainer, learn); several: laid over in order"
+    )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override (learn)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.what != "env" and args.config is None:
         parser.error("--config is needed for trainer and learn")
+    if args.set and args.what != "learn":
+        parser.error("--set is for learn counts")
     torch.set_num_threads(1)
     began = time.perf_counter()
     counts = {"env": env_counts, "trainer": iteration_counts, "learn": learn_counts}[args.what]
-    payload = counts() if args.what == "env" else counts(args.config)
+    payload = counts() if args.what == "env" else counts(args.config, args.set)
     import benchmarks
 
     tree = Path(benchmarks.__file__).resolve().parent.parent
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True).stdout
     payload = {
         "what": args.what,
-        "config": str(args.config) if args.config else None,
+        "config": " ".join(map(str, args.config)) if args.config else None,
+        "overrides": args.set,
         "commit": commit.strip(),
         "torch": torch.__version__,
         "seconds": round(time.perf_counter() - began, 1),

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,15 +216,25 @@ def bytes_per_env_step(
 
 
 # -- the trainer ----------------------------------------------------------------------------------
-def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, config: Path = TRAINER_CONFIG):
+def learner_for(
+    num_envs: int,
+    num_steps: int,
+    amp: str,
+    episode_length: int,
+    config: Path | Sequence[Path] = TRAINER_CONFIG,
+    overrides: Sequence[str] = (),
+):
     """The trainer's learner for `config` (its networks, optimizer, storage; by default
-    benchmarks/trainer_config.yaml, what the committed results count), its env staggered as in `staggered_env`."""
+    benchmarks/trainer_config.yaml, what the committed results count; several files: laid over each
+    other in order, as a recipe is), with `overrides` before the given shape, its env staggered as in
+    `staggered_env`."""
     from agents.algo.learner import build_learner
     from agents.config import load_config
 
     cfg = load_config(
         config,
         [
+            *overrides,
             f"env.num_envs={num_envs}",
             f"train.num_steps={num_steps}",
             f"train.amp={amp}",
