@@ -278,6 +278,7 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
             seed=cfg.seed,
             first_env_index=first + replicas.rank * envs,
             obs_dtype=task.obs_dtype,
+            check_action_range=False,  # the planner's and the actor's moves are in range: no host read a step
         )
         first += replicas.world_size * envs  # the next group's range, past every rank's
         dagger_steps = math.ceil(ic.dagger_env_steps / len(tasks) / envs)
