@@ -239,14 +239,18 @@ def learner_for(num_envs: int, num_steps: int, amp: str, episode_length: int, co
 
 
 def minibatch_update(learner, batch, steps: torch.Tensor) -> None:
-    """One minibatch of `agents.algo.ppo.update`: loss, backward, `optimizer_step`."""
-    from agents.algo.ppo import minibatch_loss, optimizer_step
+    """One minibatch of `agents.algo.ppo.update`: the learner's loss, `minibatch_step` (backward,
+    the step's arithmetic, the optimizer), and the row added to the iteration's sums."""
+    from agents.algo.ppo import minibatch_step
 
     tc = learner.cfg.train
-    loss, _ = minibatch_loss(learner.actor, learner.critic, batch, steps, tc, learner.autocast)
-    learner.optimizer.zero_grad(set_to_none=True)
-    learner.scaler.scale(loss).backward()
-    optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, tc.max_grad_norm)
+    torch.compiler.cudagraph_mark_step_begin()
+    loss, stats = learner.loss_fn(learner.actor, learner.critic, batch, steps, tc, learner.autocast)
+    values = [v for v in vars(stats).values() if v is not None]
+    row = minibatch_step(
+        learner.actor, learner.critic, learner.optimizer, learner.scaler, loss, values, tc, None, learner.norms_fn
+    )
+    torch.add(row, row)  # stands for `update`'s running sum: one add a minibatch
 
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:

@@ -41,6 +41,8 @@ class Storage:
     terminated: torch.Tensor  # [T, B] bool
     truncated: torch.Tensor  # [T, B] bool
     hidden: torch.Tensor  # [T / C, B, N, H] float32  the actor's hidden state at each chunk's start (H = 0: none)
+    row: torch.Tensor  # [] int64  the row `rollout_step` writes next: one counter for the storage's life,
+    # so that a captured step sees it at the same address every iteration (`agents.algo.static_inputs`)
 
     @classmethod
     def allocate(
@@ -92,6 +94,7 @@ class Storage:
             terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             truncated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             hidden=f32(t // chunk_length, b, n, hidden_size),
+            row=torch.zeros((), dtype=torch.int64, device=dev),
         )
 
     @property

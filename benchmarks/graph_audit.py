@@ -1,0 +1,157 @@
+"""What CUDA graph trees would make of a compiled function, checked on any device (the CPU included).
+
+`GraphAudit` is a `torch.compile` backend that traces as inductor does (AOT autograd, functional
+graphs that keep an inference graph's writes into its inputs) and records, for every graph, what
+inductor's `reduce-overhead` mode checks before it captures one (`torch._inductor.cudagraph_utils`):
+the inputs the graph writes that are not static addresses ("skipping cudagraphs due to mutated
+inputs"), inputs that are not tensors ("non-Tensor inputs"), and the non-static tensor inputs that
+a replay first copies into the graph's own memory. Inductor itself only runs these checks on a CUDA
+device; here they run on whatever device the function runs on, so a test on the CPU can say that
+the trainer's captured graphs would not be skipped on a GPU. Two skip reasons stay for a GPU to see:
+a CPU tensor inside a CUDA graph and an op inductor cannot capture.
+
+With `count_replays=True`, each graph runs hidden from an active `benchmarks.op_count.OpCounter`,
+which instead counts what a replay launches: one graph, plus one copy per non-static input that no
+earlier graph produced (CUDA graph trees keep those in place). The kernels counted that way are the
+host's launches under CUDA graphs (`benchmarks.step_cost --captured`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
+
+REPLAY = "cuda graph replay"  # the `OpCounter.by_op` names of what a replay launches
+INPUT_COPY = "cuda graph input copy"
+TENSOR_LIKE = (torch.Tensor, torch.SymInt)  # what CUDA graph trees take as inputs (and generators)
+
+
+@dataclasses.dataclass
+class AuditedGraph:
+    """One compiled graph: `kind` ("inference", "forward" or "backward"), its inputs, which of them
+    CUDA graph trees take as static, and what would make them skip it."""
+
+    kind: str
+    inputs: int
+    static: frozenset[int]
+    mutated_not_static: list[str]  # placeholder names (and the source line that writes them, where known)
+    non_tensor: list[str]  # types of inputs that are neither tensors nor symbolic ints
+
+    @property
+    def skip_reasons(self) -> list[str]:
+        """Why CUDA graph trees would skip this graph ([] where they would capture it)."""
+        out = []
+        if self.mutated_not_static:
+            out.append(f"mutated inputs ({len(self.mutated_not_static)} instances): {self.mutated_not_static}")
+        if self.non_tensor:
+            out.append(f"non-Tensor inputs: {self.non_tensor}")
+        return out
+
+
+class GraphAudit:
+    """`torch.compile(fn, backend=GraphAudit())`: records an `AuditedGraph` per graph in `graphs`;
+    the graphs run as traced (AOT autograd's eager kernels)."""
+
+    def __init__(self, count_replays: bool = False) -> None:
+        self.graphs: list[AuditedGraph] = []
+        self.count_replays = count_replays
+        self._outputs: dict[int, weakref.ref] = {}  # what graphs returned (by id): kept in place
+        self._backend = aot_autograd(
+            fw_compiler=self._compiler("forward"),
+            bw_compiler=self._compiler("backward"),
+            inference_compiler=self._compiler("inference"),
+            keep_inference_input_mutations=True,
+        )
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
+        return self._backend(gm, example_inputs)
+
+    @property
+    def skip_reasons(self) -> list[str]:
+        """Every recorded graph's skip reasons, each prefixed with the graph's index and kind."""
+        return [f"graph {i} ({g.kind}): {r}" for i, g in enumerate(self.graphs) for r in g.skip_reasons]
+
+    def _compiler(self, kind: str) -> Callable:
+        def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]):
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            static = frozenset(static_inputs(gm, kind))
+            position = {node: i for i, node in enumerate(placeholders)}
+            mutated = sorted({position[n.args[0]] for n in gm.graph.nodes if writes_placeholder(n, position)})
+            graph = AuditedGraph(
+                kind=kind,
+                inputs=len(placeholders),
+                static=static,
+                mutated_not_static=[described(placeholders[i]) for i in mutated if i not in static],
+                non_tensor=[type(x).__name__ for x in example_inputs if not isinstance(x, TENSOR_LIKE)],
+            )
+            self.graphs.append(graph)
+            return make_boxed_func(self._runner(gm, graph))
+
+        return compile_graph
+
+    def _runner(self, gm: torch.fx.GraphModule, graph: AuditedGraph) -> Callable:
+        def run(*args):
+            counter = _get_current_dispatch_mode() if self.count_replays else None
+            if counter is None or not hasattr(counter, "by_op"):
+                return self._kept(gm(*args))
+            copies = sum(
+                isinstance(x, torch.Tensor) and i not in graph.static and not self._produced(x)
+                for i, x in enumerate(args)
+            )
+            counter.kernels += 1 + copies
+            counter.by_op[REPLAY][0] += 1
+            counter.by_op[INPUT_COPY][0] += copies
+            with _disable_current_modes():
+                return self._kept(gm(*args))
+
+        return run
+
+    def _kept(self, out):
+        for x in out if isinstance(out, (list, tuple)) else [out]:
+            if isinstance(x, torch.Tensor):
+                self._outputs[id(x)] = weakref.ref(x)
+        return out
+
+    def _produced(self, x: torch.Tensor) -> bool:
+        ref = self._outputs.get(id(x))
+        return ref is not None and ref() is x
+
+
+def static_inputs(gm: torch.fx.GraphModule, kind: str) -> list[int]:
+    """The inputs of `gm` CUDA graph trees take as static, as inductor's `compile_fx` finds them:
+    a forward's from AOT autograd's metadata (parameters, buffers and `mark_static_address`ed
+    tensors), a backward's every input before the tangents (`count_tangents`)."""
+    if kind == "backward":
+        from torch._inductor.utils import count_tangents
+
+        return list(range(count_tangents(gm)))
+    context = torch._guards.TracingContext.try_get()
+    return list(context.fw_metadata.static_input_indices) if context and context.fw_metadata else []
+
+
+def writes_placeholder(node: torch.fx.Node, position: dict[torch.fx.Node, int]) -> bool:
+    """Whether `node` writes into a graph input: an in-place op (functionalized graphs keep only
+    `copy_` into an input) whose first argument is a placeholder."""
+    if node.op != "call_function" or not node.args or node.args[0] not in position:
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    alias = schema.arguments[0].alias_info
+    return alias is not None and alias.is_write
+
+
+def described(node: torch.fx.Node) -> str:
+    """A placeholder's name and the last source line of its first writing use, where known."""
+    for user in node.users:
+        trace = user.meta.get("stack_trace")
+        if trace:
+            return f"{node.name} ({trace.strip().splitlines()[-1].strip()})"
+    return node.name

@@ -1,0 +1,186 @@
+"""Captured training replays CUDA graphs: `train.compile_rollout` (the rollout step: env and policy)
+and `train.compile` (the PPO minibatch: loss, backward, the step's arithmetic) under CUDA graph trees.
+
+On any machine, `benchmarks.graph_audit` checks what CUDA graph trees check before they capture a
+graph (a write into an input that is not a static address, a non-tensor input): the trainer's
+graphs pass. On a CUDA device the trainer runs its captured iterations: no graph skipped
+(`counters["inductor"]["cudagraph_skips"]`), graphs replayed, and the run stays on the eager one.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+import agents.algo.learner as learner_module
+from agents.algo import rollout
+from agents.algo.learner import build_learner, read_metrics, train_iteration
+from agents.algo.ppo import minibatch_loss, minibatch_norms
+from agents.algo.static_inputs import is_static, mark_static_tensors
+from benchmarks.graph_audit import GraphAudit
+
+# Episodes of at most 12 steps: resets and the env's rebuilds of prepared starts inside 24 steps.
+SMALL = ["train.num_steps=24", "env.num_envs=6", "train.num_minibatches=2", "train.update_epochs=2"]
+CAPTURED = ["train.compile=true", "train.compile_rollout=true"]
+VARIANTS = {
+    "feed_forward": [],
+    "shared_map": ["model.actor_shared_map=true"],
+    "recurrent": ["model.recurrent=true", "train.chunk_length=8"],
+    "shared_map_bf16": ["model.actor_shared_map=true", "train.amp=bf16"],
+    "near_clone": ["model.actor_shared_map=true", "imitation.teacher=greedy", "train.clone_kl_coef=0.5"],
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def audited(monkeypatch, audit: GraphAudit) -> None:
+    """The learner's compiled functions, traced by `audit` instead of inductor (as the trainer
+    compiles them: whole graphs, static shapes)."""
+    monkeypatch.setattr(
+        learner_module,
+        "compile_rollout_step",
+        lambda device, **kwargs: rollout.compile_rollout_step(device, audit, **kwargs),
+    )
+    monkeypatch.setattr(
+        learner_module, "compile_loss", lambda device: torch.compile(minibatch_loss, dynamic=False, backend=audit)
+    )
+    monkeypatch.setattr(
+        learner_module,
+        "compile_norms",
+        lambda device: torch.compile(minibatch_norms, dynamic=False, fullgraph=True, backend=audit),
+    )
+
+
+def test_the_audit_sees_what_cuda_graph_trees_skip():
+    """A write into an input that is not a static address is the skip the GPUs of 2026-11-26/27
+    logged ("mutated inputs"); marked static, the same function passes."""
+
+    def count(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(1)
+        return y * 2
+
+    x, y = torch.zeros(3), torch.ones(3)
+    audit = GraphAudit()
+    torch.compile(count, fullgraph=True, backend=audit)(x, y)
+    assert len(audit.skip_reasons) == 1 and "mutated inputs (1 instances)" in audit.skip_reasons[0]
+    torch._dynamo.reset()
+    mark_static_tensors(x)
+    audit = GraphAudit()
+    torch.compile(count, fullgraph=True, backend=audit)(x, y)
+    assert audit.skip_reasons == [] and x.tolist() == [2.0, 2.0, 2.0]
+    assert audit.graphs[0].static == {0}  # x; y is copied into the graph's memory before a replay
+
+
+def test_mark_static_tensors_reaches_the_rollouts_state_but_not_the_networks(make_config):
+    learner = build_learner(make_config(*SMALL, "model.actor_shared_map=true"), torch.device("cpu"))
+    marked = mark_static_tensors(learner.env, learner.storage, learner.stats, learner.action_noise)
+    assert marked > 20
+    env = learner.env
+    assert all(is_static(t) for t in (env._buf, env._prep_buf, *env._prep_obs.values(), env._pending))
+    assert is_static(learner.storage.local) and is_static(learner.storage.row) and is_static(learner.stats.sums)
+    assert is_static(learner.action_noise.step)
+    assert not any(is_static(p) for p in learner.actor.parameters())  # dynamo's own business
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS), ids=list(VARIANTS))
+def test_captured_training_makes_no_graph_cuda_graph_trees_would_skip(make_config, monkeypatch, variant):
+    """Two captured iterations: every graph (the rollout step's, the minibatch's forward, backward
+    and step arithmetic) writes only static inputs and takes only tensors; a replay copies in only
+    what is new at each call (the observation, agent ids and hidden state; the minibatch's draw and
+    the iteration's advantages, returns and values), not the env's tables or the stored rollout."""
+    audit = GraphAudit()
+    audited(monkeypatch, audit)
+    learner = build_learner(make_config(*SMALL, *CAPTURED, *VARIANTS[variant]), torch.device("cpu"))
+    for _ in range(2):
+        metrics = train_iteration(learner)
+    assert audit.skip_reasons == []
+    kinds = [g.kind for g in audit.graphs]
+    assert kinds.count("forward") == 1 and kinds.count("backward") == 1  # the loss: compiled once
+    assert 2 <= kinds.count("inference") <= 4  # the rollout step's (a rebuild branch) and the step arithmetic
+    copied = [g.inputs - len(g.static) for g in audit.graphs]
+    rollout_copies = copied[: kinds.index("forward")]
+    assert max(rollout_copies) <= 4, rollout_copies  # obs local, obs state, agent ids, hidden state
+    assert copied[kinds.index("forward")] <= 6  # steps, advantages, values, returns, clone log-probs, starts
+    assert all(isinstance(v, float) for v in read_metrics(metrics).values())
+
+
+def test_the_captured_update_computes_the_eager_one(make_config, monkeypatch):
+    """The audited graphs are AOT autograd's eager kernels: the captured run's parameters and
+    metrics equal the eager run's to float32 rounding (fused log-softmax and reductions aside)."""
+    runs = {}
+    for captured in (False, True):
+        audit = GraphAudit()
+        audited(monkeypatch, audit)
+        torch.manual_seed(0)
+        learner = build_learner(
+            make_config(*SMALL, "model.actor_shared_map=true", *(CAPTURED if captured else [])), torch.device("cpu")
+        )
+        runs[captured] = learner, [read_metrics(train_iteration(learner)) for _ in range(3)]
+    (eager, eager_metrics), (comp, comp_metrics) = runs[False], runs[True]
+    for a, b in zip(
+        [*eager.actor.parameters(), *eager.critic.parameters()], [*comp.actor.parameters(), *comp.critic.parameters()]
+    ):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    for name, value in eager_metrics[-1].items():
+        assert comp_metrics[-1][name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+
+
+# -- on a GPU --------------------------------------------------------------------------------------
+def replays_per_iteration(learner, iterations: int, monkeypatch) -> list[int]:
+    """CUDA graph replays in each of `iterations` training iterations of `learner`."""
+    replays = [0]
+    replay = torch.cuda.CUDAGraph.replay
+
+    def counted(self):
+        replays[0] += 1
+        return replay(self)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
+    out = []
+    for _ in range(iterations):
+        replays[0] = 0
+        train_iteration(learner)
+        torch.cuda.synchronize()
+        out.append(replays[0])
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("variant", ["shared_map", "recurrent"], ids=["shared_map", "recurrent"])
+def test_captured_training_replays_cuda_graphs_and_skips_none(make_config, monkeypatch, variant):
+    """`train.compile` + `train.compile_rollout` on CUDA, fp32: after two iterations (warm-up, then
+    recording), every rollout step and every minibatch's forward, backward and step arithmetic
+    replays a CUDA graph, no graph is skipped, and the run stays on the eager run.
+
+    The tolerance is the CPU's compiled-training test's (tests/agents/test_compile.py): the same
+    inductor kernels (reductions and fusions round differently from eager), fp32 without TF32,
+    over 4 iterations of 4 Adam steps; a replay reruns the recorded kernels, so it adds nothing."""
+    cfg = [*SMALL, "run.device=cuda", "train.amp=off", *VARIANTS[variant]]
+    torch.manual_seed(0)
+    eager = build_learner(make_config(*cfg), torch.device("cuda"))
+    eager_metrics = [read_metrics(train_iteration(eager)) for _ in range(4)]
+    torch.manual_seed(0)
+    captured = build_learner(make_config(*cfg, *CAPTURED), torch.device("cuda"))
+    metrics = [read_metrics(train_iteration(captured)) for _ in range(2)]
+    replays = replays_per_iteration(captured, 2, monkeypatch)
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    tc = captured.cfg.train
+    per_iteration = tc.num_steps + 3 * tc.update_epochs * tc.num_minibatches  # rollout steps; fw, bw, arithmetic
+    assert min(replays) >= per_iteration, replays
+    for a, b in zip(
+        [*eager.actor.parameters(), *eager.critic.parameters()],
+        [*captured.actor.parameters(), *captured.critic.parameters()],
+    ):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert metrics[0]["policy_loss"] == pytest.approx(eager_metrics[0]["policy_loss"], rel=1e-3, abs=1e-5)
+    assert captured.stats.read()["episodes"] > 0
