@@ -10,27 +10,30 @@ device; here they run on whatever device the function runs on, so a test on the 
 the trainer's captured graphs would not be skipped on a GPU. Two skip reasons stay for a GPU to see:
 a CPU tensor inside a CUDA graph and an op inductor cannot capture.
 
-With `count_replays=True`, each graph runs hidden from an active `benchmarks.op_count.OpCounter`,
-which instead counts what a replay launches: one graph, plus one copy per non-static input that no
-earlier graph produced (CUDA graph trees keep those in place). The kernels counted that way are the
-host's launches under CUDA graphs (`benchmarks.step_cost --captured`).
+While an `benchmarks.op_count.OpCounter` counts, the audit tallies what CUDA graphs would change
+of it (`Tally`): the kernels counted inside the graphs, which a replay launches as one graph, and
+the copies a replay makes first, one per non-static tensor input that no graph of the same step
+produced (CUDA graph trees keep those in place; a step begins with a forward or inference graph).
+The counter's kernels, less those inside the graphs, plus the replays and the copies, are the
+host's launches under CUDA graphs (`benchmarks.step_cost`; call the compiled function through
+`GraphAudit.counted` there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
-from torch.utils._python_dispatch import _disable_current_modes, _get_current_dispatch_mode
+from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
 
-REPLAY = "cuda graph replay"  # the `OpCounter.by_op` names of what a replay launches
-INPUT_COPY = "cuda graph input copy"
-TENSOR_LIKE = (torch.Tensor, torch.SymInt)  # what CUDA graph trees take as inputs (and generators)
+from benchmarks.op_count import OpCounter
+
+TENSOR_LIKE = (torch.Tensor, torch.SymInt, torch.Generator)  # the inputs CUDA graph trees take
 
 
 @dataclasses.dataclass
@@ -55,14 +58,28 @@ class AuditedGraph:
         return out
 
 
+@dataclasses.dataclass
+class Tally:
+    """What CUDA graphs change of an `OpCounter`'s count (see the module docstring)."""
+
+    kernels_in_graphs: int = 0
+    replays: int = 0
+    copies: int = 0
+
+    def launches(self, kernels: int) -> int:
+        """The launches of `kernels` counted eagerly, with the graphs replayed."""
+        return kernels - self.kernels_in_graphs + self.replays + self.copies
+
+
 class GraphAudit:
     """`torch.compile(fn, backend=GraphAudit())`: records an `AuditedGraph` per graph in `graphs`;
     the graphs run as traced (AOT autograd's eager kernels)."""
 
-    def __init__(self, count_replays: bool = False) -> None:
+    def __init__(self) -> None:
         self.graphs: list[AuditedGraph] = []
-        self.count_replays = count_replays
-        self._outputs: dict[int, weakref.ref] = {}  # what graphs returned (by id): kept in place
+        self.tally = Tally()  # while an OpCounter counts
+        self._counter: OpCounter | None = None  # the counter `counted` set aside
+        self._produced: set[int] = set()  # the memory of what this step's graphs returned
         self._backend = aot_autograd(
             fw_compiler=self._compiler("forward"),
             bw_compiler=self._compiler("backward"),
@@ -96,32 +113,51 @@ class GraphAudit:
 
         return compile_graph
 
+    def counted(self, compiled: Callable) -> Callable:
+        """`compiled` (a function compiled with this backend), callable under an `OpCounter`:
+        dynamo runs no compiled code while a dispatch mode is active ("non-infra torch dispatch
+        mode present"), so the counter steps aside for the call and comes back inside its graphs."""
+
+        def call(*args, **kwargs):
+            if not isinstance(_get_current_dispatch_mode(), OpCounter):
+                return compiled(*args, **kwargs)
+            with _pop_mode_temporarily() as counter:
+                self._counter = counter
+                try:
+                    return compiled(*args, **kwargs)
+                finally:
+                    self._counter = None
+
+        return call
+
     def _runner(self, gm: torch.fx.GraphModule, graph: AuditedGraph) -> Callable:
         def run(*args):
-            counter = _get_current_dispatch_mode() if self.count_replays else None
-            if counter is None or not hasattr(counter, "by_op"):
-                return self._kept(gm(*args))
+            # a forward or inference graph runs inside `counted`'s call, a backward under the counter
+            counter = self._counter or _get_current_dispatch_mode()
+            if not isinstance(counter, OpCounter):
+                return gm(*args)
             copies = sum(
-                isinstance(x, torch.Tensor) and i not in graph.static and not self._produced(x)
+                isinstance(x, torch.Tensor) and i not in graph.static and storage_of(x) not in self._produced
                 for i, x in enumerate(args)
             )
-            counter.kernels += 1 + copies
-            counter.by_op[REPLAY][0] += 1
-            counter.by_op[INPUT_COPY][0] += copies
-            with _disable_current_modes():
-                return self._kept(gm(*args))
+            if graph.kind != "backward":  # a new step (a generation, in CUDA graph trees' terms) begins
+                self._produced.clear()
+            before = counter.kernels
+            with counter if counter is self._counter else contextlib.nullcontext():
+                out = gm(*args)
+            self.tally.kernels_in_graphs += counter.kernels - before
+            self.tally.replays += 1
+            self.tally.copies += copies
+            self._produced.update(storage_of(x) for x in out if isinstance(x, torch.Tensor))
+            return out
 
         return run
 
-    def _kept(self, out):
-        for x in out if isinstance(out, (list, tuple)) else [out]:
-            if isinstance(x, torch.Tensor):
-                self._outputs[id(x)] = weakref.ref(x)
-        return out
 
-    def _produced(self, x: torch.Tensor) -> bool:
-        ref = self._outputs.get(id(x))
-        return ref is not None and ref() is x
+def storage_of(x: torch.Tensor) -> int:
+    """Where `x`'s memory lies: CUDA graph trees tell the tensors their graphs produced by it (autograd
+    hands a backward's output to `param.grad` as another tensor object on the same memory)."""
+    return x.untyped_storage().data_ptr()
 
 
 def static_inputs(gm: torch.fx.GraphModule, kind: str) -> list[int]:
