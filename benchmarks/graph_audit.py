@@ -42,6 +42,7 @@ class AuditedGraph:
     CUDA graph trees take as static, and what would make them skip it."""
 
     kind: str
+    label: str  # what `GraphAudit.labelled` named the compiled function ("" where unnamed)
     inputs: int
     static: frozenset[int]
     mutated_not_static: list[str]  # placeholder names (and the source line that writes them, where known)
@@ -80,6 +81,9 @@ class GraphAudit:
         self.tally = Tally()  # while an OpCounter counts
         self._counter: OpCounter | None = None  # the counter `counted` set aside
         self._produced: set[int] = set()  # the memory of what this step's graphs returned
+        self._label = ""
+        self.runs: list[tuple[int, int]] = []  # (graph index, generation) of every graph run, in order
+        self._generation, self._counter_seen, self._pending_backward = 0, None, False
         self._backend = aot_autograd(
             fw_compiler=self._compiler("forward"),
             bw_compiler=self._compiler("backward"),
@@ -89,6 +93,18 @@ class GraphAudit:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]):
         return self._backend(gm, example_inputs)
+
+    def labelled(self, label: str) -> Callable:
+        """This backend, naming the graphs it compiles `label` (a backward: its forward's)."""
+
+        def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
+            self._label = label
+            try:
+                return self._backend(gm, example_inputs)
+            finally:
+                self._label = ""
+
+        return backend
 
     @property
     def skip_reasons(self) -> list[str]:
@@ -101,8 +117,12 @@ class GraphAudit:
             static = frozenset(static_inputs(gm, kind))
             position = {node: i for i, node in enumerate(placeholders)}
             mutated = sorted({position[n.args[0]] for n in gm.graph.nodes if writes_placeholder(n, position)})
+            label = self._label
+            if kind == "backward" and not label:  # compiled at the first backward, after its forward
+                label = next((g.label for g in reversed(self.graphs) if g.kind == "forward"), "")
             graph = AuditedGraph(
                 kind=kind,
+                label=label,
                 inputs=len(placeholders),
                 static=static,
                 mutated_not_static=[described(placeholders[i]) for i in mutated if i not in static],
@@ -130,8 +150,28 @@ class GraphAudit:
 
         return call
 
+    def _generation_of(self, kind: str) -> int:
+        """The generation of CUDA graph trees a graph of `kind` runs in (as `CUDAGraphTreeManager`
+        decides it): a call of a compiled function (not a backward, which autograd calls) begins a
+        new one where the generation counter moved (each compiled call moves it, until the first
+        `cudagraph_mark_step_begin`; from then on only that does) and, unless marked, no forward
+        waits for its backward."""
+        from torch._dynamo.mutation_guard import GenerationTracker
+        from torch._inductor.cudagraph_trees import MarkStepBox
+
+        marked = MarkStepBox.mark_step_counter != 0
+        counter = MarkStepBox.mark_step_counter if marked else GenerationTracker.generation
+        if kind != "backward" and counter != self._counter_seen and (marked or not self._pending_backward):
+            self._generation += 1
+            self._counter_seen = counter
+        self._pending_backward = kind == "forward" or (self._pending_backward and kind != "backward")
+        return self._generation
+
     def _runner(self, gm: torch.fx.GraphModule, graph: AuditedGraph) -> Callable:
+        index = len(self.graphs) - 1
+
         def run(*args):
+            self.runs.append((index, self._generation_of(graph.kind)))
             # a forward or inference graph runs inside `counted`'s call, a backward under the counter
             counter = self._counter or _get_current_dispatch_mode()
             if not isinstance(counter, OpCounter):

@@ -345,12 +345,15 @@ def compile_rollout_step(
 
 
 def outputs_kept(step: RolloutStep) -> RolloutStep:
-    """`step` with its outputs copied out of the CUDA graphs' memory. Under no_grad each call of a
-    CUDA-graph function begins a new generation of cudagraph trees, whose replay overwrites the last
-    call's outputs, while the rollout feeds each step's observation and hidden state to the next
-    (on an H100, torch 2.11: "accessing tensor output of CUDAGraphs that has been overwritten")."""
+    """`step` with its outputs copied out of the CUDA graphs' memory, each call a new generation of
+    CUDA graph trees (`cudagraph_mark_step_begin`: once the update has marked its minibatches'
+    steps, generations no longer begin by themselves, and the steps would chain into one tree, T
+    graphs deep). A generation's replay overwrites the last one's outputs, while the rollout feeds
+    each step's observation and hidden state to the next (on an H100, torch 2.11: "accessing
+    tensor output of CUDAGraphs that has been overwritten")."""
 
     def kept(*args):
+        torch.compiler.cudagraph_mark_step_begin()
         obs, hidden = step(*args)
         return {k: v.clone() for k, v in obs.items()}, hidden.clone() if hidden is not None else None
 

@@ -44,19 +44,17 @@ def fresh_dynamo():
 def audited(monkeypatch, audit: GraphAudit) -> None:
     """The learner's compiled functions, traced by `audit` instead of inductor (as the trainer
     compiles them: whole graphs, static shapes)."""
-    monkeypatch.setattr(
-        learner_module,
-        "compile_rollout_step",
-        lambda device, **kwargs: rollout.compile_rollout_step(device, audit, **kwargs),
-    )
-    monkeypatch.setattr(
-        learner_module, "compile_loss", lambda device: torch.compile(minibatch_loss, dynamic=False, backend=audit)
-    )
-    monkeypatch.setattr(
-        learner_module,
-        "compile_norms",
-        lambda device: torch.compile(minibatch_norms, dynamic=False, fullgraph=True, backend=audit),
-    )
+
+    def rollout_step(device, **kwargs):  # the CUDA path's wrapper on any device: a generation a step
+        step, policy = rollout.compile_rollout_step(device, audit.labelled("rollout"), **kwargs)
+        return rollout.outputs_kept(step) if device.type != "cuda" else step, policy
+
+    def compiled(fn, label):
+        return lambda device: torch.compile(fn, dynamic=False, fullgraph=True, backend=audit.labelled(label))
+
+    monkeypatch.setattr(learner_module, "compile_rollout_step", rollout_step)
+    monkeypatch.setattr(learner_module, "compile_loss", compiled(minibatch_loss, "loss"))
+    monkeypatch.setattr(learner_module, "compile_norms", compiled(minibatch_norms, "norms"))
 
 
 def test_the_audit_sees_what_cuda_graph_trees_skip():
@@ -102,13 +100,27 @@ def test_captured_training_makes_no_graph_cuda_graph_trees_would_skip(make_confi
     for _ in range(2):
         metrics = train_iteration(learner)
     assert audit.skip_reasons == []
-    kinds = [g.kind for g in audit.graphs]
-    assert kinds.count("forward") == 1 and kinds.count("backward") == 1  # the loss: compiled once
-    assert 2 <= kinds.count("inference") <= 4  # the rollout step's (a rebuild branch) and the step arithmetic
-    copied = [g.inputs - len(g.static) for g in audit.graphs]
-    rollout_copies = copied[: kinds.index("forward")]
-    assert max(rollout_copies) <= 4, rollout_copies  # obs local, obs state, agent ids, hidden state
-    assert copied[kinds.index("forward")] <= 6  # steps, advantages, values, returns, clone log-probs, starts
+    graphs = {label: [g for g in audit.graphs if g.label == label] for label in ("rollout", "loss", "norms")}
+    assert [g.kind for g in graphs["loss"]] == ["forward", "backward"]  # compiled once
+    assert [g.kind for g in graphs["norms"]] == ["inference"]
+    assert 1 <= len(graphs["rollout"]) <= 3  # each side of the env's rebuild branch, and the first call's counter
+    assert len(audit.graphs) == sum(map(len, graphs.values()))
+    for g in graphs["rollout"]:
+        assert g.inputs - len(g.static) <= 4, g  # obs local, obs state, agent ids, hidden state
+    loss_forward = graphs["loss"][0]
+    assert loss_forward.inputs - len(loss_forward.static) <= 6  # steps, advantages, values, returns, clone, starts
+    # CUDA graph trees' generations: each rollout step begins one (else the steps chain into one
+    # tree, T graphs deep), and a minibatch's step arithmetic runs in its forward's (else a replay
+    # could overwrite the gradients and statistics it reads, which the forward and backward produced)
+    label = [audit.graphs[i].label for i, _ in audit.runs]
+    generation = [gen for _, gen in audit.runs]
+    for i in range(1, len(audit.runs)):
+        if label[i] == "rollout":
+            assert generation[i] != generation[i - 1], (i, label[i - 1])
+        if label[i] == "norms":
+            forward = max(j for j in range(i) if audit.graphs[audit.runs[j][0]].kind == "forward")
+            assert generation[i] == generation[forward], i
+    assert label.count("norms") == 2 * 2 * 2  # iterations x epochs x minibatches
     assert all(isinstance(v, float) for v in read_metrics(metrics).values())
 
 
