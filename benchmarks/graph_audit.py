@@ -7,8 +7,10 @@ the inputs the graph writes that are not static addresses ("skipping cudagraphs 
 inputs"), inputs that are not tensors ("non-Tensor inputs"), and the non-static tensor inputs that
 a replay first copies into the graph's own memory. Inductor itself only runs these checks on a CUDA
 device; here they run on whatever device the function runs on, so a test on the CPU can say that
-the trainer's captured graphs would not be skipped on a GPU. Two skip reasons stay for a GPU to see:
-a CPU tensor inside a CUDA graph and an op inductor cannot capture.
+the trainer's captured graphs would not be skipped on a GPU; and inductor's own check for ops that
+CUDA graphs cannot capture ("incompatible op": host syncs, data-dependent sizes, writes through a
+boolean mask), and for static inputs that start unaligned (inductor copies them: not static). One
+skip reason stays for a GPU to see: a CPU tensor inside a CUDA graph ("cpu device").
 
 While an `benchmarks.op_count.OpCounter` counts, the audit tallies what CUDA graphs would change
 of it (`Tally`): the kernels counted inside the graphs, which a replay launches as one graph, and
@@ -44,9 +46,10 @@ class AuditedGraph:
     kind: str
     label: str  # what `GraphAudit.labelled` named the compiled function ("" where unnamed)
     inputs: int
-    static: frozenset[int]
+    static: frozenset[int]  # and 16-byte aligned, which inductor also requires
     mutated_not_static: list[str]  # placeholder names (and the source line that writes them, where known)
     non_tensor: list[str]  # types of inputs that are neither tensors nor symbolic ints
+    incompatible_op: str | None = None  # the first op CUDA graphs cannot capture (a host sync, a bool-mask write)
 
     @property
     def skip_reasons(self) -> list[str]:
@@ -56,6 +59,8 @@ class AuditedGraph:
             out.append(f"mutated inputs ({len(self.mutated_not_static)} instances): {self.mutated_not_static}")
         if self.non_tensor:
             out.append(f"non-Tensor inputs: {self.non_tensor}")
+        if self.incompatible_op:
+            out.append(f"incompatible op ({self.incompatible_op})")
         return out
 
 
@@ -114,7 +119,9 @@ class GraphAudit:
     def _compiler(self, kind: str) -> Callable:
         def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]):
             placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-            static = frozenset(static_inputs(gm, kind))
+            # inductor copies a static input that does not start 16-byte aligned (`remove_unaligned_input_idxs`):
+            # it is static no longer (the allocator aligns every allocation: a view's offset decides)
+            static = frozenset(i for i in static_inputs(gm, kind) if aligned(example_inputs[i]))
             position = {node: i for i, node in enumerate(placeholders)}
             mutated = sorted({position[n.args[0]] for n in gm.graph.nodes if writes_placeholder(n, position)})
             label = self._label
@@ -127,6 +134,7 @@ class GraphAudit:
                 static=static,
                 mutated_not_static=[described(placeholders[i]) for i in mutated if i not in static],
                 non_tensor=[type(x).__name__ for x in example_inputs if not isinstance(x, TENSOR_LIKE)],
+                incompatible_op=incompatible_op(gm),
             )
             self.graphs.append(graph)
             return make_boxed_func(self._runner(gm, graph))
@@ -192,6 +200,24 @@ class GraphAudit:
             return out
 
         return run
+
+
+def incompatible_op(gm: torch.fx.GraphModule) -> str | None:
+    """The first node of `gm` that inductor will not capture in a CUDA graph (its own check: ops
+    that sync with the host or allocate by data, writes through a boolean mask, data-dependent
+    sizes), as `target (stack line)`; None where there is none."""
+    from torch._inductor.utils import get_first_incompatible_cudagraph_node
+
+    node = get_first_incompatible_cudagraph_node(gm)
+    if node is None:
+        return None
+    trace = node.meta.get("stack_trace")
+    return f"{node.target} ({trace.strip().splitlines()[-1].strip()})" if trace else str(node.target)
+
+
+def aligned(x: Any) -> bool:
+    """Whether a graph input starts 16 bytes into an aligned allocation (inductor's `ALIGNMENT`)."""
+    return not isinstance(x, torch.Tensor) or x.storage_offset() * x.element_size() % 16 == 0
 
 
 def storage_of(x: torch.Tensor) -> int:

@@ -76,6 +76,16 @@ def test_the_audit_sees_what_cuda_graph_trees_skip():
     assert audit.skip_reasons == [] and x.tolist() == [2.0, 2.0, 2.0]
     assert audit.graphs[0].static == {0}  # x; y is copied into the graph's memory before a replay
 
+    def zero_where_positive(x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y[y > 0] = 0.0  # a write through a boolean mask: nonzero() inside, a host sync
+        return y
+
+    torch._dynamo.reset()
+    audit = GraphAudit()
+    torch.compile(zero_where_positive, fullgraph=True, backend=audit)(torch.randn(5))
+    assert len(audit.skip_reasons) == 1 and "incompatible op (aten.index_put" in audit.skip_reasons[0]
+
 
 def test_mark_static_tensors_reaches_the_rollouts_state_but_not_the_networks(make_config):
     learner = build_learner(make_config(*SMALL, "model.actor_shared_map=true"), torch.device("cpu"))
@@ -168,20 +178,22 @@ def replays_per_iteration(learner, iterations: int, monkeypatch) -> list[int]:
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("variant", ["shared_map", "recurrent"], ids=["shared_map", "recurrent"])
-def test_captured_training_replays_cuda_graphs_and_skips_none(make_config, monkeypatch, variant):
-    """`train.compile` + `train.compile_rollout` on CUDA, fp32: after two iterations (warm-up, then
-    recording), every rollout step and every minibatch's forward, backward and step arithmetic
-    replays a CUDA graph, no graph is skipped, and the run stays on the eager run.
+@pytest.mark.timeout(300)  # inductor builds the rollout step's, the loss's and the step arithmetic's kernels
+def test_captured_training_replays_cuda_graphs_and_skips_none(make_config, monkeypatch):
+    """`train.compile` + `train.compile_rollout` on CUDA, fp32, the shared-map actor: after two
+    iterations (warm-up, then recording), every rollout step and every minibatch's forward,
+    backward and step arithmetic replays a CUDA graph, no graph is skipped, and the run stays on
+    the eager run.
 
-    The tolerance is the CPU's compiled-training test's (tests/agents/test_compile.py): the same
-    inductor kernels (reductions and fusions round differently from eager), fp32 without TF32,
-    over 4 iterations of 4 Adam steps; a replay reruns the recorded kernels, so it adds nothing."""
-    cfg = [*SMALL, "run.device=cuda", "train.amp=off", *VARIANTS[variant]]
-    torch.manual_seed(0)
+    Tolerances: each parameter tensor within 1e-4 of the eager one in relative norm after 4
+    iterations of 4 Adam steps (inductor's kernels round reductions and fusions differently from
+    eager, fp32 without TF32; the CPU's compiled-training test holds elementwise at rtol 1e-4 over 3
+    iterations; a replay reruns the recorded kernels, so it adds nothing), and the first iteration's
+    policy loss within 1e-4 (the captured rollout's fused actor is within 1e-4 of the eager chain's
+    log-probabilities, tests/agents/test_rollout_graph.py, which bounds the first ratios' deviation)."""
+    cfg = [*SMALL, "run.device=cuda", "train.amp=off", *VARIANTS["shared_map"]]
     eager = build_learner(make_config(*cfg), torch.device("cuda"))
     eager_metrics = [read_metrics(train_iteration(eager)) for _ in range(4)]
-    torch.manual_seed(0)
     captured = build_learner(make_config(*cfg, *CAPTURED), torch.device("cuda"))
     metrics = [read_metrics(train_iteration(captured)) for _ in range(2)]
     replays = replays_per_iteration(captured, 2, monkeypatch)
@@ -189,10 +201,11 @@ def test_captured_training_replays_cuda_graphs_and_skips_none(make_config, monke
     tc = captured.cfg.train
     per_iteration = tc.num_steps + 3 * tc.update_epochs * tc.num_minibatches  # rollout steps; fw, bw, arithmetic
     assert min(replays) >= per_iteration, replays
-    for a, b in zip(
-        [*eager.actor.parameters(), *eager.critic.parameters()],
-        [*captured.actor.parameters(), *captured.critic.parameters()],
-    ):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
-    assert metrics[0]["policy_loss"] == pytest.approx(eager_metrics[0]["policy_loss"], rel=1e-3, abs=1e-5)
+    names = [n for n, _ in [*eager.actor.named_parameters(), *eager.critic.named_parameters()]]
+    want = [*eager.actor.parameters(), *eager.critic.parameters()]
+    got = [*captured.actor.parameters(), *captured.critic.parameters()]
+    for name, a, b in zip(names, want, got):
+        assert torch.linalg.vector_norm(b - a) <= 1e-4 * torch.linalg.vector_norm(a) + 1e-7, name
+    assert metrics[0]["policy_loss"] == pytest.approx(eager_metrics[0]["policy_loss"], abs=1e-4)
+    assert metrics[0]["value_loss"] == pytest.approx(eager_metrics[0]["value_loss"], rel=1e-4)
     assert captured.stats.read()["episodes"] > 0
