@@ -14,12 +14,10 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-import agents.algo.learner as learner_module
-from agents.algo import rollout
 from agents.algo.learner import build_learner, read_metrics, train_iteration
-from agents.algo.ppo import minibatch_loss, minibatch_norms
 from agents.algo.static_inputs import is_static, mark_static_tensors
 from benchmarks.graph_audit import GraphAudit
+from tests.agents.conftest import audited
 
 # Episodes of at most 12 steps: resets and the env's rebuilds of prepared starts inside 24 steps.
 SMALL = ["train.num_steps=24", "env.num_envs=6", "train.num_minibatches=2", "train.update_epochs=2"]
@@ -39,22 +37,6 @@ def fresh_dynamo():
     counters.clear()
     yield
     torch._dynamo.reset()
-
-
-def audited(monkeypatch, audit: GraphAudit) -> None:
-    """The learner's compiled functions, traced by `audit` instead of inductor (as the trainer
-    compiles them: whole graphs, static shapes)."""
-
-    def rollout_step(device, **kwargs):  # the CUDA path's wrapper on any device: a generation a step
-        step, policy = rollout.compile_rollout_step(device, audit.labelled("rollout"), **kwargs)
-        return rollout.outputs_kept(step) if device.type != "cuda" else step, policy
-
-    def compiled(fn, label):
-        return lambda device: torch.compile(fn, dynamic=False, fullgraph=True, backend=audit.labelled(label))
-
-    monkeypatch.setattr(learner_module, "compile_rollout_step", rollout_step)
-    monkeypatch.setattr(learner_module, "compile_loss", compiled(minibatch_loss, "loss"))
-    monkeypatch.setattr(learner_module, "compile_norms", compiled(minibatch_norms, "norms"))
 
 
 def test_the_audit_sees_what_cuda_graph_trees_skip():
