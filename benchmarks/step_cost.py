@@ -244,7 +244,6 @@ def minibatch_update(learner, batch, steps: torch.Tensor) -> None:
     from agents.algo.ppo import minibatch_step
 
     tc = learner.cfg.train
-    torch.compiler.cudagraph_mark_step_begin()
     loss, stats = learner.loss_fn(learner.actor, learner.critic, batch, steps, tc, learner.autocast)
     values = [v for v in vars(stats).values() if v is not None]
     row = minibatch_step(
@@ -348,10 +347,13 @@ def captured_paths(args) -> dict[str, dict[str, Any]]:
     mb = steps // learner.cfg.train.num_minibatches
     perm = torch.randperm(steps, generator=torch.Generator().manual_seed(0))
     minibatches = [perm[i * mb : (i + 1) * mb] for i in range(args.update_calls + 1)]
-    minibatch_update(learner, batch, minibatches[-1])  # compiles; not counted
-    out["PPO minibatch[bf16, captured]"] = counted_with_replays(
-        audit, lambda i: minibatch_update(learner, batch, minibatches[i]), args.update_calls, mb
-    )
+
+    def captured_update(i: int) -> None:
+        torch.compiler.cudagraph_mark_step_begin()  # as `update` begins each minibatch
+        minibatch_update(learner, batch, minibatches[i])
+
+    captured_update(-1)  # compiles; not counted
+    out["PPO minibatch[bf16, captured]"] = counted_with_replays(audit, captured_update, args.update_calls, mb)
     torch._dynamo.reset()
     return out
 
