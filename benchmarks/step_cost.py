@@ -249,14 +249,17 @@ def learner_for(
 
 
 def minibatch_update(learner, batch, steps: torch.Tensor) -> None:
-    """One minibatch of `agents.algo.ppo.update`: loss, backward, `optimizer_step`."""
-    from agents.algo.ppo import minibatch_loss, optimizer_step
+    """One minibatch of `agents.algo.ppo.update`: the learner's loss, `minibatch_step` (backward,
+    the step's arithmetic, the optimizer), and the row added to the iteration's sums."""
+    from agents.algo.ppo import minibatch_step
 
     tc = learner.cfg.train
-    loss, _ = minibatch_loss(learner.actor, learner.critic, batch, steps, tc, learner.autocast)
-    learner.optimizer.zero_grad(set_to_none=True)
-    learner.scaler.scale(loss).backward()
-    optimizer_step(learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, tc.max_grad_norm)
+    loss, stats = learner.loss_fn(learner.actor, learner.critic, batch, steps, tc, learner.autocast)
+    values = [v for v in vars(stats).values() if v is not None]
+    row = minibatch_step(
+        learner.actor, learner.critic, learner.optimizer, learner.scaler, loss, values, tc, None, learner.norms_fn
+    )
+    torch.add(row, row)  # stands for `update`'s running sum: one add a minibatch
 
 
 def trainer_paths(args) -> dict[str, dict[str, Any]]:
@@ -309,6 +312,77 @@ def trainer_paths(args) -> dict[str, dict[str, Any]]:
     return out
 
 
+def captured_paths(args) -> dict[str, dict[str, Any]]:
+    """The rollout step and the PPO minibatch as `train.compile_rollout` and `train.compile` capture
+    them on CUDA, traced by `benchmarks.graph_audit.GraphAudit` (AOT autograd's kernels, which the
+    counter counts as the eager paths') with the trainer's static addresses: their counts beside the
+    eager paths', and `launches_per_call`, the host's launches with each graph replayed as one (and
+    its inputs that are new at each call copied in first), with `graph_skips`, what CUDA graph trees
+    would skip (none)."""
+    from agents.algo.learner import collect, prepare_batch, rollout_once, stored_views
+    from agents.algo.ppo import minibatch_loss, minibatch_norms
+    from agents.algo.rollout import agent_ids, outputs_kept, rollout_step
+    from agents.algo.static_inputs import mark_static_tensors
+    from benchmarks.graph_audit import GraphAudit
+
+    out: dict[str, dict[str, Any]] = {}
+    torch._dynamo.reset()
+    audit = GraphAudit()
+    learner = learner_for(
+        args.num_envs, whole_periods(args.steps, UAVSwarmEnv(EnvConfig())), "bf16", args.episode_length
+    )
+    learner.rollout_fn = outputs_kept(audit.counted(torch.compile(rollout_step, fullgraph=True, backend=audit)))
+    steps = learner.storage.actions.shape[0]
+    agent = agent_ids(learner.env.num_envs, learner.env.num_uavs, learner.env.device)
+    row = learner.storage.row
+    mark_static_tensors(learner.env, learner.storage, learner.stats, learner.action_noise)
+    for _ in range(steps):  # compiles each side of the env's rebuild branch
+        rollout_once(learner, agent, row)
+    row.zero_()
+    out["rollout step[bf16, captured]"] = counted_with_replays(
+        audit, lambda i: rollout_once(learner, agent, row), steps, args.num_envs
+    )
+
+    torch._dynamo.reset()
+    audit = GraphAudit()
+    learner = learner_for(args.update_envs, args.update_steps, "bf16", args.episode_length)
+    loss_fn, norms_fn = (
+        torch.compile(f, dynamic=False, fullgraph=True, backend=audit) for f in (minibatch_loss, minibatch_norms)
+    )
+    learner.loss_fn, learner.norms_fn = audit.counted(loss_fn), audit.counted(norms_fn)
+    collect(learner)
+    batch, _ = prepare_batch(learner)
+    mark_static_tensors(*stored_views(batch))
+    steps = batch.state.shape[0]
+    mb = steps // learner.cfg.train.num_minibatches
+    perm = torch.randperm(steps, generator=torch.Generator().manual_seed(0))
+    minibatches = [perm[i * mb : (i + 1) * mb] for i in range(args.update_calls + 1)]
+
+    def captured_update(i: int) -> None:
+        torch.compiler.cudagraph_mark_step_begin()  # as `update` begins each minibatch
+        minibatch_update(learner, batch, minibatches[i])
+
+    captured_update(-1)  # compiles; not counted
+    out["PPO minibatch[bf16, captured]"] = counted_with_replays(audit, captured_update, args.update_calls, mb)
+    torch._dynamo.reset()
+    return out
+
+
+def counted_with_replays(audit, call: Callable[[int], Any], calls: int, env_steps_per_call: int) -> dict[str, Any]:
+    """`count_calls` of a captured `call`, with its launches under CUDA graphs (`audit.tally`)."""
+    from benchmarks.graph_audit import Tally
+
+    audit.tally = Tally()
+    counts = count_calls(call, calls, env_steps_per_call)
+    tally = audit.tally
+    counts["launches_per_call"] = tally.launches(counts["kernels_per_call"] * calls) / calls
+    counts["graph_replays_per_call"] = tally.replays / calls
+    counts["input_copies_per_call"] = tally.copies / calls
+    counts["graph_skips"] = audit.skip_reasons
+    counts["graph_breaks"] = {"graphs": len(audit.graphs), "breaks": 0, "reasons": []}  # fullgraph: a break raises
+    return counts
+
+
 # -- report ---------------------------------------------------------------------------------------
 def fused_paths(args) -> dict[str, dict[str, Any]]:
     """The bf16 policy step captured whole and fused by inductor, counted by inductor
@@ -341,9 +415,11 @@ def measure(args) -> dict[str, Any]:
         if not args.quick:  # --quick (CI's smoke run) leaves it to its own counted test
             paths.update(preset_paths(args))  # the preset is read by the trainer's config loader (agents)
         paths.update(trainer_paths(args))
+        if args.captured:
+            paths.update(captured_paths(args))
     fused = fused_paths(args) if args.fused else {}
     for name, p in paths.items():
-        if not name.startswith("PPO"):
+        if not name.startswith("PPO") and "launches_per_call" not in p:  # the model's launches are eager ones
             p["projection"] = projection(p["kernels_per_call"], p["bytes_per_env_step"], args.launch_us)
     return {
         "benchmark": "step_cost",
@@ -398,6 +474,13 @@ def main(argv: list[str] | None = None):
         help="also count the policy step compiled by inductor (default: on, off with "
         "--quick or --env-only; needs a C++ compiler, about 10 s)",
     )
+    parser.add_argument(
+        "--captured",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also count the rollout step and the PPO minibatch as captured on CUDA, with their launches "
+        "under CUDA graphs (default: on, off with --env-only)",
+    )
     parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     quick = args.quick
@@ -405,6 +488,9 @@ def main(argv: list[str] | None = None):
     args.steps = (4 if quick else 18) if args.steps is None else args.steps
     args.explain_envs = 8 if quick else 64
     args.fused = not (quick or args.env_only) if args.fused is None else args.fused
+    args.captured = not args.env_only if args.captured is None else args.captured
+    if args.captured and args.env_only:
+        parser.error("--captured counts the trainer's steps: it cannot go with --env-only")
     if args.fused and args.env_only:
         parser.error("--fused counts the trainer's steps: it cannot go with --env-only")
     args.update_envs, args.update_steps, args.update_calls = (8, 8, 1) if quick else (64, 64, 2)

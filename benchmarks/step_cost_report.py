@@ -106,6 +106,30 @@ def table(payload: dict[str, Any], *, baseline: str, gpus: Collection[str], envs
                 f"| {name} | {e.get('kernels_per_call', float('nan')):.1f} | {f['kernels_per_call']} "
                 f"| {_kib(e.get('bytes_per_env_step', float('nan')))} | {_kib(f['bytes_per_env_step'])} |"
             )
+    captured = {name: p for name, p in payload["paths"].items() if "launches_per_call" in p}
+    if captured:
+        lines += [
+            "",
+            "## Captured: host launches under CUDA graphs (benchmarks/graph_audit.py)",
+            "",
+            "The rollout step and the PPO minibatch as `train.compile_rollout` and `train.compile` capture "
+            "them on CUDA, traced on this CPU with the trainer's static addresses (AOT autograd's functional "
+            "graphs, counted by the eager rules: more kernels than eager, since each in-place write becomes "
+            "an out-of-place op and a copy back, which inductor fuses again). The host launches each graph "
+            "once, first copies in the graph's inputs that are new at each call, and launches the rest of "
+            "the call eagerly. Skips: what CUDA graph trees would skip.",
+            "",
+            "| path | kernels per call | graph replays | input copies | other eager launches "
+            "| host launches per call | skips |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, p in captured.items():
+            graphs = p["graph_replays_per_call"] + p["input_copies_per_call"]
+            lines.append(
+                f"| {name} | {p['kernels_per_call']:.1f} | {p['graph_replays_per_call']:.1f} "
+                f"| {p['input_copies_per_call']:.1f} | {p['launches_per_call'] - graphs:.1f} "
+                f"| **{p['launches_per_call']:.1f}** | {len(p['graph_skips'])} |"
+            )
     lines += ["", "## Graph breaks (torch._dynamo.explain)", ""]
     for name, p in payload["paths"].items():
         g = p["graph_breaks"]

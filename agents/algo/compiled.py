@@ -1,5 +1,6 @@
-"""`train.compile`: the minibatch loss through `torch.compile`, and the check that this machine can
-build its kernels (also for `train.compile_rollout`)."""
+"""`train.compile`: the PPO minibatch through `torch.compile` (the loss, its backward, and the
+arithmetic of the optimizer's step), on CUDA replayed as CUDA graphs; and the check that this machine
+can build its kernels (also for `train.compile_rollout`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import shutil
 
 import torch
 
-from agents.algo.ppo import LossFn, minibatch_loss
+from agents.algo.ppo import LossFn, NormsFn, minibatch_loss, minibatch_norms
 
 
 def check_compiler(device: torch.device, key: str = "train.compile") -> None:
@@ -35,7 +36,25 @@ def check_compiler(device: torch.device, key: str = "train.compile") -> None:
 
 def compile_loss(device: torch.device) -> LossFn:
     """`minibatch_loss` through `torch.compile` for `device` (`train.compile`): the forward in one
-    graph, the backward in another. Static shapes, so it compiles once (a few seconds). Raises
+    graph, the backward in another (a graph break raises), on CUDA each replayed as a CUDA graph
+    (`update_options`). Static shapes, so it compiles once (a few seconds). Raises
     `check_compiler`'s ValueError here, rather than a compiler error at the first update."""
     check_compiler(device)
-    return torch.compile(minibatch_loss, dynamic=False)
+    return torch.compile(minibatch_loss, dynamic=False, fullgraph=True, options=update_options(device))
+
+
+def compile_norms(device: torch.device) -> NormsFn:
+    """`minibatch_norms` (the gradient norms, the skip flag and the statistics row of a minibatch's
+    step) through `torch.compile` for `device` (`train.compile`), whole (a break raises), on CUDA
+    replayed as a CUDA graph: a few dozen small kernels in one launch."""
+    check_compiler(device)
+    return torch.compile(minibatch_norms, dynamic=False, fullgraph=True, options=update_options(device))
+
+
+def update_options(device: torch.device) -> dict[str, bool]:
+    """Inductor's options for the update's graphs on `device`: CUDA graphs on CUDA (inductor's
+    `reduce-overhead` mode: the graphs read the stored rollout in place, `agents.algo.static_inputs`),
+    inductor's defaults elsewhere."""
+    from torch._inductor import list_mode_options
+
+    return list_mode_options("reduce-overhead" if device.type == "cuda" else "default")

@@ -14,12 +14,21 @@ from dataclasses import dataclass
 import torch
 
 from agents.algo.action_noise import ActionNoise
-from agents.algo.compiled import compile_loss
+from agents.algo.compiled import compile_loss, compile_norms
 from agents.algo.gae import compute_gae
 from agents.algo.layers import Form
 from agents.algo.lockstep import lockstep_applies, lockstep_collect
 from agents.algo.networks import Actor, Critic, make_actor, make_critic
-from agents.algo.ppo import Batch, LossFn, clone_logprobs, make_optimizer, minibatch_loss, update
+from agents.algo.ppo import (
+    Batch,
+    LossFn,
+    NormsFn,
+    clone_logprobs,
+    make_optimizer,
+    minibatch_loss,
+    minibatch_norms,
+    update,
+)
 from agents.algo.precision import amp_dtype, make_autocast
 from agents.algo.replicas import Replicas
 from agents.algo.rollout import (
@@ -31,6 +40,7 @@ from agents.algo.rollout import (
     rollout_step,
     values_of_steps,
 )
+from agents.algo.static_inputs import mark_static_tensors
 from agents.algo.value_norm import ValueNorm
 from agents.config import Amp, Config, TrainConfig
 from uavsim.env import UAVSwarmEnv
@@ -75,6 +85,7 @@ class Learner:
     env_steps: int = 0  # counted over all ranks
     bad_iterations: int = 0  # consecutive bad iterations (agents.run.control.iteration_problem)
     more_groups: list[SizeGroup] = dataclasses.field(default_factory=list)  # a mixed-size run's other sizes
+    norms_fn: NormsFn = minibatch_norms  # a minibatch step's arithmetic, compiled under `train.compile`
 
     @property
     def groups(self) -> list[Learner | SizeGroup]:
@@ -162,6 +173,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
         loss_fn=compile_loss(device) if cfg.train.compile else minibatch_loss,
+        norms_fn=compile_norms(device) if cfg.train.compile else minibatch_norms,
         rollout_fn=rollout_fn,
         policy=policy,
         replicas=replicas,
@@ -232,7 +244,9 @@ def collect(learner: Learner) -> None:
         for group in groups:  # each group's T steps, one group after the other
             env = group.env
             agent = agent_ids(env.num_envs, env.num_uavs, env.device)
-            t = torch.zeros((), dtype=torch.int64, device=env.device)
+            t = group.storage.row.zero_()
+            if tc.compile_rollout:  # what the captured step writes keeps its address: CUDA graphs replay it
+                mark_static_tensors(env, group.storage, learner.stats, group.action_noise)
             for _ in range(group.storage.actions.shape[0]):
                 rollout_once(learner, agent, t, group)
     critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
@@ -297,6 +311,13 @@ def group_batch(learner: Learner, group: Learner | SizeGroup, advantages: torch.
     )
 
 
+def stored_views(batch: Batch) -> list[torch.Tensor]:
+    """The fields of `batch` that are views of the rollout's storage (`group_batch`): the same
+    addresses every iteration, unlike the advantages, returns and values computed anew."""
+    views = [batch.local, batch.state, batch.heading, batch.actions, batch.logprobs]
+    return views + ([batch.hidden] if batch.hidden is not None else [])
+
+
 def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase: None) -> dict[str, torch.Tensor]:
     """Collect `num_steps` steps, then `update_epochs` x `num_minibatches` PPO updates; no host read.
 
@@ -318,6 +339,9 @@ def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase
     mark("learn")
 
     batch, returns = prepare_batch(learner)
+    if tc.compile:  # the captured loss reads the stored rollout where it lies (no copy before each replay)
+        for b in batch if isinstance(batch, list) else [batch]:
+            mark_static_tensors(*stored_views(b))
     metrics = update(
         learner.actor,
         learner.critic,
@@ -329,6 +353,7 @@ def train_iteration(learner: Learner, mark: Callable[[str], None] = lambda phase
         learner.autocast,
         learner.replicas.average_gradients if learner.replicas.active else None,
         learner.loss_fn,
+        learner.norms_fn,
     )
     mark("end")
 

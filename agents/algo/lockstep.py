@@ -62,3 +62,5 @@ def lockstep_collect(
             shape = (g.env.num_envs, g.env.num_uavs)
             g.obs, _ = record_step(g.env, g.storage, stats, g.obs, a.view(shape), lp.view(shape), None, t)
         t.add_(1)
+    for g in groups:  # each storage's counter says how many rows were written, as `collect` leaves it
+        g.storage.row.copy_(t)

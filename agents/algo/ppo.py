@@ -101,7 +101,40 @@ def make_optimizer(actor: Actor, critic: Critic, cfg: TrainConfig) -> torch.opti
     return torch.optim.Adam(groups, eps=cfg.adam_eps, fused=True)
 
 
-def optimizer_step(
+def minibatch_norms(
+    actor_grads: list[torch.Tensor], critic_grads: list[torch.Tensor], loss: torch.Tensor, stats: list[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a minibatch's step needs of its gradients, in one function that `train.compile` captures
+    whole (`agents.algo.compiled.compile_norms`): it reads the gradients and writes nothing.
+
+    Args:
+        actor_grads, critic_grads: each network's gradients.
+        loss: the 0-dim loss they are of.
+        stats: the loss's 0-dim statistics (`LossStats`, in field order, those that are not None).
+
+    Returns:
+        `(actor_norm, critic_norm, skipped, row)`: the gradient norms before clipping (as
+        `clip_grad_norm_` computes them), `skipped` 1.0 where the loss or a norm is not finite (the
+        step is skipped) and 0.0 elsewhere, and the minibatch's row of `update`'s sums, float32:
+        `stats`, the two norms (all zeros where skipped: a skipped minibatch must not poison the
+        iteration's means), `skipped`, and whether the loss was not finite.
+    """
+    actor_norm = nn.utils.get_total_norm(actor_grads, foreach=True)
+    critic_norm = nn.utils.get_total_norm(critic_grads, foreach=True)
+    finite_loss = torch.isfinite(loss.detach())
+    skipped = (~(finite_loss & torch.isfinite(actor_norm) & torch.isfinite(critic_norm))).float()
+    means = torch.stack([s.float() for s in stats] + [actor_norm.float(), critic_norm.float()])
+    means = torch.where(skipped > 0, torch.zeros_like(means), means)
+    return actor_norm, critic_norm, skipped, torch.cat([means, skipped.view(1), (~finite_loss).float().view(1)])
+
+
+NormsFn = Callable[
+    [list[torch.Tensor], list[torch.Tensor], torch.Tensor, list[torch.Tensor]],
+    tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+]
+
+
+def step_gradients(
     optimizer: torch.optim.Adam,
     scaler: torch.amp.GradScaler,
     actor: nn.Module,
@@ -109,7 +142,9 @@ def optimizer_step(
     loss: torch.Tensor,
     max_grad_norm: float,
     sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
-):
+    stats: list[torch.Tensor] | None = None,
+    norms_fn: NormsFn = minibatch_norms,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Unscale (fp16), clip each network's gradient norm, and step unless anything is non-finite. A
     skipped step leaves parameters and Adam state untouched (`found_inf`), without a host sync.
 
@@ -120,17 +155,24 @@ def optimizer_step(
         loss: the 0-dim loss the gradients are of.
         max_grad_norm: each network's gradient norm clip.
         sync_gradients: averages the gradients over ranks (torchrun), right after `unscale_`.
+        stats: the loss's statistics for the returned row (`minibatch_norms`).
+        norms_fn: `minibatch_norms`, or its compiled form.
 
     Returns:
-        `(actor_grad_norm, critic_grad_norm, skipped)`, 0-dim device tensors; the norms before clipping.
+        `minibatch_norms`'s `(actor_norm, critic_norm, skipped, row)`, 0-dim device tensors and `row [K]`.
     """
     scaler.unscale_(optimizer)  # no-op unless fp16
     if sync_gradients is not None:  # data-parallel: average across ranks before clipping
         sync_gradients(itertools.chain(actor.parameters(), critic.parameters()))
-    actor_norm = nn.utils.clip_grad_norm_(actor.parameters(), max_grad_norm, foreach=True)
-    critic_norm = nn.utils.clip_grad_norm_(critic.parameters(), max_grad_norm, foreach=True)
-    ok = torch.isfinite(loss.detach()) & torch.isfinite(actor_norm) & torch.isfinite(critic_norm)
-    skipped = (~ok).float()
+    # `clip_grad_norm_` in its two halves: the norms with the rest of the step's arithmetic (one
+    # graph under train.compile, which only reads the gradients), then the in-place scaling
+    actor_params = [p for p in actor.parameters() if p.grad is not None]
+    critic_params = [p for p in critic.parameters() if p.grad is not None]
+    actor_norm, critic_norm, skipped, row = norms_fn(
+        [p.grad for p in actor_params], [p.grad for p in critic_params], loss, stats or []
+    )
+    nn.utils.clip_grads_with_norm_(actor_params, max_grad_norm, actor_norm, foreach=True)
+    nn.utils.clip_grads_with_norm_(critic_params, max_grad_norm, critic_norm, foreach=True)
     optimizer.found_inf = skipped  # read by the fused Adam kernel: 1.0 skips the update
     optimizer.step()
     if sync_gradients is not None and scaler.is_enabled():
@@ -139,7 +181,21 @@ def optimizer_step(
         for found_inf in scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
             found_inf.copy_(skipped)
     scaler.update()  # no-op unless fp16; halves the scale after an inf/NaN gradient
-    return actor_norm, critic_norm, skipped
+    return actor_norm, critic_norm, skipped, row
+
+
+def optimizer_step(
+    optimizer: torch.optim.Adam,
+    scaler: torch.amp.GradScaler,
+    actor: nn.Module,
+    critic: nn.Module,
+    loss: torch.Tensor,
+    max_grad_norm: float,
+    sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
+):
+    """`step_gradients` without statistics. Returns `(actor_grad_norm, critic_grad_norm, skipped)`,
+    0-dim device tensors; the norms before clipping."""
+    return step_gradients(optimizer, scaler, actor, critic, loss, max_grad_norm, sync_gradients)[:3]
 
 
 @dataclass
@@ -307,12 +363,13 @@ def update(
     autocast: Callable[[], contextlib.AbstractContextManager],
     sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
     loss_fn: LossFn = minibatch_loss,
+    norms_fn: NormsFn = minibatch_norms,
 ) -> dict[str, torch.Tensor]:
     """`cfg.update_epochs` passes over `batch` in `cfg.num_minibatches` random minibatches of whole
     environment steps (all their agents); a recurrent actor's are random sets of whole chunks.
 
     Args:
-        actor, critic, optimizer, scaler, sync_gradients: as `optimizer_step`'s.
+        actor, critic, optimizer, scaler, sync_gradients: as `step_gradients`'s.
         batch: the flattened rollout (`agents.algo.learner.prepare_batch`); a mixed-size run's, one
             per size group: each minibatch then takes its share of every group's steps, and its
             loss is the groups' losses weighted by their agent-steps (the mean over all its rows).
@@ -320,6 +377,7 @@ def update(
         generator: draws the minibatches.
         autocast: the networks' autocast factory.
         loss_fn: `minibatch_loss`, or its compiled form (`compile_loss`).
+        norms_fn: `minibatch_norms`, or its compiled form (`compile_norms`).
 
     Returns:
         Means over the minibatches that stepped, 0-dim device tensors, and two counts (`COUNTS`):
@@ -333,10 +391,8 @@ def update(
     agent_steps = [u * b.num_agents for u, b in zip(units, batches)]
     weights = [a / sum(agent_steps) for a in agent_steps]  # Python floats: no host read
     device = batches[0].actions.device
-    sums: dict[str, torch.Tensor] = {}
-
-    def add(name: str, value: torch.Tensor) -> None:
-        sums[name] = sums[name] + value if name in sums else value.detach().clone()
+    total: torch.Tensor | None = None
+    names: list[str] = []
 
     def group_loss(b: Batch, steps: torch.Tensor) -> tuple[torch.Tensor, LossStats]:
         if recurrent:
@@ -346,32 +402,42 @@ def update(
     for _epoch in range(cfg.update_epochs):
         perms = [torch.randperm(u, generator=generator, device=device) for u in units]
         for k in range(cfg.num_minibatches):
+            # captured (CUDA graph trees): the last minibatch's outputs are spent, its memory free to reuse
+            torch.compiler.cudagraph_mark_step_begin()
             parts = [
                 group_loss(b, perm[k * (u // cfg.num_minibatches) : (k + 1) * (u // cfg.num_minibatches)])
                 for b, perm, u in zip(batches, perms, units)
             ]
             loss, stats = parts[0] if len(parts) == 1 else weighted(parts, weights)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            actor_norm, critic_norm, skipped = optimizer_step(
-                optimizer, scaler, actor, critic, loss, cfg.max_grad_norm, sync_gradients
-            )
-            for name, value in vars(stats).items():
-                if value is None:
-                    continue
-                # a skipped (non-finite) minibatch must not poison the iteration's means
-                add(name, torch.where(skipped > 0, torch.zeros_like(value), value))
-            add("actor_grad_norm", torch.where(skipped > 0, torch.zeros_like(actor_norm), actor_norm))
-            add("critic_grad_norm", torch.where(skipped > 0, torch.zeros_like(critic_norm), critic_norm))
-            add("skipped_updates", skipped)
-            # fp16's loss scaler skips a step whose gradient overflowed, a normal event; a non-finite
-            # loss is not, so the trainer tells the two apart
-            add("nonfinite_losses", (~torch.isfinite(loss.detach())).float())
+            names = [name for name, value in vars(stats).items() if value is not None]
+            values = [getattr(stats, name) for name in names]
+            row = minibatch_step(actor, critic, optimizer, scaler, loss, values, cfg, sync_gradients, norms_fn)
+            total = row.clone() if total is None else total + row  # a copy: a CUDA graph's next replay reuses `row`
+    assert total is not None  # update_epochs and num_minibatches are >= 1 (agents.config.checks)
+    sums = dict(zip([*names, "actor_grad_norm", "critic_grad_norm", *COUNTS], total.unbind()))
     count = cfg.update_epochs * cfg.num_minibatches
     good = (count - sums["skipped_updates"]).clamp_min(1.0)
     out = {k: v / good for k, v in sums.items() if k not in COUNTS}
     out.update({k: sums[k] for k in COUNTS})
     return out
+
+
+def minibatch_step(
+    actor: Actor,
+    critic: Critic,
+    optimizer: torch.optim.Adam,
+    scaler: torch.amp.GradScaler,
+    loss: torch.Tensor,
+    stats: list[torch.Tensor],
+    cfg: TrainConfig,
+    sync_gradients: Callable[[Iterable[nn.Parameter]], None] | None = None,
+    norms_fn: NormsFn = minibatch_norms,
+) -> torch.Tensor:
+    """The backward pass of a minibatch's `loss` and the optimizer's step (`step_gradients`, with
+    the loss's `stats`). Returns the minibatch's row of `update`'s sums (`minibatch_norms`)."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    return step_gradients(optimizer, scaler, actor, critic, loss, cfg.max_grad_norm, sync_gradients, stats, norms_fn)[3]
 
 
 COUNTS = ("skipped_updates", "nonfinite_losses")  # `update`'s statistics that are counts, not means

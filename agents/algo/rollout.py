@@ -41,6 +41,8 @@ class Storage:
     terminated: torch.Tensor  # [T, B] bool
     truncated: torch.Tensor  # [T, B] bool
     hidden: torch.Tensor  # [T / C, B, N, H] float32  the actor's hidden state at each chunk's start (H = 0: none)
+    row: torch.Tensor  # [] int64  the row `rollout_step` writes next: one counter for the storage's life,
+    # so that a captured step sees it at the same address every iteration (`agents.algo.static_inputs`)
 
     @classmethod
     def allocate(
@@ -92,6 +94,7 @@ class Storage:
             terminated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             truncated=torch.zeros(t, b, dtype=torch.bool, device=dev),
             hidden=f32(t // chunk_length, b, n, hidden_size),
+            row=torch.zeros((), dtype=torch.int64, device=dev),
         )
 
     @property
@@ -342,12 +345,15 @@ def compile_rollout_step(
 
 
 def outputs_kept(step: RolloutStep) -> RolloutStep:
-    """`step` with its outputs copied out of the CUDA graphs' memory. Under no_grad each call of a
-    CUDA-graph function begins a new generation of cudagraph trees, whose replay overwrites the last
-    call's outputs, while the rollout feeds each step's observation and hidden state to the next
-    (on an H100, torch 2.11: "accessing tensor output of CUDAGraphs that has been overwritten")."""
+    """`step` with its outputs copied out of the CUDA graphs' memory, each call a new generation of
+    CUDA graph trees (`cudagraph_mark_step_begin`: once the update has marked its minibatches'
+    steps, generations no longer begin by themselves, and the steps would chain into one tree, T
+    graphs deep). A generation's replay overwrites the last one's outputs, while the rollout feeds
+    each step's observation and hidden state to the next (on an H100, torch 2.11: "accessing
+    tensor output of CUDAGraphs that has been overwritten")."""
 
     def kept(*args):
+        torch.compiler.cudagraph_mark_step_begin()
         obs, hidden = step(*args)
         return {k: v.clone() for k, v in obs.items()}, hidden.clone() if hidden is not None else None
 

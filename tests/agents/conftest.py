@@ -60,3 +60,23 @@ def restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+def audited(monkeypatch, audit) -> None:
+    """The learner's compiled functions (`train.compile`, `train.compile_rollout`), traced by `audit`
+    (a `benchmarks.graph_audit.GraphAudit`) instead of inductor, as the trainer compiles them (whole
+    graphs, static shapes) and, on any device, wrapped as on CUDA (`outputs_kept`)."""
+    import agents.algo.learner as learner_module
+    from agents.algo import rollout
+    from agents.algo.ppo import minibatch_loss, minibatch_norms
+
+    def rollout_step(device, **kwargs):  # the CUDA path's wrapper on any device: a generation a step
+        step, policy = rollout.compile_rollout_step(device, audit.labelled("rollout"), **kwargs)
+        return rollout.outputs_kept(step) if device.type != "cuda" else step, policy
+
+    def compiled(fn, label):
+        return lambda device: torch.compile(fn, dynamic=False, fullgraph=True, backend=audit.labelled(label))
+
+    monkeypatch.setattr(learner_module, "compile_rollout_step", rollout_step)
+    monkeypatch.setattr(learner_module, "compile_loss", compiled(minibatch_loss, "loss"))
+    monkeypatch.setattr(learner_module, "compile_norms", compiled(minibatch_norms, "norms"))

@@ -152,6 +152,28 @@ def test_compiled_training_iterations_make_no_host_reads(make_config, monkeypatc
     assert all(isinstance(v, float) for v in read_metrics(metrics).values())
 
 
+@pytest.mark.parametrize("extra", [(), RECURRENT, NEAR_CLONE], ids=["feed_forward", "recurrent", "near_clone"])
+def test_captured_training_iterations_make_no_host_reads(make_config, monkeypatch, extra):
+    """`train.compile` + `train.compile_rollout` as captured on CUDA (the step's static addresses,
+    a generation a step, the minibatch's step arithmetic), traced without inductor
+    (`benchmarks.graph_audit`): nothing in the captured iteration reads back to the host."""
+    from benchmarks.graph_audit import GraphAudit
+    from tests.agents.conftest import audited
+
+    torch._dynamo.reset()
+    audit = GraphAudit()
+    audited(monkeypatch, audit)
+    cfg = make_config("train.amp=bf16", "env.max_steps=5", "train.compile=true", "train.compile_rollout=true", *extra)
+    learner = dense_env_learner(cfg, torch.device("cpu"))
+    train_iteration(learner)  # traces (tracing inspects tensors; that is not the hot path)
+    with host_reads_raise(monkeypatch):
+        for _ in range(2):
+            metrics = train_iteration(learner)
+    assert all(isinstance(v, float) for v in read_metrics(metrics).values())
+    assert audit.skip_reasons == [] and {g.label for g in audit.graphs} == {"rollout", "loss", "norms"}
+    torch._dynamo.reset()
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("amp, compiled", [("off", False), ("bf16", False), ("fp16", False), ("bf16", True)])

@@ -93,8 +93,12 @@ def test_quick_run_writes_the_schema_and_counts_the_same_twice(tmp_path):
         assert p["bytes_per_env_step"] == pytest.approx(p["bytes_per_call"] / p["env_steps_per_call"])
         assert p["top_ops"] and all(o["bytes_per_env_step"] > 0 for o in p["top_ops"])
         assert a["graph_breaks"][name] == p["graph_breaks"]["breaks"] >= 0
-        if not name.startswith("PPO"):
+        if not name.startswith("PPO") and "launches_per_call" not in p:  # the model's launches are eager ones
             assert len(p["projection"]) == len(step_cost.GPUS) * len(step_cost.PROJECTED_ENVS)
+    for name in ("rollout step[bf16]", "PPO minibatch[bf16]"):  # captured: a few launches for the same kernels
+        eager, captured = a["paths"][name], a["paths"][name.replace("]", ", captured]")]
+        assert captured["graph_skips"] == [] and captured["graph_replays_per_call"] >= 1
+        assert captured["launches_per_call"] < eager["kernels_per_call"] / 4, (name, captured["launches_per_call"])
     assert _counts(a) == _counts(b)  # counts are deterministic: projections and graph breaks too
     assert "| env.step[sparse] |" in first["md"].read_text()
 
