@@ -60,22 +60,27 @@ class DiamondSearch(nn.Module):
         self.register_buffer("band_bits", (1 << (v // 2)).to(self.row_dtype), persistent=False)
         self.centre = c
 
-    def distances(self, cells: torch.Tensor) -> torch.Tensor:
+    def distances(self, cells: torch.Tensor, goals_open: bool = False) -> torch.Tensor:
+        """``goals_open``: no goal is blocked (the window's free cells), so the goals need no mask."""
         f, n = cells.shape[:2]
         rounds, u = self.rounds, self.rows
-        rows = self.start.expand(f, n, 2, u).clone()  # [F, N, 2, 2w - 1]: blocked, goal
+        # reach[0]: the blocked rows; reach[1 + k]: S_k (the goals at k = 0), each with an empty row
+        # above and below (the rounds read shifted slices)
+        reach = torch.empty(rounds + 2, f, n, u + 2, dtype=self.row_dtype, device=cells.device)
+        rows = reach[:2, ..., 1:-1].permute(1, 2, 0, 3)  # [F, N, 2, 2w - 1]: blocked, goal
+        rows.copy_(self.start.expand(f, n, 2, u))
         rows.index_add_(3, self.cell_row, cells * self.cell_bit)  # distinct bits: the sum is their OR
-        open_ = rows[:, :, 0] ^ self.valid
-        reach = torch.empty(rounds + 1, f, n, u + 2, dtype=self.row_dtype, device=cells.device)
-        reach[..., :: u + 1].zero_()  # an empty row above and below: the rounds read shifted slices
-        _into(reach[0, ..., 1:-1], torch.bitwise_and, rows[:, :, 1], open_)
+        reach[..., :: u + 1].zero_()
+        open_ = reach[0, ..., 1:-1] ^ self.valid
+        if not goals_open:
+            reach[1, ..., 1:-1] &= open_
         index = torch.empty(f, n, u, dtype=torch.int32, device=cells.device)
-        for k in range(rounds):
+        for k in range(1, rounds + 1):
             now = reach[k]
             _into(index, torch.bitwise_or, now[..., :-2], now[..., 2:])
             grown = self.table.index_select(0, index.view(-1)).view(f, n, u)
             _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
-        band = reach[..., 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
+        band = reach[1:, ..., 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
         seen = band.index_select(3, self.band_rows) & self.band_bits  # [rounds + 1, F, N, 1 + moves]
         joined = torch.count_nonzero(seen.cummax(0).values, 0)  # rounds from the first one in S_k on
         return rounds + 1 - joined

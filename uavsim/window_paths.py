@@ -87,15 +87,16 @@ class WindowPaths(nn.Module):
         out = x | (x << 1)
         return out.bitwise_or_(x >> 1)
 
-    def distances(self, cells: torch.Tensor) -> torch.Tensor:
+    def distances(self, cells: torch.Tensor, goals_open: bool = False) -> torch.Tensor:
         """``[F, N, 1 + moves]`` int64: moves from the UAV's own cell, then from each move's cell, to
         the nearest uncovered free cell (``rounds + 1`` where none is within ``rounds``), of
-        ``cells [F, N, 2, win^2]`` bool (blocked, uncovered; row-major).
+        ``cells [F, N, 2, win^2]`` bool (blocked, uncovered; row-major); ``goals_open``: no
+        uncovered cell is blocked (the turned search then skips a mask).
 
         Round ``k``'s reached rows are kept (``[rounds + 1, F, N, win + 2]``, an empty row above and
         below: the moves between rows read shifted slices); the distances are counted once, at the end."""
         if self.diamond is not None:
-            return self.diamond.distances(cells)
+            return self.diamond.distances(cells, goals_open)
         f, n = cells.shape[:2]
         w, rounds = self.win, self.rounds
         rows = (cells.view(f, n, 2, w, w) * self.bits).sum(-1, dtype=self.set_dtype)  # [F, N, 2, win] bit sets
@@ -116,9 +117,10 @@ class WindowPaths(nn.Module):
         joined = ((band.index_select(3, self.rows) >> self.cols) & 1).sum(0)  # rounds each read cell was in
         return rounds + 1 - joined
 
-    def search(self, cells: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given."""
-        dist = self.distances(cells)
+    def search(self, cells: torch.Tensor, out: torch.Tensor | None = None, goals_open: bool = False) -> torch.Tensor:
+        """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given;
+        ``goals_open``: no uncovered cell is blocked (the window's free cells: one op less)."""
+        dist = self.distances(cells, goals_open)
         if out is None:
             out = torch.empty(*dist.shape, dtype=torch.float32, device=dist.device)
         here = dist[..., :1]
