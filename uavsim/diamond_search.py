@@ -73,7 +73,7 @@ class DiamondSearch(nn.Module):
         reach[..., :: u + 1].zero_()
         open_ = reach[0, ..., 1:-1] ^ self.valid
         if not goals_open:
-            reach[1, ..., 1:-1] &= open_
+            reach[1, ..., 1:-1].bitwise_and_(open_)
         index = torch.empty(f, n, u, dtype=torch.int32, device=cells.device)
         for k in range(1, rounds + 1):
             now = reach[k]

@@ -326,7 +326,11 @@ def observe(
     else:
         seen, code = window[0], window[1][:, :, None, :]
     into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, code, lay.channel_codes)
-    into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
+    if lay.grid_dtype == torch.uint8:  # counts < 64: exact in every obs dtype, so cast first, then subtract
+        into(local[..., 2 * w2 : 3 * w2], torch.bitwise_and, seen, lay.count_mask)  # UAVs in each cell
+        local[..., 2 * w2 + w2 // 2].sub_(1)  # not itself, at the centre (a [M, N] op, not [M, N, win^2])
+    else:
+        into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
     cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
     rc, time = local[..., 3 * w2 : 3 * w2 + 2], local[..., 3 * w2 + 2]  # the pooled memory follows them
     into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)

@@ -130,7 +130,7 @@ def clear(bits: BitMemory, lay, v: dict[str, torch.Tensor]) -> None:
 
 def pack(bits: BitMemory, cells: torch.Tensor) -> torch.Tensor:
     """``[..., H]`` int64 padded rows of map cells ``[..., H, W]`` bool (not a hot path)."""
-    return (cells.to(torch.int64) * bits.column_bits).sum(-1)
+    return torch.where(cells, bits.column_bits, 0).sum(-1)
 
 
 def cells_read(bits: BitMemory, sidx: torch.Tensor) -> torch.Tensor:
