@@ -13,7 +13,7 @@ The sets so grown, ``S_k``, are the cells a walk of exactly ``k`` moves from a g
 through open cells (a walk may not stand still: the search does not add the row itself, which
 would cost a fourth op), not those within ``k``. A cell's distance is still the first ``k`` with
 the cell in ``S_k``: the shortest path is such a walk, and any walk is at least as long. The
-distances are read with a running maximum over the rounds (`DiamondSearch.distances`).
+distances are read as the first round holding the cell (`DiamondSearch.distances`).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class DiamondSearch(nn.Module):
         self.register_buffer("band_rows", (u - (2 * c - 1)).to(torch.int64), persistent=False)
         self.register_buffer("band_bits", (1 << (v // 2)).to(self.row_dtype), persistent=False)
         self.centre = c
+        self.register_buffer("far", torch.tensor(rounds + 1), persistent=False)  # a tensor: a Python int is a kernel
 
     def distances(self, cells: torch.Tensor, goals_open: bool = False) -> torch.Tensor:
         """``goals_open``: no goal is blocked (the window's free cells), so the goals need no mask."""
@@ -82,8 +83,8 @@ class DiamondSearch(nn.Module):
             _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
         band = reach[1:, ..., 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
         seen = band.index_select(3, self.band_rows) & self.band_bits  # [rounds + 1, F, N, 1 + moves]
-        joined = torch.count_nonzero(seen.cummax(0).values, 0)  # rounds from the first one in S_k on
-        return rounds + 1 - joined
+        top, first = seen.max(0)  # the first round with the cell in S_k (max's first maximum), if any
+        return torch.where(top != 0, first, self.far)
 
 
 def _into(out: torch.Tensor, op, *args) -> torch.Tensor:
