@@ -25,9 +25,10 @@ cell, so with sharing the sensing recounts after it. On one thread of a 2-core A
 64 environments of the default 32x32 task: `add_sightings` takes 0.06 ms (7x7 windows) or 0.22 ms
 (13x13) against 0.9 ms for `known_counts` (docs/environment.md, "Cost").
 
-Where it fits (``comm_radius`` 0, no ``path_radius``, maps up to ``63 - 2 pad`` cells wide: the
-default preset) the record keeps the same memory as three bit rows per padded map row instead
-(`uavsim.memory_bits`); `codes` reads either as codes, and the functions here dispatch to it.
+Where it fits (``comm_radius`` 0, no ``path_radius``, maps up to ``63 - 2 pad`` cells wide and wide
+enough for the bits to be smaller: the default preset, `memory_bits.fits`) the record keeps the same
+memory as three bit rows per padded map row instead (`uavsim.memory_bits`); `codes` reads either as
+codes, and the functions here dispatch to it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The onboard memory as bit rows: what `uavsim.memory` keeps in a byte per cell, in three bits.
 
 With ``comm_radius`` 0 (each UAV its own memory) and ``path_radius`` 0 (no search reads the
-memory's cells), on maps whose padded rows fit an int64 (``W + 2 pad <= 63``), each UAV keeps,
+memory's cells), on maps whose padded rows fit an int64 (``W + 2 pad <= 63``) and are wide enough
+for three int64 to take less than their bytes (`fits`), each UAV keeps,
 per row of the rules' padded map (``Hp = H + 2 pad`` rows, bit ``pad + c`` for column ``c``),
 three bit sets: seen, known blocked, known covered (the codes of `uavsim.memory`: 4 is seen, 7 is
 seen | blocked, 5 seen | covered). On the default preset that is 10.6 KB per environment instead
@@ -46,11 +47,16 @@ def column_blocks(cfg: EnvConfig) -> np.ndarray:
 
 
 def fits(cfg: EnvConfig) -> bool:
-    """Whether ``cfg``'s memory is kept as bit rows (the module docstring says when)."""
+    """Whether ``cfg``'s memory is kept as bit rows (the module docstring says when): also only
+    where they, with the truth's, take fewer bytes than the codes (three int64 per padded row
+    against the packed grid's ``W + pad`` bytes a row)."""
+    p, n = cfg.pad, cfg.num_uavs
+    rows, grid_cells = cfg.grid_height + 2 * p, p + (cfg.grid_height + 2 * p) * (cfg.grid_width + p)
     return (
         cfg.comm_radius == 0
         and cfg.path_radius == 0
-        and cfg.grid_width + 2 * cfg.pad <= 63
+        and (n + 1) * 24 * rows < n * grid_cells
+        and cfg.grid_width + 2 * p <= 63
         and table_bytes(cfg, 2) <= TABLE_MAX_BYTES
     )
 
