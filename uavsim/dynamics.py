@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from uavsim import rules
+from uavsim import memory_bits, rules
 from uavsim.config import EnvConfig
 from uavsim.memory import MemoryTables
 from uavsim.memory import heading as memory_heading
@@ -96,8 +96,13 @@ class Layout:
             Field("t", narrowest_int(cfg.max_steps), ()),
             Field("ep_counts", narrowest_int(n * cfg.max_steps), (2,)),  # collisions, near misses
         ]
-        if cfg.comm_radius is not None:  # each UAV's memory codes, in the grid's layout (uavsim.memory)
+        bit_memory = cfg.comm_radius is not None and memory_bits.fits(cfg)
+        if bit_memory:  # each UAV's memory as bit rows, and the truth's (uavsim.memory_bits)
+            fields.append(Field("memory", torch.int64, (n, 3, self.hp)))
+            fields.append(Field("truth", torch.int64, (3, self.hp)))
+        elif cfg.comm_radius is not None:  # each UAV's memory codes, in the grid's layout (uavsim.memory)
             fields.append(Field("memory", torch.uint8, (n, self.grid_cells)))
+        if cfg.comm_radius is not None:
             fields.append(Field("known", pool_dtype, (n, 2, cfg.state_pool**2)))  # memory.known_counts
         # The grid comes last, after at least `origin_shift` cells' worth of bytes: a window's
         # top-left cell (a UAV's cell - origin_shift) is then an offset from the grid's row start,
@@ -139,9 +144,12 @@ class Layout:
         self.center = center.to(dev)
         self.max_steps = torch.tensor(cfg.max_steps, dtype=torch.float32, device=dev)
         self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
-        self.memory = None
+        self.memory = self.memory_bits = None
         if cfg.comm_radius is not None:
             self.memory = MemoryTables(cfg, self.ws, pool_dtype, on_map, self.block_of_grid, dev)
+        if bit_memory:
+            grid_block = self.block_of_grid.cpu().numpy()
+            self.memory_bits = memory_bits.BitMemory(cfg, self.ws, self.grid_cells, grid_block, pool_dtype, dev)
         self.paths = WindowPaths(cfg).to(dev) if cfg.window_paths else None
         # path_radius: the paths search the memory near each UAV instead of its window
         self.path_square = MemorySquare(cfg, self.ws, self.grid_cells).to(dev) if cfg.path_radius else None
@@ -226,9 +234,11 @@ def newly_covered(
     sidx: torch.Tensor,
     first: torch.Tensor | None = None,
     dtype: torch.dtype | None = None,
+    block: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which of the grid cells ``sidx`` are newly covered; adds them to the per-block counts (the
-    grid is the caller's to update).
+    grid is the caller's to update). ``block``: the cells' blocks (``lay.block_of_grid[sidx]``) if
+    the caller read them.
 
     Args:
         lay: the layout.
@@ -248,8 +258,21 @@ def newly_covered(
     pools = v["pools"]
     newly = torch.empty(sidx.shape, dtype=dtype or pools.dtype, device=sidx.device)
     torch.logical_and(before < lay.covered_bit, first, out=newly)  # FREE, whatever its UAV count
-    pools[:, 1].scatter_add_(1, lay.block_of_grid[sidx], newly if newly.dtype == pools.dtype else newly.to(pools.dtype))
+    block = lay.block_of_grid[sidx] if block is None else block
+    pools[:, 1].scatter_add_(1, block, newly if newly.dtype == pools.dtype else newly.to(pools.dtype))
     return before, newly
+
+
+def step_coverage(lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """`newly_covered`'s ``newly`` (in the grid's dtype) of a step's cells ``sidx``; with the memory as
+    bit rows, the truth's rows get them too (`memory_bits.cover`: one read of the cells' rows and blocks)."""
+    bits = lay.memory_bits
+    if bits is None:
+        return newly_covered(lay, v, sidx, first, lay.grid_dtype)[1]
+    cells = memory_bits.cells_read(bits, sidx)
+    _, fresh = newly_covered(lay, v, sidx, first, lay.grid_dtype, cells[..., 2])
+    memory_bits.cover(bits, v, cells, fresh)
+    return fresh
 
 
 def cover(
@@ -303,7 +326,11 @@ def observe(
     else:
         seen, code = window[0], window[1][:, :, None, :]
     into(local[..., : 2 * w2].view(m, n, 2, w2), torch.eq, code, lay.channel_codes)
-    into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
+    if lay.grid_dtype == torch.uint8:  # counts < 64: exact in every obs dtype, so cast first, then subtract
+        into(local[..., 2 * w2 : 3 * w2], torch.bitwise_and, seen, lay.count_mask)  # UAVs in each cell
+        local[..., 2 * w2 + w2 // 2].sub_(1)  # not itself, at the centre (a [M, N] op, not [M, N, win^2])
+    else:
+        into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
     cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
     rc, time = local[..., 3 * w2 : 3 * w2 + 2], local[..., 3 * w2 + 2]  # the pooled memory follows them
     into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
@@ -319,7 +346,7 @@ def observe(
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
         paths = local[..., cfg.local_obs_dim - cfg.paths_obs_dim :]
         if lay.path_square is None:  # of the window
-            lay.paths.search(code == lay.path_codes, out=paths)  # [M, N, 2, win^2]: blocked, goal
+            lay.paths.search(code == lay.path_codes, out=paths, goals_open=True)  # [M, N, 2, win^2]: blocked, free
         else:  # of the memory near the UAV
             lay.paths(*lay.path_square(v["memory"], v["cell"]), out=paths)
     return {"local": local, "state": state}, seen[:, :, w2 // 2]

@@ -35,7 +35,7 @@ import torch
 
 from uavsim.config import EnvConfig
 from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the adapters import it from here
-from uavsim.dynamics import Layout, into, newly_covered, observe
+from uavsim.dynamics import Layout, into, observe, step_coverage
 from uavsim.env_checks import check_actions, check_choice, check_mask
 from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
 from uavsim.memory import sense_and_share
@@ -313,12 +313,12 @@ class UAVSwarmEnv:
         moved_to = torch.where(collided, cell, target)
         entered = lay.edges[torch.where(collided, self._hover, actions)]  # [B, N, E] cells new to each footprint
         sidx = (moved_to[:, :, None] + entered).view(b, -1).sort(dim=1).values  # equal cells side by side
-        _, fresh = newly_covered(lay, v, sidx, self._first, lay.grid_dtype)
+        fresh = step_coverage(lay, v, sidx, self._first)
         # One write of the grid: -1 / +1 UAV on the cells left / entered, COVERED added to the fresh cells.
         into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
         grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
         cell.copy_(moved_to)
-        window = sense_and_share(lay, v)  # the UAVs' memories, if the config has them (uavsim.memory)
+        window = sense_and_share(lay, v, moved_to)  # the UAVs' memories, if the config has them (uavsim.memory)
         newly = fresh.sum(1)
         v["covered"] += newly
         v["t"] += 1 if restarted is None else ~restarted

@@ -24,6 +24,11 @@ a UAV's window can change in a step, so the sensing adds the window's changes (`
 cell, so with sharing the sensing recounts after it. On one thread of a 2-core AMD EPYC (Zen 4),
 64 environments of the default 32x32 task: `add_sightings` takes 0.06 ms (7x7 windows) or 0.22 ms
 (13x13) against 0.9 ms for `known_counts` (docs/environment.md, "Cost").
+
+Where it fits (``comm_radius`` 0, no ``path_radius``, maps up to ``63 - 2 pad`` cells wide and wide
+enough for the bits to be smaller: the default preset, `memory_bits.fits`) the record keeps the same
+memory as three bit rows per padded map row instead (`uavsim.memory_bits`); `codes` reads either as
+codes, and the functions here dispatch to it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from uavsim import rules
+from uavsim import memory_bits, rules
 from uavsim.config import EnvConfig
 from uavsim.heading import CellHeading
 
@@ -68,10 +73,9 @@ class MemoryTables:
         # that sensing it changes nothing (and adds nothing to the incremental counts).
         blank = np.where(on_map, 0, KNOWN_BLOCKED).astype(np.uint8)
         self.blank = torch.as_tensor(blank, device=device)  # [grid cells]
-        # `add_sightings`' slot in the flat [2 * P^2] counts at 8 * grid cell + code: the cell's
-        # block's blocked count for codes with bit 1 (blocked), else its covered count
-        covered = torch.tensor([(code >> 1) & 1 == 0 for code in range(8)], device=device) * cfg.state_pool**2
-        self.slot = (block_of_grid[:, None] + covered).view(-1)  # [grid cells * 8] int64
+        self.block_of_grid = block_of_grid  # [grid cells] int64: `add_sightings`' count of each cell
+        # `add_sightings`: (old ^ new) & code is 3 where a cell turns known blocked, 1 known covered
+        self.gained = torch.tensor([3, 1], dtype=torch.uint8, device=device)[:, None]
         rows, cols = np.divmod(np.arange(len(on_map)) - cfg.pad, row_stride)  # of each grid cell, on the map
         self.heading = CellHeading(cfg, rows - cfg.pad, cols, on_map, device)
         self.block_cells = torch.as_tensor(rules.cells_per_block(cfg), dtype=count_dtype, device=device)  # counts dtype
@@ -85,13 +89,19 @@ class GridLayout(Protocol):
     count_bits: int
     block_of_cell: torch.Tensor
     memory: MemoryTables | None
+    memory_bits: memory_bits.BitMemory | None  # the memory as bit rows where it fits (uavsim.memory_bits)
 
     def positions(self, cell: torch.Tensor) -> torch.Tensor: ...
+
+    def map_view(self, grid: torch.Tensor) -> torch.Tensor: ...
 
 
 def clear(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
     """An episode's first memory, before its first sensing: nothing known but the border, no
-    block counts. ``v``: the state record's field views (``memory``, ``known``)."""
+    block counts. ``v``: the state record's field views (``memory``, ``known``; with bit rows the
+    ``truth``, from the ``grid``: `memory_bits.clear`)."""
+    if lay.memory_bits is not None:
+        return memory_bits.clear(lay.memory_bits, lay, v)
     v["memory"].copy_(lay.memory.blank.expand_as(v["memory"]))
     v["known"].zero_()
 
@@ -99,19 +109,28 @@ def clear(lay: GridLayout, v: dict[str, torch.Tensor]) -> None:
 def restore(lay: GridLayout, v: dict[str, torch.Tensor], cells: torch.Tensor) -> None:
     """Write the memories of a loaded state (``cells``: ``[M, N, H * W]`` uint8 map cells' codes)
     into the record views ``v``, with their block counts (derived, so not saved)."""
-    clear(lay, v)
-    map_cells(lay, v["memory"]).copy_(cells.view(map_cells(lay, v["memory"]).shape))
+    if lay.memory_bits is not None:
+        memory_bits.restore(lay.memory_bits, lay, v, cells)
+    else:
+        clear(lay, v)
+        map_cells(lay, v["memory"]).copy_(cells.view(map_cells(lay, v["memory"]).shape))
     known_counts(lay, v["memory"], out=v["known"])
 
 
-def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+def sense_and_share(
+    lay: GridLayout, v: dict[str, torch.Tensor], cell: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Each UAV writes its window into its memory, then merges the memories of the UAVs in range
     (one hop), in place, and updates the per-block counts of what each knows. ``v``: the state
     record's field views (``memory [M, N, G]`` uint8, ``known``: `known_counts`). Returns the
     windows read, ``[M, N, win^2]`` packed grid values and their codes (what the observation
-    shows: read once); without memory (``comm_radius`` None) a no-op that returns None."""
+    shows: read once); without memory (``comm_radius`` None) a no-op that returns None, and with
+    bit rows (`uavsim.memory_bits`) None too: the observation reads the window itself. ``cell``:
+    ``v["cell"]`` as a contiguous tensor if the caller has one (saves a copy)."""
     if lay.memory is None:
         return None
+    if lay.memory_bits is not None:
+        return memory_bits.sense(lay.memory_bits, v, v["cell"].contiguous() if cell is None else cell)
     memory, cell, grid, known = v["memory"], v["cell"], v["grid"], v["known"]
     m, n = cell.shape
     window = cell[:, :, None] + lay.memory.window  # [M, N, win^2] grid cells, distinct per UAV
@@ -119,7 +138,7 @@ def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> tuple[torch.
     code = values >> lay.count_bits
     seen = (code | SEEN).to(torch.uint8)  # the truth now: never less than what was remembered
     if lay.memory.radius == 0:  # only the windows change: count their change, not the whole map
-        add_sightings(lay, known, window, memory.gather(2, window), seen)
+        add_sightings(lay, known, window, memory.gather(2, window), seen, code)
     memory.scatter_(2, window, seen)
     if lay.memory.radius == 0:
         return values, code
@@ -137,21 +156,33 @@ def sense_and_share(lay: GridLayout, v: dict[str, torch.Tensor]) -> tuple[torch.
 
 
 def add_sightings(
-    lay: GridLayout, known: torch.Tensor, window: torch.Tensor, old: torch.Tensor, new: torch.Tensor
+    lay: GridLayout, known: torch.Tensor, window: torch.Tensor, old: torch.Tensor, new: torch.Tensor, code: torch.Tensor
 ) -> None:
     """Update `known_counts` ``known [M, N, 2, P^2]`` in place for one UAV's memory codes ``old``
-    becoming ``new`` (``[M, N, win^2]`` uint8) at the grid cells ``window`` (distinct per UAV).
+    becoming ``new`` (``[M, N, win^2]`` uint8) at the grid cells ``window`` (distinct per UAV), whose
+    packed grid codes are ``code`` (``new`` is ``code | SEEN``).
 
     Codes only gain bits (0 < 4 < 5, 0 < 7: a sighting is the truth, which only grows), so bit 0,
     set for known covered (5) and known blocked (7), turns on at most once, and bit 1 says which:
-    each cell adds ``(old ^ new) & 1`` to one count. Border cells stay KNOWN_BLOCKED (`clear`):
-    they add 0."""
+    ``(old ^ new) & code`` is 3 where a cell turns known blocked, 1 where it turns known covered.
+    Border cells stay KNOWN_BLOCKED (`clear`): they add 0. The counts take one scatter of the two
+    planes (blocked, covered) through the cells' blocks: the same ops as an index of ``2 * P^2``
+    slots, without its int64 ``[M, N, win^2]`` slot tensor (28 KB per environment on the preset)."""
     m, n, _ = window.shape
-    gain = (old ^ new) & 1  # uint8
-    slot = torch.add(new, window, alpha=8)  # [M, N, win^2] int64
-    # index_select: a third of indexing's (`slot[...]`, aten::index) time on one CPU thread
-    slot = lay.memory.slot.index_select(0, slot.view(-1)).view(m, n, -1)
-    known.view(m, n, -1).scatter_add_(2, slot, gain if gain.dtype == known.dtype else gain.to(known.dtype))
+    turned = torch.bitwise_xor(old, new).bitwise_and_(code)  # uint8
+    gained = torch.empty(m, n, 2, window.shape[2], dtype=known.dtype, device=known.device)
+    torch.eq(turned[:, :, None], lay.memory.gained, out=gained)  # [M, N, 2, win^2]: blocked, covered
+    # index_select: a third of indexing's (`block[...]`, aten::index) time on one CPU thread
+    block = lay.memory.block_of_grid.index_select(0, window.view(-1)).view(m, n, 1, -1)
+    known.scatter_add_(3, block.expand_as(gained), gained)
+
+
+def codes(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
+    """``[M, N, H, W]`` uint8 memory codes of the map cells of the record's ``memory`` (a view of
+    it, `map_cells`, for codes; decoded from bit rows, `memory_bits.codes`)."""
+    if memory.dtype == torch.int64 and lay.memory_bits is not None:
+        return memory_bits.codes(lay.memory_bits, memory)
+    return map_cells(lay, memory)
 
 
 def map_cells(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
@@ -165,11 +196,11 @@ def map_cells(lay: GridLayout, memory: torch.Tensor) -> torch.Tensor:
 def known_counts(lay: GridLayout, memory: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``[M, N, 2, P^2]``: how many cells of each pooled block each UAV knows blocked, then known
     covered (the observation divides them by the block's cells), into ``out`` if given (the state
-    record's ``known``). ``memory``: ``[M, N, G]`` uint8."""
-    m, n, _ = memory.shape
+    record's ``known``). ``memory``: ``[M, N, G]`` uint8 (or bit rows, `codes`)."""
+    m, n = memory.shape[:2]
     cfg, dtype = lay.cfg, lay.memory.count_dtype
     known = torch.empty(m, n, 2, cfg.grid_height, cfg.grid_width, dtype=dtype, device=memory.device)
-    torch.eq(map_cells(lay, memory)[:, :, None], lay.memory.codes, out=known)  # 0/1 in the counts' dtype
+    torch.eq(codes(lay, memory)[:, :, None], lay.memory.codes, out=known)  # 0/1 in the counts' dtype
     if out is None:
         out = torch.empty(m, n, 2, cfg.state_pool**2, dtype=dtype, device=memory.device)
     return out.zero_().index_add_(3, lay.block_of_cell, known.view(m, n, 2, -1))

@@ -15,7 +15,7 @@ import torch
 
 from uavsim import rules
 from uavsim.config import EnvConfig
-from uavsim.memory import SEEN, map_cells
+from uavsim.memory import SEEN, codes
 from uavsim.memory import restore as restore_memory
 from uavsim.rng import MAX_KEY
 from uavsim.rules import BLOCKED, COVERED, FREE
@@ -77,7 +77,7 @@ def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) 
     }
     if lay.memory is not None:  # the map cells of each UAV's memory (its border is always known blocked)
         b, n = pending.shape[0], lay.cfg.num_uavs
-        state[MEMORY_KEY] = map_cells(lay, v["memory"]).reshape(b, n, -1)
+        state[MEMORY_KEY] = codes(lay, v["memory"]).reshape(b, n, -1)
     return state
 
 

@@ -32,6 +32,7 @@ from torch import nn
 
 from uavsim import rules
 from uavsim.config import EnvConfig
+from uavsim.diamond_search import DiamondSearch
 
 
 class WindowPaths(nn.Module):
@@ -42,6 +43,8 @@ class WindowPaths(nn.Module):
     within ``k`` moves of an uncovered free cell, grown by one move per round and masked by the
     open cells. A cell's distance is the number of rounds before it joins. Each round is 4 tensor
     ops on ``[F, N, win]`` rows: the step is launch-bound on a GPU, so ops count more than bytes.
+    With 4 moves and windows up to 15 cells across, the window turned by 45 degrees takes 3 ops a
+    round (`uavsim.diamond_search`: 36 kernels instead of 48 for the 13x13 window's 12 rounds).
     A row's dilation along itself (``x | x << 1 | x >> 1``) is one gather from a table of every
     row (``2^win`` entries, windows up to 16 cells across; 16 KiB for 13x13), else three shifts.
     The rounds are kept in int32 up to 31 cells across (int64 beyond), which the table's gather
@@ -72,6 +75,10 @@ class WindowPaths(nn.Module):
             x = torch.arange(1 << w, dtype=torch.int64)
             table = ((x | (x << 1) | (x >> 1)) & self.full).to(self.set_dtype)
         self.register_buffer("dilate_table", table, persistent=False)
+        # 4 moves in a table-sized window: the turned window's 3 ops a round (uavsim.diamond_search)
+        self.diamond = None
+        if cfg.moves == 4 and w < self.TABLE_MAX_WIN:
+            self.diamond = DiamondSearch(cfg, w, self.rounds, self.TABLE_MAX_WIN - 1)
 
     def _along_rows(self, x: torch.Tensor) -> torch.Tensor:
         """``x | x << 1 | x >> 1`` of contiguous row bit sets (bits past the window: the caller masks them)."""
@@ -80,13 +87,16 @@ class WindowPaths(nn.Module):
         out = x | (x << 1)
         return out.bitwise_or_(x >> 1)
 
-    def distances(self, cells: torch.Tensor) -> torch.Tensor:
+    def distances(self, cells: torch.Tensor, goals_open: bool = False) -> torch.Tensor:
         """``[F, N, 1 + moves]`` int64: moves from the UAV's own cell, then from each move's cell, to
         the nearest uncovered free cell (``rounds + 1`` where none is within ``rounds``), of
-        ``cells [F, N, 2, win^2]`` bool (blocked, uncovered; row-major).
+        ``cells [F, N, 2, win^2]`` bool (blocked, uncovered; row-major); ``goals_open``: no
+        uncovered cell is blocked (the turned search then skips a mask).
 
         Round ``k``'s reached rows are kept (``[rounds + 1, F, N, win + 2]``, an empty row above and
         below: the moves between rows read shifted slices); the distances are counted once, at the end."""
+        if self.diamond is not None:
+            return self.diamond.distances(cells, goals_open)
         f, n = cells.shape[:2]
         w, rounds = self.win, self.rounds
         rows = (cells.view(f, n, 2, w, w) * self.bits).sum(-1, dtype=self.set_dtype)  # [F, N, 2, win] bit sets
@@ -107,9 +117,10 @@ class WindowPaths(nn.Module):
         joined = ((band.index_select(3, self.rows) >> self.cols) & 1).sum(0)  # rounds each read cell was in
         return rounds + 1 - joined
 
-    def search(self, cells: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given."""
-        dist = self.distances(cells)
+    def search(self, cells: torch.Tensor, out: torch.Tensor | None = None, goals_open: bool = False) -> torch.Tensor:
+        """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given;
+        ``goals_open``: no uncovered cell is blocked (the window's free cells: one op less)."""
+        dist = self.distances(cells, goals_open)
         if out is None:
             out = torch.empty(*dist.shape, dtype=torch.float32, device=dist.device)
         here = dist[..., :1]
