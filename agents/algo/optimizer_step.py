@@ -38,12 +38,13 @@ def minibatch_norms(
     Args:
         actor_grads, critic_grads: each network's gradients.
         loss: the 0-dim loss they are of.
-        stats: the loss's 0-dim statistics (`LossStats`, in field order, those that are not None).
+        stats: the loss's 0-dim statistics (`agents.algo.ppo.LossStats`, in field order, those that
+            are not None).
 
     Returns:
         `(actor_norm, critic_norm, skipped, row)`: the gradient norms before clipping (as
         `clip_grad_norm_` computes them), `skipped` 1.0 where the loss or a norm is not finite (the
-        step is skipped) and 0.0 elsewhere, and the minibatch's row of `update`'s sums, float32:
+        step is skipped) and 0.0 elsewhere, and the minibatch's row of `ppo.update`'s sums, float32:
         `stats`, the two norms (all zeros where skipped: a skipped minibatch must not poison the
         iteration's means), `skipped`, and whether the loss was not finite.
     """
