@@ -8,7 +8,8 @@ import shutil
 
 import torch
 
-from agents.algo.ppo import LossFn, NormsFn, minibatch_loss, minibatch_norms
+from agents.algo.optimizer_step import NormsFn, minibatch_norms
+from agents.algo.ppo import LossFn, minibatch_loss
 
 
 def check_compiler(device: torch.device, key: str = "train.compile") -> None:

@@ -19,16 +19,8 @@ from agents.algo.gae import compute_gae
 from agents.algo.layers import Form
 from agents.algo.lockstep import lockstep_applies, lockstep_collect
 from agents.algo.networks import Actor, Critic, make_actor, make_critic
-from agents.algo.ppo import (
-    Batch,
-    LossFn,
-    NormsFn,
-    clone_logprobs,
-    make_optimizer,
-    minibatch_loss,
-    minibatch_norms,
-    update,
-)
+from agents.algo.optimizer_step import NormsFn, make_optimizer, minibatch_norms
+from agents.algo.ppo import Batch, LossFn, clone_logprobs, minibatch_loss, update
 from agents.algo.precision import amp_dtype, make_autocast
 from agents.algo.replicas import Replicas
 from agents.algo.rollout import (

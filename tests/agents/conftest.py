@@ -68,7 +68,8 @@ def audited(monkeypatch, audit) -> None:
     graphs, static shapes) and, on any device, wrapped as on CUDA (`outputs_kept`)."""
     import agents.algo.learner as learner_module
     from agents.algo import rollout
-    from agents.algo.ppo import minibatch_loss, minibatch_norms
+    from agents.algo.optimizer_step import minibatch_norms
+    from agents.algo.ppo import minibatch_loss
 
     def rollout_step(device, **kwargs):  # the CUDA path's wrapper on any device: a generation a step
         step, policy = rollout.compile_rollout_step(device, audit.labelled("rollout"), **kwargs)

@@ -9,6 +9,7 @@ import torch
 from agents import train_mappo
 from agents.algo import ppo
 from agents.algo.learner import build_learner
+from agents.algo.optimizer_step import optimizer_step
 from agents.run import checkpoint as ckpt
 from agents.run import control as run_control
 from agents.train_mappo import TrainingStopped, train
@@ -31,7 +32,7 @@ def test_nan_loss_skips_the_step_entirely(make_config, amp, extra):
     loss = sum(p.sum() for p in learner.actor.parameters()) * float("nan")
     learner.optimizer.zero_grad()
     learner.scaler.scale(loss).backward()
-    _, _, skipped = ppo.optimizer_step(
+    _, _, skipped = optimizer_step(
         learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, max_grad_norm=0.5
     )
     assert skipped.item() == 1.0
@@ -44,7 +45,7 @@ def test_nan_loss_skips_the_step_entirely(make_config, amp, extra):
     loss = sum((p**2).sum() for p in learner.actor.parameters())
     learner.optimizer.zero_grad()
     learner.scaler.scale(loss).backward()
-    _, _, skipped = ppo.optimizer_step(
+    _, _, skipped = optimizer_step(
         learner.optimizer, learner.scaler, learner.actor, learner.critic, loss, max_grad_norm=0.5
     )
     assert skipped.item() == 0.0
@@ -115,7 +116,7 @@ def test_an_overflow_on_another_rank_backs_off_this_ranks_loss_scale_too():
         for p in params:
             p.grad.fill_(float("inf"))
 
-    _, _, skipped = ppo.optimizer_step(optimizer, scaler, actor, critic, loss, 0.5, all_reduce_with_an_overflowed_rank)
+    _, _, skipped = optimizer_step(optimizer, scaler, actor, critic, loss, 0.5, all_reduce_with_an_overflowed_rank)
     assert skipped.item() == 1.0 and scaler.get_scale() == 512.0
     assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters()))
 

@@ -6,8 +6,10 @@ import json
 import pytest
 
 from benchmarks import gpu_model as gm
+from benchmarks import gpu_model_arithmetic as arithmetic
+from benchmarks import gpu_model_make_train as make_train
 
-C = gm.Constants(
+C = arithmetic.Constants(
     launch_eager_us=20.0,
     launch_compiled_us=10.0,
     launch_replayed_us=2.0,
@@ -24,8 +26,8 @@ def counts(kernels, syncs=0, nbytes=0, flops=0, **extra):
 
 
 def test_the_gpu_recipe_is_read_from_its_config_files():
-    cfg = gm.recipe_config("gpu")
-    shape = gm.run_shape(cfg)
+    cfg = make_train.recipe_config("gpu")
+    shape = make_train.run_shape(cfg)
     assert (shape["envs"], shape["steps"]) == (cfg.env.num_envs, cfg.train.num_steps)
     assert shape["iterations"] == cfg.train.total_env_steps // (shape["envs"] * shape["steps"])
     assert (shape["epochs"], shape["minibatches"]) == (cfg.train.update_epochs, cfg.train.num_minibatches)
@@ -35,12 +37,12 @@ def test_the_gpu_recipe_is_read_from_its_config_files():
     assert im["frames"] == [(im["demo_steps"] + r * im["dagger_steps"]) * im["demo_envs"] for r in range(3)]
     assert im["minibatch_steps"] == cfg.imitation.minibatch_steps
     # an override reaches the shape as it would reach a run; the preset at 256 envs is the old recipe
-    eight = gm.run_shape(gm.recipe_config("gpu", ["train.num_steps=8", "train.num_minibatches=4"]))
+    eight = make_train.run_shape(make_train.recipe_config("gpu", ["train.num_steps=8", "train.num_minibatches=4"]))
     assert (eight["steps"], eight["minibatches"]) == (8, 4)
     assert eight["iterations"] == cfg.train.total_env_steps // (shape["envs"] * 8)
-    assert gm.run_shape(gm.recipe_config("preset-256"))["envs"] == 256
+    assert make_train.run_shape(make_train.recipe_config("preset-256"))["envs"] == 256
     with pytest.raises(ValueError, match="unknown recipe"):
-        gm.recipe_config("tpu")
+        make_train.recipe_config("tpu")
 
 
 def iteration(per_minibatch=30):
@@ -60,23 +62,23 @@ def iteration(per_minibatch=30):
 
 def test_a_changed_shape_is_predicted_from_the_fit_and_the_per_minibatch_share():
     lc = {"iteration": iteration()}
-    share = gm.minibatch_share(lc["iteration"])
+    share = make_train.minibatch_share(lc["iteration"])
     assert share == pytest.approx({"kernels": 30, "syncs": 0, "bytes": 1000, "flops": 0})
     shape = {"envs": 64, "steps": 10, "epochs": 2, "minibatches": 4}
-    whole, rollout, source = gm.ppo_iteration(lc, shape)
+    whole, rollout, source = make_train.ppo_iteration(lc, shape)
     assert source.startswith("fitted") and rollout == pytest.approx(70)
     assert whole == pytest.approx(counts(170, 0, 1000 + 5 * 640, 2 * 640))
     # two more minibatches in each of 2 epochs: 4 x 30 kernels, 4 x 1,000 bytes
-    whole6, _, _ = gm.ppo_iteration(lc, shape | {"minibatches": 6})
+    whole6, _, _ = make_train.ppo_iteration(lc, shape | {"minibatches": 6})
     assert whole6 == pytest.approx(counts(170 + 120, 0, 1000 + 5 * 640 + 4000, 2 * 640))
     with pytest.raises(ValueError, match="epochs"):
-        gm.ppo_iteration(lc, shape | {"epochs": 3})
+        make_train.ppo_iteration(lc, shape | {"epochs": 3})
     # the count at the run's own shape wins where it was taken there
     lc["run_iteration"] = {**shape, "rollout": counts(50), "update": counts(400, 0, 10), "rest": counts(3, 1)}
-    whole, rollout, source = gm.ppo_iteration(lc, shape)
+    whole, rollout, source = make_train.ppo_iteration(lc, shape)
     assert source == "counted at the run's shape" and rollout == 50
     assert whole == counts(453, 1, 10, 0)
-    assert gm.ppo_iteration(lc, shape | {"steps": 20})[2].startswith("fitted")
+    assert make_train.ppo_iteration(lc, shape | {"steps": 20})[2].startswith("fitted")
 
 
 def hand_made_run():
@@ -114,7 +116,7 @@ def hand_made_run():
 
 def test_a_recipe_adds_its_phases_from_counts_at_its_batch():
     lc, shape = hand_made_run()
-    parts = gm.recipe_parts(lc, shape, "H100 SXM", C)
+    parts = make_train.recipe_parts(lc, shape, "H100 SXM", C)
     assert list(parts) == [
         "process (start-up, checkpoints, shut-down)",
         "imitation: demonstrations (planner calls)",
@@ -133,9 +135,9 @@ def test_a_recipe_adds_its_phases_from_counts_at_its_batch():
     # an iteration: 1,500 kernels at 20 us + 2 syncs; its rollout's launches 500 x 20 us
     assert sec["PPO iterations"] == pytest.approx(2 * (0.03 + 1e-4))
     assert parts["PPO iterations"]["rollout launches"] == pytest.approx(2 * 0.01)
-    assert gm.total(parts)["seconds"] == pytest.approx(sum(sec.values()))
+    assert arithmetic.total(parts)["seconds"] == pytest.approx(sum(sec.values()))
     # replayed: 2 us a kernel
-    replayed = gm.recipe_parts(lc, shape, "H100 SXM", C, launch="replayed", clone_launch="replayed")
+    replayed = make_train.recipe_parts(lc, shape, "H100 SXM", C, launch="replayed", clone_launch="replayed")
     assert replayed["PPO iterations"]["seconds"] == pytest.approx(2 * (3e-3 + 1e-4))
     assert replayed["imitation: cloning"]["seconds"] == pytest.approx(7 * max(1e-4, 1e9 / 1.675e12) + 3 * 50e-6)
 
@@ -143,29 +145,29 @@ def test_a_recipe_adds_its_phases_from_counts_at_its_batch():
 def test_cloning_minibatches_of_another_size_scale_bytes_not_kernels():
     lc, shape = hand_made_run()
     im = lc["imitation"]
-    at = gm.clone_minibatch_at(im, 512)  # a third of the way from 256 to 1,024 frames
+    at = make_train.clone_minibatch_at(im, 512)  # a third of the way from 256 to 1,024 frames
     assert at == pytest.approx(counts(50, 0, 2e9, 0))
     shape["imitation"]["minibatch_steps"] = 512  # 2 x 1 + 1 x 1 minibatches
-    parts = gm.recipe_parts(lc, shape, "H100 SXM", C)
+    parts = make_train.recipe_parts(lc, shape, "H100 SXM", C)
     assert parts["imitation: cloning"]["seconds"] == pytest.approx(3 * 2e9 / 1.675e12 + 3 * 50e-6)
     # what an epoch adds beyond its minibatches, where counted: 3 epochs x (20 kernels at 20 us + its read)
     im["clone_minibatch"]["epoch"] = counts(20, 0, 0, 0)
-    with_epoch = gm.recipe_parts(lc, shape, "H100 SXM", C)["imitation: cloning"]["seconds"]
+    with_epoch = make_train.recipe_parts(lc, shape, "H100 SXM", C)["imitation: cloning"]["seconds"]
     assert with_epoch - parts["imitation: cloning"]["seconds"] == pytest.approx(3 * 20 * 20e-6)
     del im["clone_minibatch_x4"]
     with pytest.raises(ValueError, match="count again"):
-        gm.clone_minibatch_at(im, 512)
+        make_train.clone_minibatch_at(im, 512)
 
 
 def test_a_stale_count_says_to_count_again():
     lc, shape = hand_made_run()
     shape["imitation"]["demo_envs"] = 16
     with pytest.raises(ValueError, match="planner counted at 8 envs"):
-        gm.recipe_parts(lc, shape, "H100 SXM", C)
+        make_train.recipe_parts(lc, shape, "H100 SXM", C)
     lc, shape = hand_made_run()
     shape["eval_interval"] = 100
     with pytest.raises(ValueError, match="eval_interval 0"):
-        gm.recipe_parts(lc, shape, "H100 SXM", C)
+        make_train.recipe_parts(lc, shape, "H100 SXM", C)
 
 
 def test_merge_folds_new_counts_into_the_old_and_replaces_the_working_trees(tmp_path):
@@ -181,23 +183,23 @@ def test_merge_folds_new_counts_into_the_old_and_replaces_the_working_trees(tmp_
 def test_the_committed_make_train_prediction_is_this_codes_arithmetic():
     committed = json.loads(gm.COUNTS.read_text())
     report = json.loads(gm.OUT.with_suffix(".json").read_text())
-    c = gm.Constants(**report["constants"])
+    c = arithmetic.Constants(**report["constants"])
     mt = report["make_train"]
-    assert set(mt["recipes"]) == set(gm.RECIPES) and mt["target_s"] == gm.TARGET_S
+    assert set(mt["recipes"]) == set(make_train.RECIPES) and mt["target_s"] == make_train.TARGET_S
     for name, entry in mt["recipes"].items():
         lc = committed["learn"][f"today-{name}"]
-        shape = gm.run_shape(gm.recipe_config(name))
+        shape = make_train.run_shape(make_train.recipe_config(name))
         assert entry["shape"] == shape, f"{name}: the config changed; run `python -m benchmarks.gpu_model` again"
-        assert set(entry["gpus"]) == set(gm.MAKE_TRAIN_GPUS)
+        assert set(entry["gpus"]) == set(make_train.MAKE_TRAIN_GPUS)
         for gpu, got in entry["gpus"].items():
-            parts = gm.recipe_parts(lc, shape, gpu, c)
-            assert got["seconds"] == pytest.approx(gm.total(parts)["seconds"])
+            parts = make_train.recipe_parts(lc, shape, gpu, c)
+            assert got["seconds"] == pytest.approx(arithmetic.total(parts)["seconds"])
             assert got["seconds"] == pytest.approx(sum(p["seconds"] for p in got["parts"].values()))
             assert "PPO iterations" in got["parts"] and "process (start-up, checkpoints, shut-down)" in got["parts"]
     assert not any(k.startswith("in-training") for k in mt["recipes"]["gpu"]["gpus"]["H100 SXM"]["parts"])
-    assert set(mt["designs"]) == set(gm.DESIGNS)
+    assert set(mt["designs"]) == set(make_train.DESIGNS)
     base = mt["designs"]["as configured (PPO and cloning eager)"]
-    for gpu in gm.MAKE_TRAIN_GPUS:
+    for gpu in make_train.MAKE_TRAIN_GPUS:
         assert base[gpu]["seconds"] == pytest.approx(mt["recipes"]["gpu"]["gpus"][gpu]["seconds"])
         # a graph's replay launches cheaper than eager dispatch, so it can only shorten the run
         assert mt["designs"]["PPO iterations replayed as CUDA graphs"][gpu]["seconds"] < base[gpu]["seconds"]
@@ -205,20 +207,20 @@ def test_the_committed_make_train_prediction_is_this_codes_arithmetic():
 
 def test_the_counts_of_the_working_tree_agree_with_the_models_assumptions():
     committed = json.loads(gm.COUNTS.read_text())
-    for name in gm.RECIPES:
+    for name in make_train.RECIPES:
         lc = committed["learn"][f"today-{name}"]
         ri, it, im = lc["run_iteration"], lc["iteration"], lc["imitation"]
         # the small-shape fit predicts the count at the run's own shape: bytes and FLOPs within 1 %,
         # kernels within 5 % (the staggered episodes' resets differ between 16 and thousands of envs)
-        fitted = gm.iteration_counts(it, ri["envs"], ri["steps"])
-        whole = {k: sum(ri[p][k] for p in ("rollout", "update", "rest")) for k in gm.COUNT_KEYS}
+        fitted = arithmetic.iteration_counts(it, ri["envs"], ri["steps"])
+        whole = {k: sum(ri[p][k] for p in ("rollout", "update", "rest")) for k in make_train.COUNT_KEYS}
         assert fitted["bytes"] == pytest.approx(whole["bytes"], rel=0.01), name
         assert fitted["flops"] == pytest.approx(whole["flops"], rel=0.01), name
         assert fitted["kernels"] == pytest.approx(whole["kernels"], rel=0.05), name
         # one more minibatch costs at most what the run's own minibatches cost on average (theirs carry
         # GAE's and the clone's log-probabilities too), and most of it
         per = ri["update"]["kernels"] / (ri["epochs"] * ri["minibatches"])
-        assert 0.8 * per < gm.minibatch_share(it)["kernels"] <= per, name
+        assert 0.8 * per < make_train.minibatch_share(it)["kernels"] <= per, name
         # cloning minibatches launch the same kernels at both counted sizes; the planner at the run's batch
         assert im["clone_minibatch"]["kernels"] == im["clone_minibatch_x4"]["kernels"], name
         assert im["demo_call"]["envs"] == im["demo_envs"], name
