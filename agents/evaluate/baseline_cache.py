@@ -21,7 +21,7 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
+import uuid
 import warnings
 import zipfile
 import zlib
@@ -167,10 +167,12 @@ def write_entry(path: Path, key: dict, raw: dict[str, np.ndarray], frames: list[
     arrays = {**raw, "key": np.array(json.dumps(key, sort_keys=True))}
     if frames is not None:
         arrays["frames"] = np.stack(frames)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    # a name of its own (not mkstemp: its files are owner-only, and a runs folder may be shared by a group)
+    tmp = path.with_name(f".{path.stem}-{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+    file = open(tmp, "xb")  # outside the try: a name another writer took is not ours to remove
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)  # the frames: mostly flat colours, ~150 kB for 60 frames of 256x256
+        with file:
+            np.savez_compressed(file, **arrays)  # the frames: mostly flat colours, ~150 kB for 60 frames of 256x256
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
