@@ -82,11 +82,13 @@ def baseline_key(name: str, env_cfg: EnvConfig, episodes: int, seed: int, device
         "baseline": name,
         "env": env_cfg.to_dict(),
         "maps_digest": maps_digest(env_cfg),
-        # episode 0 of environments 0 .. episodes-1: the planners' tie-breaks depend on the batch,
-        # so fewer maps of the same seed are no prefix of these
+        # episode 0 of environments 0 .. episodes-1: random and greedy draw from one generator over
+        # the batch, so their results on fewer maps of the same seed are no prefix of these
         "seed": seed,
         "episodes": episodes,
-        "device": torch.device(device).type,  # the env matches bit for bit across devices, the planners unproven
+        # the env steps bit for bit alike on either, but that generator is the device's: CUDA's
+        # (Philox) draws other numbers than the CPU's (Mersenne Twister)
+        "device": torch.device(device).type,
         "torch": torch.__version__,
         "numpy": np.__version__,
         "source": source_digest(),

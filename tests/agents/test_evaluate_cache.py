@@ -77,7 +77,7 @@ def test_cached_baselines_give_the_results_and_drawn_episodes_played_ones_give(t
     "change",
     [
         {"seed": 4},
-        {"maps": 5},  # the planners' tie-breaks depend on the batch: fewer maps are no prefix
+        {"maps": 5},  # one generator over the batch (random, greedy): no prefix
         {"env_cfg": CFG.env_config().replace(collision_penalty=0.2)},
         {"source": "another simulator"},
         {"torch": "0.0.0"},
