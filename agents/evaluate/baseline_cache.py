@@ -92,6 +92,7 @@ def baseline_key(name: str, env_cfg: EnvConfig, episodes: int, seed: int, device
         "torch": torch.__version__,
         "numpy": np.__version__,
         "source": source_digest(),
+        "metrics": list(METRICS),  # what each file holds besides the coverage curve and the frames
     }
 
 
