@@ -36,6 +36,12 @@ once its episode ended), drawn in `<out>_coverage.png`: mean lines, interquartil
 With `--maps`, `per_map` gives every entry above (but the curves) again for each map of the set
 that some episode drew, over those episodes only (printed as one line per map): a set's mean hides
 the one layout where a policy stalls.
+
+The baselines' results depend on the task, the maps, the device type and the code, not on the
+checkpoint: they are kept in `--baseline-cache DIR` (default: `.baseline-cache` beside the run
+directory) and read from there by the next evaluation on the same maps, which prints where each
+came from (`agents.evaluate.baseline_cache`); `--no-baseline-cache` plays them, reading and
+writing nothing. The JSON is the same either way.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import argparse
 import math
 import sys
 
+from agents.evaluate.baseline_cache import add_cache_arguments, cache_from_args
 from agents.evaluate.episodes import POLICIES, evaluate_all
 from agents.evaluate.report import summary_lines, write_report
 from agents.evaluate.setup import SPLITS, add_protocol_arguments, add_task_arguments, load_setup, split_defaults
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="policy_sampled draws from softmax(logits / T) (default 1: the trained distribution)",
     )
+    add_cache_arguments(p)  # --baseline-cache DIR, --no-baseline-cache
     args = p.parse_args(argv)
     split_defaults(args)
     if args.episodes < 1 or not 0 <= args.seed < 2**31:
@@ -80,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device = pick_device(args.device, "--device")
         path, payload, env_cfg, actor, out, task = load_setup(args)  # the task: the run's env, --env, --maps
+        cache = cache_from_args(args, path)
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     results, frames = evaluate_all(
-        actor, env_cfg, args.episodes, args.seed, device, progress=None, temperature=args.temperature
+        actor, env_cfg, args.episodes, args.seed, device, progress=None, temperature=args.temperature, cache=cache
     )
     results["meta"] = {
         "checkpoint": str(path),
@@ -104,5 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     title = f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training"
     written = write_report(out, results, frames, title, env_cfg.target_coverage)
     print("\n".join(summary_lines(results, POLICIES, args.episodes, env_cfg.target_coverage)))
+    print("\n".join(cache.lines()) if cache is not None else "baselines played (--no-baseline-cache)")
     print(f"wrote {', '.join(map(str, written))}")
     return 0

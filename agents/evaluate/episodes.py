@@ -20,6 +20,7 @@ from tqdm import tqdm
 from agents.algo.action_noise import ActionNoise
 from agents.algo.networks import Actor
 from agents.algo.rollout import agent_ids, reset_where_done
+from agents.evaluate.baseline_cache import BaselineCache, baseline_key
 from agents.evaluate.report import curve_summary
 from agents.evaluate.setup import episode_maps
 from agents.evaluate.stats import METRICS, paired_results, per_map, summarize
@@ -130,6 +131,7 @@ def evaluate_all(
     record: bool = True,
     progress: bool | None = False,
     temperature: float = 1.0,
+    cache: BaselineCache | None = None,
 ) -> tuple[dict, dict[str, list[np.ndarray]]]:
     """Trained `actor` (argmax and sampled) and the `BASELINES` on the same `episodes` maps of `seed`
     (one episode each) of the task `env_cfg`, on `device`.
@@ -138,6 +140,8 @@ def evaluate_all(
         record: draw the first episode of each of `RECORDED`.
         progress: a bar of steps per policy (None: only on a terminal).
         temperature: `policy_sampled` draws from `softmax(logits / temperature)`.
+        cache: the baselines' results are read from it where it holds them, else played and stored
+            (`agents.evaluate.baseline_cache`); the results are the same either way.
 
     Returns:
         `(results, frames)`: the results of the module docstring less `meta`, and `{name: frames}`
@@ -150,15 +154,26 @@ def evaluate_all(
         scripted = make_scripted(name, env, seed)
         return lambda obs: scripted(env)
 
-    raw = {}
+    def play(name: str, bar: tqdm) -> tuple[dict[str, np.ndarray], list[np.ndarray] | None]:
+        env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
+        res = run_episodes(env, policy(name, env), on_step=bar.update)
+        drawn = record and name in RECORDED
+        return res, first_episode_frames(env_cfg, lambda e: policy(name, e), seed, device) if drawn else None
+
+    raw, frames = {}, {}
     disable = None if progress is None else not progress  # tqdm: None disables it off a terminal
     total = len(POLICIES) * env_cfg.max_steps
     with tqdm(total=total, unit="step", desc="evaluate", disable=disable, file=sys.stderr) as bar:
         for i, name in enumerate(POLICIES):
-            env = UAVSwarmEnv(env_cfg, num_envs=episodes, device=device, seed=seed)  # the same maps for each
             bar.set_postfix(policy=name)
-            raw[name] = run_episodes(env, policy(name, env), on_step=bar.update)
-            bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early
+            if cache is not None and name in BASELINES:
+                key = baseline_key(name, env_cfg, episodes, seed, device)
+                raw[name], drawn = cache.fetch(key, record and name in RECORDED, lambda name=name: play(name, bar))
+            else:
+                raw[name], drawn = play(name, bar)
+            if drawn is not None:
+                frames[name] = drawn
+            bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early (or cached)
     results = {name: summarize(res) for name, res in raw.items()}
     results.update(paired_results(raw))
     if env_cfg.maps is not None:  # which of the set's layouts each policy fails on
@@ -167,11 +182,7 @@ def evaluate_all(
         names = names if len(set(names)) == len(names) else [str(f) for f in maps.files]  # a sequence may repeat a name
         results["per_map"] = per_map(raw, picked, names)
     results["coverage_curve"] = {name: curve_summary(res["coverage_curve"]) for name, res in raw.items()}
-    frames = {
-        name: first_episode_frames(env_cfg, lambda env, name=name: policy(name, env), seed, device)
-        for name in (RECORDED if record else ())
-    }
-    return results, frames
+    return results, {name: frames[name] for name in RECORDED if name in frames}
 
 
 def evaluate_for_tensorboard(learner, logger) -> dict[str, float]:
