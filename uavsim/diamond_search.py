@@ -58,10 +58,10 @@ class DiamondSearch(nn.Module):
         self.register_buffer("table", (wide | ((1 - odd_target) << w)).to(self.row_dtype), persistent=False)
         moves = rules.move_table(cfg)  # [1 + moves, 2]: hover first, then up, down, left, right
         assert [tuple(int(x) for x in m) for m in moves] == [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
-        # The read cells in the band of rows u = 2c - 1 .. 2c + 1 (`distances`), two slots a row: up and
-        # left in the first (bits c and c - 1), the own cell in the second (bit c; its second slot none),
-        # down and right in the third (bits c - 1 and c).
-        bits = [[1 << c, 1 << (c - 1)], [1 << c, 0], [1 << (c - 1), 1 << c]]
+        # The read cells in the band of rows u = 2c - 1 .. 2c + 1 (`distances`), two slots a row (the
+        # rows innermost: contiguous): up, the own cell and down (bits c, c and c - 1), then left, none
+        # and right (bits c - 1 and c): the moves' cells in the order up, down, left, right.
+        bits = [[1 << c, 1 << c, 1 << (c - 1)], [1 << (c - 1), 0, 1 << c]]
         self.register_buffer("band_bits", torch.tensor(bits, dtype=self.row_dtype), persistent=False)
         self.centre = c
         self._scratch: dict[tuple, torch.Tensor] = {}  # `_reach`: kept for two shapes at most
@@ -101,10 +101,10 @@ class DiamondSearch(nn.Module):
             _into(index, torch.bitwise_or, now[..., :-2], now[..., 2:])
             grown = self.table.index_select(0, index.view(-1)).view(f, n, u)
             _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
-        band = reach[1:, ..., 2 * self.centre : 2 * self.centre + 3, None]  # rows 2c - 1 .. 2c + 1
+        band = reach[1:, ..., None, 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
         # the first set holding each cell (max's first maximum; the last set holds every cell)
-        first = (band & self.band_bits).max(0).indices  # [F, N, 3, 2]
-        return first[..., 1, :1], first[..., ::2, :].transpose(-1, -2)
+        first = (band & self.band_bits).max(0).indices  # [F, N, 2, 3]
+        return first[..., 0, 1:2], first[..., ::2]
 
 
 def _into(out: torch.Tensor, op, *args) -> torch.Tensor:
