@@ -26,8 +26,8 @@ from uavsim.config import EnvConfig
 
 
 class DiamondSearch(nn.Module):
-    """`distances(cells [F, N, 2, w^2] bool) -> [F, N, 1 + moves]` int64, as
-    `uavsim.window_paths.WindowPaths.distances`, for 4 moves and windows up to ``max_win`` across
+    """`distances(cells [F, N, 2, w^2] bool) -> (here, moves)` int64, the distances of
+    `uavsim.window_paths.WindowPaths.distances` split in two views, for 4 moves and windows up to ``max_win`` across
     (the table's ``2^(w + 1)`` entries). Buffers only."""
 
     def __init__(self, cfg: EnvConfig, win: int, rounds: int, max_win: int):
@@ -46,33 +46,53 @@ class DiamondSearch(nn.Module):
         # the rows' bits that are window cells: row u has min(u, 2w - 2 - u) + 1 of them, every other diagonal
         valid = torch.zeros(self.rows, dtype=torch.int64)
         valid.index_add_(0, i + j, 1 << ((j - i + w - 1) // 2))
-        # the start of the blocked and goal rows: no bit, and the even rows' flag (kept by S_0 = goal & open)
-        self.register_buffer("start", torch.stack([torch.zeros_like(flag), flag]).to(self.row_dtype), persistent=False)
-        self.register_buffer("valid", (valid | flag).to(self.row_dtype), persistent=False)  # open = valid ^ blocked
+        # the start of the open and goal rows: every window cell and the even rows' flag, the flag; the
+        # blocked cells' bits are then subtracted from the first (blocked bits are valid: open = valid - blocked)
+        start = torch.stack([valid | flag, flag])
+        self.register_buffer("start", start.to(self.row_dtype), persistent=False)
+        sign = torch.tensor([[-1], [1]], dtype=self.row_dtype)
+        self.register_buffer("signed_bit", sign * self.cell_bit, persistent=False)  # [2, w^2]: blocked, goal
         x = torch.arange(1 << (w + 1), dtype=torch.int64)
         bits, odd_target = x & ((1 << w) - 1), (x >> w) & 1  # OR of an odd row's neighbours: both flagged
         wide = torch.where(odd_target == 1, bits | (bits >> 1), bits | (bits << 1)) & ((1 << w) - 1)
         self.register_buffer("table", (wide | ((1 - odd_target) << w)).to(self.row_dtype), persistent=False)
-        moves = torch.as_tensor(rules.move_table(cfg))  # [1 + moves, 2]: hover first
-        u, v = 2 * c + moves[:, 0] + moves[:, 1], moves[:, 1] - moves[:, 0] + 2 * c
-        # the read cells' rows in the band u = 2c - 1 .. 2c + 1 (`distances`), and their bits
-        self.register_buffer("band_rows", (u - (2 * c - 1)).to(torch.int64), persistent=False)
-        self.register_buffer("band_bits", (1 << (v // 2)).to(self.row_dtype), persistent=False)
+        moves = rules.move_table(cfg)  # [1 + moves, 2]: hover first, then up, down, left, right
+        assert [tuple(int(x) for x in m) for m in moves] == [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]
+        # The read cells in the band of rows u = 2c - 1 .. 2c + 1 (`distances`), two slots a row (the
+        # rows innermost: contiguous): up, the own cell and down (bits c, c and c - 1), then left, none
+        # and right (bits c - 1 and c): the moves' cells in the order up, down, left, right.
+        bits = [[1 << c, 1 << c, 1 << (c - 1)], [1 << (c - 1), 0, 1 << c]]
+        self.register_buffer("band_bits", torch.tensor(bits, dtype=self.row_dtype), persistent=False)
         self.centre = c
-        self.register_buffer("far", torch.tensor(rounds + 1), persistent=False)  # a tensor: a Python int is a kernel
+        self._scratch: dict[tuple, torch.Tensor] = {}  # `_reach`: kept for two shapes at most
 
-    def distances(self, cells: torch.Tensor, goals_open: bool = False) -> torch.Tensor:
-        """``goals_open``: no goal is blocked (the window's free cells), so the goals need no mask."""
+    def _reach(self, f: int, n: int, device: torch.device) -> torch.Tensor:
+        """``[rounds + 3, F, N, 2w + 1]``: the open rows, then ``S_0 .. S_rounds``, then a last set
+        holding every cell (a cell in no ``S_k`` is read there: ``rounds + 1``, far), each row with an
+        empty one above and below (the rounds read shifted slices). The empty rows and the last set
+        are written once per shape: eager calls reuse the tensor (an env asks for one or two shapes);
+        compiled, a fresh one (no state kept across graphs)."""
+        shape = (self.rounds + 3, f, n, self.rows + 2)
+        key = (f, n, device)
+        reach = None if torch.compiler.is_compiling() else self._scratch.get(key)
+        if reach is None:
+            reach = torch.zeros(shape, dtype=self.row_dtype, device=device)
+            reach[-1].fill_(-1)
+            if not torch.compiler.is_compiling() and len(self._scratch) < 2:
+                self._scratch[key] = reach
+        return reach
+
+    def distances(self, cells: torch.Tensor, goals_open: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(here [F, N, 1], moves [F, N, 2, 2])`` int64 distances (`search`) of the own cell and of
+        the moves' cells ((up, down), (left, right)): views of one tensor. ``goals_open``: no goal is
+        blocked (the window's free cells), so the goals need no mask."""
         f, n = cells.shape[:2]
         rounds, u = self.rounds, self.rows
-        # reach[0]: the blocked rows; reach[1 + k]: S_k (the goals at k = 0), each with an empty row
-        # above and below (the rounds read shifted slices)
-        reach = torch.empty(rounds + 2, f, n, u + 2, dtype=self.row_dtype, device=cells.device)
-        rows = reach[:2, ..., 1:-1].permute(1, 2, 0, 3)  # [F, N, 2, 2w - 1]: blocked, goal
+        reach = self._reach(f, n, cells.device)
+        rows = reach[:2, ..., 1:-1].permute(1, 2, 0, 3)  # [F, N, 2, 2w - 1]: open, goal
         rows.copy_(self.start.expand(f, n, 2, u))
-        rows.index_add_(3, self.cell_row, cells * self.cell_bit)  # distinct bits: the sum is their OR
-        reach[..., :: u + 1].zero_()
-        open_ = reach[0, ..., 1:-1] ^ self.valid
+        rows.index_add_(3, self.cell_row, cells * self.signed_bit)  # distinct bits: the sum is their OR
+        open_ = reach[0, ..., 1:-1]
         if not goals_open:
             reach[1, ..., 1:-1].bitwise_and_(open_)
         index = torch.empty(f, n, u, dtype=torch.int32, device=cells.device)
@@ -81,10 +101,10 @@ class DiamondSearch(nn.Module):
             _into(index, torch.bitwise_or, now[..., :-2], now[..., 2:])
             grown = self.table.index_select(0, index.view(-1)).view(f, n, u)
             _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
-        band = reach[1:, ..., 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
-        seen = band.index_select(3, self.band_rows) & self.band_bits  # [rounds + 1, F, N, 1 + moves]
-        top, first = seen.max(0)  # the first round with the cell in S_k (max's first maximum), if any
-        return torch.where(top != 0, first, self.far)
+        band = reach[1:, ..., None, 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
+        # the first set holding each cell (max's first maximum; the last set holds every cell)
+        first = (band & self.band_bits).max(0).indices  # [F, N, 2, 3]
+        return first[..., 0, 1:2], first[..., ::2]
 
 
 def _into(out: torch.Tensor, op, *args) -> torch.Tensor:

@@ -98,8 +98,8 @@ class Layout:
         ]
         bit_memory = cfg.comm_radius is not None and memory_bits.fits(cfg)
         if bit_memory:  # each UAV's memory as bit rows, and the truth's (uavsim.memory_bits)
-            fields.append(Field("memory", torch.int64, (n, 3, self.hp)))
-            fields.append(Field("truth", torch.int64, (3, self.hp)))
+            fields.append(Field("memory", torch.int64, (n, 3, memory_bits.row_count(cfg))))
+            fields.append(Field("truth", torch.int64, (3, memory_bits.row_count(cfg))))
         elif cfg.comm_radius is not None:  # each UAV's memory codes, in the grid's layout (uavsim.memory)
             fields.append(Field("memory", torch.uint8, (n, self.grid_cells)))
         if cfg.comm_radius is not None:
@@ -124,6 +124,8 @@ class Layout:
         self.moves = as_long(moves)  # [A, 2]
         self.move_flat = as_long(flat(moves))  # [A]
         self.edges = as_long(flat(move_edges(cfg)))  # [A, E]
+        # [A, 1 + E]: from a UAV's cell, the cell a move leads to, then the footprint cells it enters
+        self.step_cells = torch.cat([self.move_flat[:, None], self.move_flat[:, None] + self.edges], 1)
         self.foot = as_long(flat(rules.footprint_offsets(cfg)))  # [F]
         rows, cols = np.divmod(np.arange(self.grid_cells) - p, self.ws)  # of each grid cell, on the map
         rows -= p

@@ -145,7 +145,7 @@ class UAVSwarmEnv:
         self._grid_delta = delta.to(lay.grid_dtype).to(dev)
         f32 = lambda x: torch.tensor(x, dtype=torch.float32, device=dev)  # noqa: E731
         self._c_cov, self._c_time = f32(cfg.coverage_reward), f32(cfg.time_penalty)
-        self._penalties = f32([cfg.collision_penalty, cfg.near_miss_penalty])
+        self._neg_penalties = f32([-cfg.collision_penalty, -cfg.near_miss_penalty])
         self._c_target, self._zero = f32(cfg.target_coverage), f32(0.0)
         self._pending = torch.zeros(b, dtype=torch.bool, device=dev)  # next_step: the next step restarts
         self._hover = torch.zeros((), dtype=torch.int64, device=dev)
@@ -307,12 +307,14 @@ class UAVSwarmEnv:
         grid, cell = v["grid"], v["cell"]
         flags = torch.empty(b, n, 2, dtype=torch.bool, device=self.device)  # collided, near miss
         collided, near = flags[..., 0], flags[..., 1]
-        target = cell + lay.move_flat[actions]
+        # [B, N, 1 + E]: the cell each move leads to, then the footprint cells it enters
+        target = cell[:, :, None] + lay.step_cells[actions]
         # Off the map is blocked too; a UAV's own cell never is, so a blocked move is a collision.
-        into(collided, torch.ge, grid.gather(1, target), lay.blocked_value)
-        moved_to = torch.where(collided, cell, target)
-        entered = lay.edges[torch.where(collided, self._hover, actions)]  # [B, N, E] cells new to each footprint
-        sidx = (moved_to[:, :, None] + entered).view(b, -1).sort(dim=1).values  # equal cells side by side
+        into(collided, torch.ge, grid.gather(1, target[..., 0]), lay.blocked_value)
+        moved_to = torch.where(collided, cell, target[..., 0])
+        # a blocked UAV enters nothing: its own cell, in its footprint, in every slot (as hovering's)
+        entered = torch.where(collided[..., None], cell[..., None], target[..., 1:])  # [B, N, E]
+        sidx = entered.view(b, -1).sort(dim=1).values  # equal cells side by side
         fresh = step_coverage(lay, v, sidx, self._first)
         # One write of the grid: -1 / +1 UAV on the cells left / entered, COVERED added to the fresh cells.
         into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
@@ -328,9 +330,10 @@ class UAVSwarmEnv:
         team = torch.div(newly, free).mul_(self._c_cov).sub_(self._c_time)
         obs, own_cell = self._observe(buf, self._b_index, coverage, moved_to, window)
         into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell
-        penalty = flags * self._penalties  # [B, N, 2] float32: collision, near miss
-        reward = team[:, None] - penalty[..., 0]
-        reward.sub_(penalty[..., 1])
+        # team - collision_penalty * collided - near_miss_penalty * near, rounded as the rules: each product is
+        # exact (0 or the penalty), so adding it times -1 rounds once, as the subtraction (fused or not)
+        reward = torch.addcmul(team[:, None], collided, self._neg_penalties[0])
+        reward.addcmul_(near, self._neg_penalties[1])
         terminated = coverage >= self._c_target
         if restarted is not None:  # the first step of a restarted episode is its reset: no reward, no end
             reward = torch.where(restarted[:, None], self._zero, reward)

@@ -87,8 +87,11 @@ class CellHeading:
     """`BlockHeading` (squared distance) tabulated for UAVs on the cells of a grid: the heading of
     a UAV on grid cell ``g`` to block ``b`` is row ``g * P^2 + b`` of one table, the module's own
     output for that cell with only that block flagged (so bit for bit its values), and the last
-    row, zeros, is the heading when no block is flagged. Why: the module's ~20 small ops per step
-    (positions, two table reads, offsets, a concatenation, a mask) become 7 (`write`), and an
+    row, zeros, is the heading when no block is flagged. The nearest block is found by one `amin`
+    over keys ``(2 d)^2 << shift | row`` (`cell_key`): the smallest is the nearest block, ties to the
+    lowest block index, and its low bits are the table's row (that of zeros when none is flagged:
+    the key put in place of an unflagged block). Why: the module's ~20 small ops per step
+    (positions, two table reads, offsets, a concatenation, a mask) become 5 (`write`), and an
     eager step on a GPU costs a launch per op. Tables past `TABLE_MAX_BYTES` (large maps with
     fine pools) are not built: `write` then runs the module itself.
 
@@ -102,7 +105,11 @@ class CellHeading:
         p2 = env_cfg.state_pool**2
         self.p2, self.far = p2, module.far
         self.tables: dict[torch.dtype, torch.Tensor] = {}
-        if len(rows) * p2 * (HEADING_DIM * 4 + module.sq_dtype.itemsize) > self.TABLE_MAX_BYTES:
+        # keys: (2 d)^2 above the row bits (`write`)
+        none_row = len(rows) * p2
+        shift = none_row.bit_length()
+        key_dtype = torch.int32 if (module.far << shift) | none_row <= torch.iinfo(torch.int32).max else torch.int64
+        if len(rows) * p2 * (HEADING_DIM * 4 + key_dtype.itemsize) > self.TABLE_MAX_BYTES:
             rc = np.stack([np.where(on_map, rows, 0), np.where(on_map, cols, 0)], -1)
             self.cell_rc = torch.as_tensor(rc, dtype=torch.int64, device=device)  # [G, 2] for the module
             return
@@ -119,9 +126,11 @@ class CellHeading:
             one_block = torch.zeros(len(r), 1, p2, dtype=torch.bool)
             one_block[..., b] = True
             table[on, b] = module(one_block, r[:, None], c[:, None])[:, 0]
-        self.cell_sq = cell_sq.to(device)
-        self.far_sq = torch.tensor(module.far, dtype=sq_dtype, device=device)  # a tensor: a Python int is a kernel
-        self.none_row = torch.tensor(len(rows) * p2, device=device)
+        # an unflagged block's key: far, the row of zeros (off the map, never stood on, rows of zeros too)
+        row = torch.arange(none_row, dtype=torch.int64).view(len(rows), p2)
+        self.cell_key = ((cell_sq.to(torch.int64) << shift) | row).to(key_dtype).to(device)  # [G, P^2]
+        self.far_key = torch.tensor((module.far << shift) | none_row, dtype=key_dtype, device=device)  # a tensor:
+        self.row_mask = torch.tensor((1 << shift) - 1, dtype=key_dtype, device=device)  # a Python int is a kernel
         self.tables[torch.float32] = torch.cat([table.view(-1, HEADING_DIM), torch.zeros(1, HEADING_DIM)]).to(device)
 
     def table(self, dtype: torch.dtype) -> torch.Tensor:
@@ -138,10 +147,8 @@ class CellHeading:
         if not self.tables:  # too large to tabulate
             rc = self.cell_rc.index_select(0, cell).view(m, n, 2)
             return out.copy_(self.module(flagged, rc[..., 0], rc[..., 1]))
-        sq = self.cell_sq.index_select(0, cell).view(m, n, self.p2)
-        nearest, block = torch.where(flagged, sq, self.far_sq).min(-1)  # [M, N]
-        row = torch.add(block, cell.view(m, n), alpha=self.p2)
-        row = torch.where(nearest < self.far, row, self.none_row)
+        key = self.cell_key.index_select(0, cell).view(m, n, self.p2)
+        row = torch.where(flagged, key, self.far_key).amin(-1).bitwise_and_(self.row_mask)  # [M, N]
         table = self.table(out.dtype)
         if torch.compiler.is_compiling():  # no non-contiguous out= there (`uavsim.dynamics.into`)
             return out.copy_(table.index_select(0, row.view(-1)).view(m, n, HEADING_DIM))

@@ -27,7 +27,7 @@ cell, so with sharing the sensing recounts after it. On one thread of a 2-core A
 
 Where it fits (``comm_radius`` 0, no ``path_radius``, maps up to ``63 - 2 pad`` cells wide and wide
 enough for the bits to be smaller: the default preset, `memory_bits.fits`) the record keeps the same
-memory as three bit rows per padded map row instead (`uavsim.memory_bits`); `codes` reads either as
+memory as three bit rows per map row instead (`uavsim.memory_bits`); `codes` reads either as
 codes, and the functions here dispatch to it.
 """
 

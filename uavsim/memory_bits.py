@@ -3,13 +3,15 @@
 With ``comm_radius`` 0 (each UAV its own memory) and ``path_radius`` 0 (no search reads the
 memory's cells), on maps whose padded rows fit an int64 (``W + 2 pad <= 63``) and are wide enough
 for three int64 to take less than their bytes (`fits`), each UAV keeps,
-per row of the rules' padded map (``Hp = H + 2 pad`` rows, bit ``pad + c`` for column ``c``),
+per map row (bit ``pad + c`` for column ``c``, the bits around it the border) and one spare row,
 three bit sets: seen, known blocked, known covered (the codes of `uavsim.memory`: 4 is seen, 7 is
-seen | blocked, 5 seen | covered). On the default preset that is 10.6 KB per environment instead
-of 16.8 KB of codes, and the step reads and writes 13 rows of it per UAV, not 169 cells through
-an int64 index each way. Beside it each environment keeps the truth in the same rows (all ones,
-blocked, covered: ``truth``), so that a UAV's sensing is one AND of its window's mask with the
-truth's rows, one OR into its memory's.
+seen | blocked, 5 seen | covered). A window's rows off the map (the border, all known blocked) are
+read and written as the spare row, all ones in every plane, which a sensing leaves as it is (what
+a border row was, without its bytes: a quarter of the rows on the default preset). On the default
+preset that is 7.9 KB per environment instead of 16.8 KB of codes, and the step reads and writes
+13 rows of it per UAV, not 169 cells through an int64 index each way. Beside it each environment
+keeps the truth in the same rows (all ones, blocked, covered: ``truth``), so that a UAV's sensing
+is one AND of its window's mask with the truth's rows, one OR into its memory's.
 
 The per-block counts (`memory.known_counts`, the observation's pooled memory) grow by the bits a
 sensing turns on: each window row's new bits, shifted to the window's frame, read how many of them
@@ -48,10 +50,10 @@ def column_blocks(cfg: EnvConfig) -> np.ndarray:
 
 def fits(cfg: EnvConfig) -> bool:
     """Whether ``cfg``'s memory is kept as bit rows (the module docstring says when): also only
-    where they, with the truth's, take fewer bytes than the codes (three int64 per padded row
-    against the packed grid's ``W + pad`` bytes a row)."""
+    where they, with the truth's, take fewer bytes than the codes (three int64 per map row and the
+    spare one, against the packed grid's ``W + pad`` bytes a padded row)."""
     p, n = cfg.pad, cfg.num_uavs
-    rows, grid_cells = cfg.grid_height + 2 * p, p + (cfg.grid_height + 2 * p) * (cfg.grid_width + p)
+    rows, grid_cells = row_count(cfg), p + (cfg.grid_height + 2 * p) * (cfg.grid_width + p)
     return (
         cfg.comm_radius == 0
         and cfg.path_radius == 0
@@ -59,6 +61,11 @@ def fits(cfg: EnvConfig) -> bool:
         and cfg.grid_width + 2 * p <= 63
         and table_bytes(cfg, 2) <= TABLE_MAX_BYTES
     )
+
+
+def row_count(cfg: EnvConfig) -> int:
+    """The bit rows of a memory (and of the truth): the map's, then the spare row (module docstring)."""
+    return cfg.grid_height + 1
 
 
 class BitMemory:
@@ -78,11 +85,13 @@ class BitMemory:
         p, h, w, r, win = cfg.pad, cfg.grid_height, cfg.grid_width, cfg.obs_radius, cfg.window
         self.cfg, self.hp, self.wp, self.win = cfg, h + 2 * p, w + 2 * p, win
         full = (1 << self.wp) - 1
-        border = np.full(self.hp, full, dtype=np.int64)
-        border[p : p + h] = full ^ (((1 << w) - 1) << p)
+        border = np.full(h + 1, full ^ (((1 << w) - 1) << p), dtype=np.int64)
         zero = np.zeros_like(border)
-        # an episode's first memory: the border known blocked (as the grid's); the truth's ones, blocked border
-        self.blank = torch.as_tensor(np.stack([border, border, zero]), device=device)  # [3, Hp]
+        # an episode's first memory: the border known blocked (as the grid's), the spare row all ones;
+        # the truth's ones, blocked border (its spare row: whatever, masked by the memory's ones)
+        blank = np.stack([border, border, zero])
+        blank[:, h] = full
+        self.blank = torch.as_tensor(blank, device=device)  # [3, H + 1]
         self.truth_blank = torch.as_tensor(np.stack([np.full_like(border, full), border, zero]), device=device)
         self.column_bits = torch.as_tensor(1 << (np.arange(w, dtype=np.int64) + p), device=device)  # [W]
         self.plane_codes = torch.tensor([BLOCKED_CODE | SEEN_CODE, COVERED_CODE | SEEN_CODE], device=device)
@@ -98,14 +107,15 @@ class BitMemory:
                     counts[c, :, col_block[c - r + j] - first[c]] += (bits >> j) & 1
         self.counts = torch.as_tensor(counts.reshape(w << win, k), dtype=count_dtype, device=device)
 
-        # Per grid cell a UAV may stand on: its window's rows, mask and shift in the padded rows,
+        # Per grid cell a UAV may stand on: its window's rows (off the map: the spare row), mask and shift in them,
         # its column's first row of `counts`, and the block slots (plane-free) of each window row and block.
         g = np.arange(grid_cells)
         rows, cols = np.divmod(g - p, ws)  # the padded row and the map column
         on_map = (g >= p) & (rows >= p) & (rows < p + h) & (cols < w)
         col = np.where(on_map, cols, 0)
         table = np.zeros((grid_cells, win + 3 + win * k), dtype=np.int64)
-        table[:, :win] = rows[:, None] - r + np.arange(win)[None, :]
+        map_rows = rows[:, None] - p - r + np.arange(win)[None, :]  # off the map: the spare row
+        table[:, :win] = np.where((map_rows >= 0) & (map_rows < h), map_rows, h)
         table[:, win] = ((1 << win) - 1) << (col + p - r)
         table[:, win + 1] = col + p - r
         table[:, win + 2] = col << win
@@ -115,11 +125,10 @@ class BitMemory:
         table[:, win + 3 :] = (block_row[:, :, None] * pool + block_col[:, None, :]).reshape(grid_cells, -1)
         # [fields, G]: a step's index_select along dim 1 gives each field's values as a contiguous row
         self.cell_table = torch.as_tensor(np.where(on_map[:, None], table, 0).T.copy(), device=device)
-        # each grid cell's padded row and bit, where a newly covered cell goes in the truth, and its
+        # each grid cell's map row and bit, where a newly covered cell goes in the truth, and its
         # block (`Layout.block_of_grid`), read by the same index for the per-block counts
-        self.cover_table = torch.as_tensor(
-            np.stack([np.where(g >= p, rows, 0), np.where(on_map, 1 << (col + p), 0), block_of_grid], 1), device=device
-        )
+        cover = [np.where(on_map, rows - p, 0), np.where(on_map, 1 << (col + p), 0), block_of_grid]
+        self.cover_table = torch.as_tensor(np.stack(cover, 1), device=device)
 
 
 def clear(bits: BitMemory, lay, v: dict[str, torch.Tensor]) -> None:
@@ -127,20 +136,20 @@ def clear(bits: BitMemory, lay, v: dict[str, torch.Tensor]) -> None:
     of the record's grid. ``lay``: `uavsim.dynamics.Layout`; ``v``: the record's field views."""
     v["memory"].copy_(bits.blank.expand_as(v["memory"]))
     v["known"].zero_()
-    truth, p, h = v["truth"], bits.cfg.pad, bits.cfg.grid_height
+    truth, h = v["truth"], bits.cfg.grid_height
     truth.copy_(bits.truth_blank.expand_as(truth))
     code = lay.map_view(v["grid"]) >> lay.count_bits  # [M, H, W]
     planes = code[:, None] == torch.tensor([3, 1], dtype=code.dtype, device=code.device)[:, None, None]
-    truth[:, 1:, p : p + h] |= pack(bits, planes)  # blocked, covered
+    truth[:, 1:, :h] |= pack(bits, planes)  # blocked, covered
 
 
 def pack(bits: BitMemory, cells: torch.Tensor) -> torch.Tensor:
-    """``[..., H]`` int64 padded rows of map cells ``[..., H, W]`` bool (not a hot path)."""
+    """``[..., H]`` int64 bit rows of map cells ``[..., H, W]`` bool (not a hot path)."""
     return torch.where(cells, bits.column_bits, 0).sum(-1)
 
 
 def cells_read(bits: BitMemory, sidx: torch.Tensor) -> torch.Tensor:
-    """``[M, K, 3]`` int64 of the grid cells ``sidx [M, K]``: padded row, bit, block (`cover`)."""
+    """``[M, K, 3]`` int64 of the grid cells ``sidx [M, K]``: map row, bit, block (`cover`)."""
     return bits.cover_table.index_select(0, sidx.view(-1)).view(*sidx.shape, 3)
 
 
@@ -162,7 +171,7 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> No
     field = lambda first, last: tab[first:last].t().view(m, n, last - first)  # noqa: E731 -- views
     rows, mask, shift, first = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
     mask, shift = mask[..., None], shift[..., None]
-    index = rows[:, :, None].expand(m, n, 3, win)  # the window's padded rows
+    index = rows[:, :, None].expand(m, n, 3, win)  # the window's rows (off the map: the spare row)
     old = memory.gather(3, index)  # [M, N, 3, win]: seen, known blocked, known covered
     now = truth[:, None].expand(m, n, *truth.shape[1:]).gather(3, index)  # every UAV its env's truth
     new = old | (now & mask)  # the window's cells: seen, and their truth
@@ -174,9 +183,9 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> No
 
 
 def codes(bits: BitMemory, memory: torch.Tensor) -> torch.Tensor:
-    """``[M, N, H, W]`` uint8 memory codes (`uavsim.memory`) of the map cells of ``memory [M, N, 3, Hp]``."""
-    p, h = bits.cfg.pad, bits.cfg.grid_height
-    cells = (memory[..., p : p + h, None] & bits.column_bits) != 0  # [M, N, 3, H, W]
+    """``[M, N, H, W]`` uint8 memory codes (`uavsim.memory`) of the map cells of ``memory [M, N, 3, H + 1]``."""
+    h = bits.cfg.grid_height
+    cells = (memory[..., :h, None] & bits.column_bits) != 0  # [M, N, 3, H, W]
     out = cells[:, :, 0].to(torch.uint8) * SEEN_CODE
     out += cells[:, :, 1].to(torch.uint8) * BLOCKED_CODE
     out += cells[:, :, 2].to(torch.uint8) * COVERED_CODE
@@ -187,7 +196,7 @@ def restore(bits: BitMemory, lay, v: dict[str, torch.Tensor], cells: torch.Tenso
     """Write the memory codes ``cells [M, N, H * W]`` of a loaded state into the record views ``v``
     (after its grid), with the truth's rows; the caller recounts the blocks."""
     clear(bits, lay, v)
-    cfg, p = bits.cfg, bits.cfg.pad
+    cfg = bits.cfg
     code = cells.view(*cells.shape[:2], 1, cfg.grid_height, cfg.grid_width)
     planes = torch.cat([(code & SEEN_CODE) != 0, code == bits.plane_codes[:, None, None]], 2)
-    v["memory"][..., p : p + cfg.grid_height] |= pack(bits, planes)
+    v["memory"][..., : cfg.grid_height] |= pack(bits, planes)

@@ -96,7 +96,8 @@ class WindowPaths(nn.Module):
         Round ``k``'s reached rows are kept (``[rounds + 1, F, N, win + 2]``, an empty row above and
         below: the moves between rows read shifted slices); the distances are counted once, at the end."""
         if self.diamond is not None:
-            return self.diamond.distances(cells, goals_open)
+            here, moves = self.diamond.distances(cells, goals_open)
+            return torch.cat([here, moves.reshape(*here.shape[:2], 4)], -1)
         f, n = cells.shape[:2]
         w, rounds = self.win, self.rounds
         rows = (cells.view(f, n, 2, w, w) * self.bits).sum(-1, dtype=self.set_dtype)  # [F, N, 2, win] bit sets
@@ -120,11 +121,15 @@ class WindowPaths(nn.Module):
     def search(self, cells: torch.Tensor, out: torch.Tensor | None = None, goals_open: bool = False) -> torch.Tensor:
         """`forward` of ``cells [F, N, 2, win^2]`` bool (blocked, uncovered), into ``out`` if given;
         ``goals_open``: no uncovered cell is blocked (the window's free cells: one op less)."""
-        dist = self.distances(cells, goals_open)
         if out is None:
-            out = torch.empty(*dist.shape, dtype=torch.float32, device=dist.device)
-        here = dist[..., :1]
-        _into(out[..., :-1], torch.lt, dist[..., 1:], here)
+            out = torch.empty(*cells.shape[:2], self.rows.shape[0], dtype=torch.float32, device=cells.device)
+        if self.diamond is not None:  # the moves' distances as (up, down), (left, right): no reordering op
+            here, moves = self.diamond.distances(cells, goals_open)
+            _into(out[..., :-1].unflatten(-1, (2, 2)), torch.lt, moves, here[..., None])
+        else:
+            dist = self.distances(cells, goals_open)
+            here = dist[..., :1]
+            _into(out[..., :-1], torch.lt, dist[..., 1:], here)
         _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
         return out
 
