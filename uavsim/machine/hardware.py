@@ -204,9 +204,11 @@ def describe_device(device: torch.device | str) -> str:
 def banner(device: torch.device | str, **fields: Any) -> str:
     """The lines every entry point prints at start: device, torch and its build, threads, then the
     caller's `fields` (e.g. precision="bf16 (why)", environments=64), and any CUDA warning."""
+    wait = os.environ.get("OMP_WAIT_POLICY")  # `import agents` sets PASSIVE before torch loads
     lines = [
         f"device: {describe_device(device)}",
-        f"torch: {torch.__version__} ({torch_build()} build), {torch.get_num_threads()} threads",
+        f"torch: {torch.__version__} ({torch_build()} build), {torch.get_num_threads()} threads"
+        + (f" (OMP_WAIT_POLICY={wait})" if wait else ""),
     ]
     lines += [f"{name.replace('_', ' ')}: {value}" for name, value in fields.items()]
     warning = cuda_unusable_warning()
