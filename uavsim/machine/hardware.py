@@ -204,7 +204,7 @@ def describe_device(device: torch.device | str) -> str:
 def banner(device: torch.device | str, **fields: Any) -> str:
     """The lines every entry point prints at start: device, torch and its build, threads, then the
     caller's `fields` (e.g. precision="bf16 (why)", environments=64), and any CUDA warning."""
-    wait = os.environ.get("OMP_WAIT_POLICY")  # `import agents` sets PASSIVE before torch loads
+    wait = os.environ.get("OMP_WAIT_POLICY")  # the user's, when set: it changes the speed (docs/performance.md)
     lines = [
         f"device: {describe_device(device)}",
         f"torch: {torch.__version__} ({torch_build()} build), {torch.get_num_threads()} threads"

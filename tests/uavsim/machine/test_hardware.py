@@ -61,6 +61,7 @@ def test_cgroup_quota_is_read_from_both_layouts(tmp_path):
 
 def test_banner_names_device_class_build_threads_and_the_callers_fields(monkeypatch):
     monkeypatch.setattr(hardware, "nvidia_smi_gpus", lambda: ())
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # tests/conftest.py sets it for the suite
     text = hardware.banner("cpu", precision="fp32 (auto: because)", environments="64 (auto: CPU)")
     lines = text.splitlines()
     assert lines[0].startswith("device: cpu ") and hardware.cpu_class() in lines[0] and "usable cores" in lines[0]
