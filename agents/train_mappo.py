@@ -40,6 +40,7 @@ from agents.run.logger import Logger, PhaseTimer, device_memory_mb, flatten, hos
 from agents.run.process import pick_device, setup_process
 from agents.run.resume import check_run_dir, resume_config, resume_run_dir
 from uavsim.machine import hardware
+from uavsim.machine.contention import contention_warning
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 
@@ -121,6 +122,9 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
         setup_process(cfg)
         if replicas.is_main:
             print(hardware.banner(device, **reasons, ranks=replicas.world_size), file=sys.stderr)
+            warning = contention_warning(torch.get_num_threads()) if device.type == "cpu" else None
+            if warning:
+                print(warning, file=sys.stderr)
         return _train(cfg, resume, replicas, device)
     finally:
         replicas.close()
