@@ -126,6 +126,9 @@ class Layout:
         self.edges = as_long(flat(move_edges(cfg)))  # [A, E]
         # [A, 1 + E]: from a UAV's cell, the cell a move leads to, then the footprint cells it enters
         self.step_cells = torch.cat([self.move_flat[:, None], self.move_flat[:, None] + self.edges], 1)
+        # [G, A, 1 + E]: the same from each grid cell, so that a step reads a move's cells in one index op
+        # (``cell_steps[cell, action]``) instead of an index and an add (403 KB on the default preset)
+        self.cell_steps = torch.arange(self.grid_cells, device=dev)[:, None, None] + self.step_cells
         self.foot = as_long(flat(rules.footprint_offsets(cfg)))  # [F]
         rows, cols = np.divmod(np.arange(self.grid_cells) - p, self.ws)  # of each grid cell, on the map
         rows -= p

@@ -308,7 +308,7 @@ class UAVSwarmEnv:
         flags = torch.empty(b, n, 2, dtype=torch.bool, device=self.device)  # collided, near miss
         collided, near = flags[..., 0], flags[..., 1]
         # [B, N, 1 + E]: the cell each move leads to, then the footprint cells it enters
-        target = cell[:, :, None] + lay.step_cells[actions]
+        target = lay.cell_steps[cell, actions]
         # Off the map is blocked too; a UAV's own cell never is, so a blocked move is a collision.
         into(collided, torch.ge, grid.gather(1, target[..., 0]), lay.blocked_value)
         moved_to = torch.where(collided, cell, target[..., 0])

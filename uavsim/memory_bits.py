@@ -105,10 +105,10 @@ class BitMemory:
             for j in range(win):
                 if 0 <= c - r + j < w:
                     counts[c, :, col_block[c - r + j] - first[c]] += (bits >> j) & 1
-        self.counts = torch.as_tensor(counts.reshape(w << win, k), dtype=count_dtype, device=device)
+        self.counts = torch.as_tensor(counts, dtype=count_dtype, device=device)  # read by [column, row bits]
 
         # Per grid cell a UAV may stand on: its window's rows (off the map: the spare row), mask and shift in them,
-        # its column's first row of `counts`, and the block slots (plane-free) of each window row and block.
+        # its map column (the first index of `counts`), and the block slots (plane-free) of each window row and block.
         g = np.arange(grid_cells)
         rows, cols = np.divmod(g - p, ws)  # the padded row and the map column
         on_map = (g >= p) & (rows >= p) & (rows < p + h) & (cols < w)
@@ -118,7 +118,7 @@ class BitMemory:
         table[:, :win] = np.where((map_rows >= 0) & (map_rows < h), map_rows, h)
         table[:, win] = ((1 << win) - 1) << (col + p - r)
         table[:, win + 1] = col + p - r
-        table[:, win + 2] = col << win
+        table[:, win + 2] = col
         map_row = rows[:, None] - p - r + np.arange(win)[None, :]  # [G, win]
         block_row = np.where((map_row >= 0) & (map_row < h), row_block[np.clip(map_row, 0, h - 1)], 0)
         block_col = np.minimum(first[col][:, None] + np.arange(k)[None, :], pool - 1)  # [G, K]
@@ -162,14 +162,14 @@ def cover(bits: BitMemory, v: dict[str, torch.Tensor], cells: torch.Tensor, fres
 
 def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> None:
     """Each UAV writes its window into its memory and counts what it newly knows, in place
-    (`memory.sense_and_share` with ``comm_radius`` 0): 11 ops whatever the window. ``cell``: the
+    (`memory.sense_and_share` with ``comm_radius`` 0): 10 ops whatever the window. ``cell``: the
     UAVs' grid cells ``[M, N]``, contiguous."""
     memory, truth, known = v["memory"], v["truth"], v["known"]
     m, n = cell.shape
     win = bits.win
     tab = bits.cell_table.index_select(1, cell.view(-1))  # [fields, M * N]
     field = lambda first, last: tab[first:last].t().view(m, n, last - first)  # noqa: E731 -- views
-    rows, mask, shift, first = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
+    rows, mask, shift, col = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
     mask, shift = mask[..., None], shift[..., None]
     index = rows[:, :, None].expand(m, n, 3, win)  # the window's rows (off the map: the spare row)
     old = memory.gather(3, index)  # [M, N, 3, win]: seen, known blocked, known covered
@@ -177,8 +177,8 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> No
     new = old | (now & mask)  # the window's cells: seen, and their truth
     memory.scatter_(3, index, new)
     gained = new[:, :, 1:] ^ old[:, :, 1:]  # [M, N, 2, win]: bits turned known blocked, known covered
-    row = (gained >> shift) + first[..., None]  # in the window's frame, in its column's table
-    counts = bits.counts.index_select(0, row.view(-1)).view(m, n, 2, -1)  # [M, N, 2, win * K]
+    # the bits in the window's frame, read in their column's table: one index op, no add of a flat row index
+    counts = bits.counts[col[..., None], gained >> shift].view(m, n, 2, -1)  # [M, N, 2, win * K]
     known.scatter_add_(3, field(win + 3, tab.shape[0]).unsqueeze(2).expand_as(counts), counts)
 
 
