@@ -85,15 +85,18 @@ class Layout:
 
         pool_dtype = narrowest_int(int(rules.cells_per_block(cfg).max()))
         self.count_dtype = narrowest_int(h * w)
+        self.t_dtype = narrowest_int(cfg.max_steps)  # the state's (`env.state`, checkpoints)
+        # (t, covered) over (max_steps, free) side by side in one dtype: one add advances both, one division
+        # gives the observation's (time, coverage), one comparison ends the episodes (`UAVSwarmEnv._advance`)
+        clock_dtype = torch.promote_types(self.count_dtype, self.t_dtype)
         fields = [
             Field("cell", torch.int64, (n,)),  # each UAV's grid cell: pad + (row + pad) * Ws + col
             Field("pools", pool_dtype, (2, cfg.state_pool**2)),  # blocked, covered per block
             Field("episode", torch.int32, ()),
-            Field("free", self.count_dtype, ()),
-            Field("covered", self.count_dtype, ()),
-            # zeroed at an episode's start: ep_reward to ep_counts
+            Field("limits", clock_dtype, (2,), ("max_steps", "free")),
+            # zeroed at an episode's start: ep_reward to ep_counts (then `covered` is counted)
             Field("ep_reward", torch.float32, (n,)),
-            Field("t", narrowest_int(cfg.max_steps), ()),
+            Field("clock", clock_dtype, (2,), ("t", "covered")),
             Field("ep_counts", narrowest_int(n * cfg.max_steps), (2,)),  # collisions, near misses
         ]
         bit_memory = cfg.comm_radius is not None and memory_bits.fits(cfg)
@@ -147,7 +150,9 @@ class Layout:
         center = torch.zeros(self.win2, dtype=self.grid_dtype)
         center[self.win2 // 2] = 1  # a UAV counts the others in its window: not itself at the centre
         self.center = center.to(dev)
-        self.max_steps = torch.tensor(cfg.max_steps, dtype=torch.float32, device=dev)
+        # (t / max_steps, coverage) >= (1, target): t / max_steps in float32 reaches 1 exactly when t does
+        # up to 2**24 steps (t <= max_steps - 1 divides to at most 1 - 2**-24); beyond, t is compared itself
+        self.ends = torch.tensor([1.0, cfg.target_coverage], device=dev) if cfg.max_steps <= 2**24 else None
         self.launch_cell = self.cells_of(torch.as_tensor(rules.launch_cells(cfg))[None]).to(dev)[0]  # [L]
         self.memory = self.memory_bits = None
         if cfg.comm_radius is not None:
@@ -299,18 +304,16 @@ def cover(
 def observe(
     lay: Layout,
     buf: torch.Tensor,
-    coverage: torch.Tensor,
     dtype: torch.dtype,
     b_index: torch.Tensor,
     cell: torch.Tensor | None = None,
     window: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """The observation of the states ``buf``.
 
     Args:
         lay: the layout.
         buf: ``[M, record bytes]`` uint8 state records.
-        coverage: ``[M]`` float32, as the rules compute it.
         dtype: the observation's dtype.
         b_index: ``[M, 1]`` int64 arange.
         cell: the UAVs' cells as a contiguous ``[M, N]`` tensor if the caller has one (saves a copy).
@@ -318,8 +321,10 @@ def observe(
             caller read them (`uavsim.memory.sense_and_share` does).
 
     Returns:
-        ``({"local": [M, N, L], "state": [M, S]}, own)``: each value the float32 rules' value cast to
-        ``dtype``, and ``own [M, N]``, the packed grid value of each UAV's cell (its window's centre).
+        ``({"local": [M, N, L], "state": [M, S]}, own, clock)``: each value the float32 rules' value cast
+        to ``dtype``; ``own [M, N]``, the packed grid value of each UAV's cell (its window's centre); and
+        ``clock [M, 2]`` float32 (t / max_steps, coverage), as the rules divide (a view of ``state`` in
+        float32).
     """
     cfg, w2, v = lay.cfg, lay.win2, lay.record.views(buf)
     m, n, p2 = buf.shape[0], cfg.num_uavs, cfg.state_pool**2
@@ -341,9 +346,12 @@ def observe(
     into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
     state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(rc)
     into(state[:, : 2 * p2].view(m, 2, p2), torch.div, v["pools"], lay.block_cells)
-    into(state[:, -2], torch.div, v["t"], lay.max_steps)
+    if dtype == torch.float32:  # (t / max_steps, coverage): the state's last two values
+        clock = into(state[:, -2:], torch.div, v["clock"], v["limits"])
+    else:  # in float32 first, as the rules divide, then cast
+        clock = torch.div(v["clock"], v["limits"])
+        state[:, -2:].copy_(clock)
     time.copy_(state[:, -2:-1])
-    state[:, -1].copy_(coverage)
     if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
         counts = v["known"]  # kept up to date by the sensing (uavsim.memory)
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
@@ -354,4 +362,4 @@ def observe(
             lay.paths.search(code == lay.path_codes, out=paths, goals_open=True)  # [M, N, 2, win^2]: blocked, free
         else:  # of the memory near the UAV
             lay.paths(*lay.path_square(v["memory"], v["cell"]), out=paths)
-    return {"local": local, "state": state}, seen[:, :, w2 // 2]
+    return {"local": local, "state": state}, seen[:, :, w2 // 2], clock

@@ -148,6 +148,8 @@ class UAVSwarmEnv:
         self._neg_penalties = f32([-cfg.collision_penalty, -cfg.near_miss_penalty])
         self._c_target, self._zero = f32(cfg.target_coverage), f32(0.0)
         self._pending = torch.zeros(b, dtype=torch.bool, device=dev)  # next_step: the next step restarts
+        # what a step adds to (t, covered): 1 (next_step: 0 where the episode restarts), the cells newly covered
+        self._clock_step = torch.ones(b, 2, dtype=lay.record.fields["clock"].dtype, device=dev)
         self._hover = torch.zeros((), dtype=torch.int64, device=dev)
         if self.reset_mode != "sparse":
             self._prep_buf = self._lay.record.empty(b, dev)
@@ -184,14 +186,10 @@ class UAVSwarmEnv:
         self,
         buf: torch.Tensor,
         b_index: torch.Tensor,
-        coverage: torch.Tensor | None = None,
         cell: torch.Tensor | None = None,
         window: tuple[torch.Tensor, torch.Tensor] | None = None,
     ):
-        if coverage is None:
-            v = self._lay.record.views(buf)
-            coverage = torch.div(v["covered"], v["free"])
-        return observe(self._lay, buf, coverage, self.obs_dtype, b_index, cell, window)
+        return observe(self._lay, buf, self.obs_dtype, b_index, cell, window)
 
     def _restart(self, mask: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]) -> None:
         """Start the next episode where ``mask`` ([B] bool) in the state ``buf`` (views ``v``), in place."""
@@ -321,28 +319,33 @@ class UAVSwarmEnv:
         grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
         cell.copy_(moved_to)
         window = sense_and_share(lay, v, moved_to)  # the UAVs' memories, if the config has them (uavsim.memory)
-        newly = fresh.sum(1)
-        v["covered"] += newly
-        v["t"] += 1 if restarted is None else ~restarted
+        clock_step = self._clock_step  # (1, newly covered): one add advances (t, covered)
+        if restarted is not None:
+            into(clock_step[:, 0], torch.logical_not, restarted)
+        newly = into(clock_step[:, 1], torch.sum, fresh, 1)
+        v["clock"] += clock_step
 
-        free = v["free"]
-        coverage = torch.div(v["covered"], free)  # float32, as the rules divide
-        team = torch.div(newly, free).mul_(self._c_cov).sub_(self._c_time)
-        obs, own_cell = self._observe(buf, self._b_index, coverage, moved_to, window)
+        team = torch.div(newly, v["free"]).mul_(self._c_cov).sub_(self._c_time)  # float32, as the rules divide
+        obs, own_cell, clock = self._observe(buf, self._b_index, moved_to, window)  # (t / max_steps, coverage)
+        coverage = clock[:, 1]
         into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell
         # team - collision_penalty * collided - near_miss_penalty * near, rounded as the rules: each product is
         # exact (0 or the penalty), so adding it times -1 rounds once, as the subtraction (fused or not)
         reward = torch.addcmul(team[:, None], collided, self._neg_penalties[0])
         reward.addcmul_(near, self._neg_penalties[1])
-        terminated = coverage >= self._c_target
+        if lay.ends is not None:  # (t >= max_steps, terminated) in one comparison (`Layout.ends`), by rows
+            ends = torch.empty(2, b, dtype=torch.bool, device=self.device)
+            timed_out, terminated = into(ends.t(), torch.ge, clock, lay.ends).t()
+        else:
+            timed_out, terminated = v["t"] >= self.config.max_steps, coverage >= self._c_target
         if restarted is not None:  # the first step of a restarted episode is its reset: no reward, no end
             reward = torch.where(restarted[:, None], self._zero, reward)
             if self._launch_can_end:  # a launch that meets the target ends nothing yet
                 terminated = torch.gt(terminated, restarted)
-        truncated = torch.gt(v["t"] >= self.config.max_steps, terminated)
+        truncated = torch.gt(timed_out, terminated)
         v["ep_reward"] += reward
         v["ep_counts"] += flags.sum(1)
-        ended = lay.record.span_views(lay.record.span(buf, "t", "ep_counts").clone(), "t", "ep_counts")
+        ended = lay.record.span_views(lay.record.span(buf, "clock", "ep_counts").clone(), "clock", "ep_counts")
         info = {
             "coverage": coverage,
             "collisions": collided,
@@ -360,7 +363,8 @@ class UAVSwarmEnv:
     def state(self) -> dict[str, torch.Tensor]:
         """The state in the rules' terms (`uavsim.state_checks.state_keys`), ``[B, ...]``: views of the live
         state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0 / COVERED 1 /
-        BLOCKED 2), ``pos`` ([B, N, 2] int16 (row, col)) and ``memory`` ([B, N, H * W]), computed on access."""
+        BLOCKED 2), ``pos`` ([B, N, 2] int16 (row, col)), ``memory`` ([B, N, H * W]) and ``t`` where the record
+        keeps it wider than ``state_spec`` says (beside ``covered``), computed on access."""
         if self._buf is None:
             raise RuntimeError("call reset() before reading the state")
         return rules_state(self._lay, self._v, self._pending)

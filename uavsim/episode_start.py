@@ -137,6 +137,8 @@ def start_episodes(
     grid.fill_(lay.blocked_value)
     into(lay.map_view(grid), torch.mul, blocked, lay.blocked_value)
     into(v["free"], torch.sub, tab.hw, blocked.view(m, h * w).sum(1))
+    v["max_steps"].fill_(cfg.max_steps)
+    lay.record.span(buf, "ep_reward", "ep_counts").zero_()  # t too; `covered` is counted below
     pools = v["pools"]
     pools.zero_()
     pools[:, 0].index_add_(1, lay.block_of_cell, blocked.view(m, h * w))
@@ -148,7 +150,6 @@ def start_episodes(
     grid.scatter_add_(1, cell, tab.uavs.expand(m, -1))
     cover(lay, v, (cell[:, :, None] + lay.foot).view(m, -1), first, out=v["covered"])
     v["episode"].copy_(episode)
-    lay.record.span(buf, "ep_reward", "ep_counts").zero_()
     if lay.memory is not None:  # what the UAVs see at launch, shared once, as after every step
         clear_memory(lay, v)
     sense_and_share(lay, v)

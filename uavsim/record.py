@@ -21,6 +21,7 @@ class Field:
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...]  # per environment
+    parts: tuple[str, ...] = ()  # names of a ``(len(parts),)`` field's elements: each a view too
 
     @property
     def nbytes(self) -> int:
@@ -33,7 +34,8 @@ class Field:
 class Record:
     """The byte layout of ``fields``, in order, each at an offset aligned to its item size.
 
-    ``views(buf)`` gives ``{name: [M, *shape] dtype}`` views of a ``[M, nbytes]`` uint8 buffer;
+    ``views(buf)`` gives ``{name: [M, *shape] dtype}`` views of a ``[M, nbytes]`` uint8 buffer (and
+    ``{part: [M]}`` of each element of a field with ``parts``: values that one op updates together);
     ``span(first, last)`` the byte range from one field to another (to copy several at once).
     """
 
@@ -65,6 +67,8 @@ class Record:
         for name in fields:
             f, start = self.fields[name], self.offsets[name] - base
             out[name] = self._field(buf[:, start : start + f.nbytes], f)
+            for i, part in enumerate(f.parts):
+                out[part] = out[name][:, i]
         return out
 
     def span(self, buf: torch.Tensor, first: str, last: str) -> torch.Tensor:

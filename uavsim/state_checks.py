@@ -64,7 +64,7 @@ def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) 
     state = {
         "cells": lay.decode(v["grid"]),
         "pos": lay.positions(v["cell"]),
-        "t": v["t"],
+        "t": v["t"].to(lay.t_dtype),  # the record keeps it beside `covered`, in that one's dtype
         "episode": v["episode"],
         "covered": v["covered"],
         "free": v["free"],
@@ -87,7 +87,7 @@ def state_spec(lay: Layout, num_envs: int) -> dict[str, tuple[torch.dtype, tuple
     spec = {
         "cells": (torch.uint8, (b, lay.cells)),
         "pos": (torch.int16, (b, n, 2)),
-        "t": (f["t"].dtype, (b,)),
+        "t": (lay.t_dtype, (b,)),
         "episode": (torch.int32, (b,)),
         "covered": (lay.count_dtype, (b,)),
         "free": (lay.count_dtype, (b,)),
@@ -115,6 +115,7 @@ def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
     v["ep_counts"][:, 1].copy_(s["ep_near_misses"])
     for k in ("t", "episode", "covered", "free", "ep_reward"):
         v[k].copy_(s[k])
+    v["max_steps"].fill_(lay.cfg.max_steps)
     if lay.memory is not None:  # with its per-block counts, derived from it
         restore_memory(lay, v, s[MEMORY_KEY])
     return buf

@@ -53,3 +53,13 @@ def test_the_grid_leaves_room_for_the_windows_of_the_first_cells():
         corner = lay.cells_of(torch.tensor([[[0, 0], [cfg.grid_height - 1, cfg.grid_width - 1]]]))
         windows = lay.windows(buf)[torch.arange(2)[:, None], corner.expand(2, -1)]
         assert windows.shape == (2, 2, cfg.window, cfg.window)
+
+
+def test_a_fields_parts_are_views_of_its_elements():
+    rec = Record([Field("flag", torch.bool, ()), Field("clock", torch.int16, (2,), ("t", "covered"))])
+    buf = torch.zeros(3, rec.nbytes, dtype=torch.uint8)
+    v = rec.views(buf)
+    v["clock"] += torch.tensor([1, 5], dtype=torch.int16)  # one op updates both parts
+    v["covered"][1] = 7
+    assert v["t"].tolist() == [1, 1, 1] and v["covered"].tolist() == [5, 7, 5]
+    assert buf[:, 2:6].view(torch.int16).tolist() == [[1, 5], [1, 7], [1, 5]]
