@@ -358,7 +358,9 @@ def observe(
         memory_heading(lay, counts, cell, local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim])
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
         paths = local[..., cfg.local_obs_dim - cfg.paths_obs_dim :]
-        if lay.path_square is None:  # of the window
+        if lay.path_square is None and lay.paths.can_search_channels(dtype):  # of the window, read from its channels
+            lay.paths.search_channels(local[..., : 2 * w2], out=paths)
+        elif lay.path_square is None:  # of the window
             lay.paths.search(code == lay.path_codes, out=paths, goals_open=True)  # [M, N, 2, win^2]: blocked, free
         else:  # of the memory near the UAV
             lay.paths(*lay.path_square(v["memory"], v["cell"]), out=paths)

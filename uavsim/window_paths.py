@@ -133,6 +133,18 @@ class WindowPaths(nn.Module):
         _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
         return out
 
+    def search_channels(self, channels: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """`search` of the window's free cells, given as the observation's ``channels [F, N, 2 win^2]``
+        (blocked, covered) when they are float32 and the turned search applies (`can_search_channels`)."""
+        here, moves = self.diamond.distances_of_channels(channels)
+        _into(out[..., :-1].unflatten(-1, (2, 2)), torch.lt, moves, here[..., None])
+        _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
+        return out
+
+    def can_search_channels(self, dtype: torch.dtype) -> bool:
+        """Whether `search_channels` takes channels of ``dtype`` (float32 only: the product must be exact)."""
+        return self.diamond is not None and dtype == torch.float32
+
     def forward(self, blocked: torch.Tensor, uncovered: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``blocked``, ``uncovered``: ``[F, N, win^2]`` bool, the square's cells row-major; into
         ``out`` (``[F, N, moves + 1]``, any float dtype: the float32 values cast) if given."""

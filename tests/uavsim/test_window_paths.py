@@ -69,6 +69,24 @@ def test_the_bit_set_search_equals_the_breadth_first_reference(moves, radius):
             assert np.array_equal(out[f, n].numpy(), ref), (f, n)
 
 
+@pytest.mark.parametrize("radius", [1, 6, 7])
+def test_the_search_from_float_channels_equals_the_reference(radius):
+    # The turned search's open and goal rows as one product of the observation's (blocked, covered)
+    # float32 channels (`WindowPaths.search_channels`): the goals are the free cells.
+    cfg = EnvConfig(obs_radius=radius, window_paths=True, grid_height=64, grid_width=64)
+    w, paths = cfg.window, WindowPaths(cfg)
+    assert paths.can_search_channels(torch.float32) and not paths.can_search_channels(torch.bfloat16)
+    code = torch.randint(0, 3, (6, 4, w * w), generator=torch.Generator().manual_seed(radius))  # free, covered, blocked
+    code[..., : w * w // 3] = 1  # a third of each window covered: some goals far or out of reach
+    blocked, covered = code == 2, code == 1
+    out = paths.search_channels(torch.cat([blocked, covered], -1).float(), torch.empty(6, 4, 5))
+    for f in range(6):
+        for n in range(4):
+            free = ~(blocked[f, n] | covered[f, n])
+            ref = window_paths_reference(cfg, blocked[f, n].view(w, w).numpy(), free.view(w, w).numpy())
+            assert np.array_equal(out[f, n].numpy(), ref), (f, n)
+
+
 @pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
 @pytest.mark.parametrize(
     "cfg",
