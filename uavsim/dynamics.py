@@ -116,6 +116,8 @@ class Layout:
         if before < self.origin_shift * item:
             fields.append(Field("pad", torch.uint8, (self.origin_shift * item - before,)))
         self.record = Record([*fields, grid])
+        if bit_memory:  # `memory_bits.sense` reads both through one view
+            assert self.record.offsets["truth"] == self.record.offsets["memory"] + self.record.fields["memory"].nbytes
         self.grid_offset = self.record.offsets["grid"] // item  # in grid cells from the row start
         assert self.record.offsets["grid"] % item == 0 and self.record.nbytes % item == 0
         assert MAX_KEY - 1 <= torch.iinfo(torch.int32).max

@@ -95,6 +95,12 @@ class BitMemory:
         self.truth_blank = torch.as_tensor(np.stack([np.full_like(border, full), border, zero]), device=device)
         self.column_bits = torch.as_tensor(1 << (np.arange(w, dtype=np.int64) + p), device=device)  # [W]
         self.plane_codes = torch.tensor([BLOCKED_CODE | SEEN_CODE, COVERED_CODE | SEEN_CODE], device=device)
+        # `sense` reads each UAV's memory rows and its env's truth's in one index op: (UAV, truth) among the
+        # N + 1 row sets of the record's memory and the truth after it, and the three planes
+        n = cfg.num_uavs
+        self.sensed = torch.stack([torch.arange(n), torch.full((n,), n)], 1)[:, :, None, None].to(device)
+        self.planes = torch.arange(3, device=device)[:, None]
+        self.env_index: dict[int, torch.Tensor] = {}  # [M, 1, 1, 1, 1] per batch size M
 
         col_block, row_block, pool = column_blocks(cfg), np.arange(h) * cfg.state_pool // h, cfg.state_pool
         first = col_block[np.maximum(np.arange(w) - r, 0)]  # each column's window's first block column
@@ -162,9 +168,9 @@ def cover(bits: BitMemory, v: dict[str, torch.Tensor], cells: torch.Tensor, fres
 
 def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> None:
     """Each UAV writes its window into its memory and counts what it newly knows, in place
-    (`memory.sense_and_share` with ``comm_radius`` 0): 10 ops whatever the window. ``cell``: the
-    UAVs' grid cells ``[M, N]``, contiguous."""
-    memory, truth, known = v["memory"], v["truth"], v["known"]
+    (`memory.sense_and_share` with ``comm_radius`` 0): 9 ops whatever the window. ``cell``: the
+    UAVs' grid cells ``[M, N]``, contiguous; the record keeps the truth right after the memory."""
+    memory, known = v["memory"], v["known"]
     m, n = cell.shape
     win = bits.win
     tab = bits.cell_table.index_select(1, cell.view(-1))  # [fields, M * N]
@@ -172,14 +178,28 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> No
     rows, mask, shift, col = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
     mask, shift = mask[..., None], shift[..., None]
     index = rows[:, :, None].expand(m, n, 3, win)  # the window's rows (off the map: the spare row)
-    old = memory.gather(3, index)  # [M, N, 3, win]: seen, known blocked, known covered
-    now = truth[:, None].expand(m, n, *truth.shape[1:]).gather(3, index)  # every UAV its env's truth
+    # [M, N + 1, 3, H + 1]: the memories, then the truth (`Layout` puts it right after them)
+    memory_and_truth = memory.as_strided((m, n + 1, *memory.shape[2:]), memory.stride())
+    # [M, N, 2, 3, win]: each UAV's memory rows (seen, known blocked, known covered), then its env's truth's
+    read = memory_and_truth[env_index(bits, m, cell.device), bits.sensed, bits.planes, rows[:, :, None, None]]
+    old, now = read[:, :, 0], read[:, :, 1]
     new = old | (now & mask)  # the window's cells: seen, and their truth
     memory.scatter_(3, index, new)
     gained = new[:, :, 1:] ^ old[:, :, 1:]  # [M, N, 2, win]: bits turned known blocked, known covered
     # the bits in the window's frame, read in their column's table: one index op, no add of a flat row index
     counts = bits.counts[col[..., None], gained >> shift].view(m, n, 2, -1)  # [M, N, 2, win * K]
     known.scatter_add_(3, field(win + 3, tab.shape[0]).unsqueeze(2).expand_as(counts), counts)
+
+
+def env_index(bits: BitMemory, m: int, device: torch.device) -> torch.Tensor:
+    """``[M, 1, 1, 1, 1]`` arange: kept per batch size in eager calls; compiled, a fresh one (no state
+    kept across graphs)."""
+    index = None if torch.compiler.is_compiling() else bits.env_index.get(m)
+    if index is None:
+        index = torch.arange(m, device=device)[:, None, None, None, None]
+        if not torch.compiler.is_compiling():
+            bits.env_index[m] = index
+    return index
 
 
 def codes(bits: BitMemory, memory: torch.Tensor) -> torch.Tensor:
