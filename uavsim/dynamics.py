@@ -89,9 +89,12 @@ class Layout:
         # (t, covered) over (max_steps, free) side by side in one dtype: one add advances both, one division
         # gives the observation's (time, coverage), one comparison ends the episodes (`UAVSwarmEnv._advance`)
         clock_dtype = torch.promote_types(self.count_dtype, self.t_dtype)
+        pools = Field("pools", pool_dtype, (2, cfg.state_pool**2))  # blocked, covered per block
+        # In the grid's dtype the pools follow the grid: the step adds to both in one scatter (`step_coverage`).
+        self.pools_after_grid = pool_dtype == self.grid_dtype
         fields = [
             Field("cell", torch.int64, (n,)),  # each UAV's grid cell: pad + (row + pad) * Ws + col
-            Field("pools", pool_dtype, (2, cfg.state_pool**2)),  # blocked, covered per block
+            *([] if self.pools_after_grid else [pools]),
             Field("episode", torch.int32, ()),
             Field("limits", clock_dtype, (2,), ("max_steps", "free")),
             # zeroed at an episode's start: ep_reward to ep_counts (then `covered` is counted)
@@ -115,11 +118,17 @@ class Layout:
         before = Record([*fields, grid]).offsets["grid"]
         if before < self.origin_shift * item:
             fields.append(Field("pad", torch.uint8, (self.origin_shift * item - before,)))
-        self.record = Record([*fields, grid])
+        self.record = Record([*fields, grid, *([pools] if self.pools_after_grid else [])])
         if bit_memory:  # `memory_bits.sense` reads both through one view
             assert self.record.offsets["truth"] == self.record.offsets["memory"] + self.record.fields["memory"].nbytes
         self.grid_offset = self.record.offsets["grid"] // item  # in grid cells from the row start
         assert self.record.offsets["grid"] % item == 0 and self.record.nbytes % item == 0
+        # the grid cells, then (pools_after_grid) up to the pools' covered counts, whose slots are
+        # pool_slot_shift + block from the grid's start
+        self.pool_slot_shift, self.grid_span = 0, self.grid_cells
+        if self.pools_after_grid:
+            self.pool_slot_shift = (self.record.offsets["pools"] - self.record.offsets["grid"]) // item + pools.shape[1]
+            self.grid_span = self.pool_slot_shift + pools.shape[1]
         assert MAX_KEY - 1 <= torch.iinfo(torch.int32).max
 
         dev = device
@@ -141,6 +150,7 @@ class Layout:
         block = rules.block_of_cell(cfg)
         self.block_of_grid = as_long(np.where(on_map, block[np.clip(rows, 0, h - 1) * w + np.clip(cols, 0, w - 1)], 0))
         self.block_of_cell = as_long(block)
+        self.pool_slot_of_grid = self.block_of_grid + self.pool_slot_shift  # `step_coverage`'s slots
         self.block_cells = torch.as_tensor(rules.cells_per_block(cfg), dtype=torch.float32, device=dev)
         # Observation scalars of each grid cell: (row / (H - 1), col / (W - 1)) as float32, as the rules divide.
         scale = torch.tensor([h - 1, w - 1], dtype=torch.float32)
@@ -160,8 +170,8 @@ class Layout:
         if cfg.comm_radius is not None:
             self.memory = MemoryTables(cfg, self.ws, pool_dtype, on_map, self.block_of_grid, dev)
         if bit_memory:
-            grid_block = self.block_of_grid.cpu().numpy()
-            self.memory_bits = memory_bits.BitMemory(cfg, self.ws, self.grid_cells, grid_block, pool_dtype, dev)
+            grid_slot = self.pool_slot_of_grid.cpu().numpy()
+            self.memory_bits = memory_bits.BitMemory(cfg, self.ws, self.grid_cells, grid_slot, pool_dtype, dev)
         self.paths = WindowPaths(cfg).to(dev) if cfg.window_paths else None
         # path_radius: the paths search the memory near each UAV instead of its window
         self.path_square = MemorySquare(cfg, self.ws, self.grid_cells).to(dev) if cfg.path_radius else None
@@ -184,6 +194,13 @@ class Layout:
             (rows.shape[1], 1, self.ws, 1),
             start,
         )
+
+    def grid_and_pools(self, buf: torch.Tensor) -> torch.Tensor:
+        """``[M, grid_span]`` view of the state records ``buf`` (``pools_after_grid``) from the grid to the
+        pools, in the grid's dtype: the pools' covered counts at ``pool_slot_shift + block``. A dtype view of
+        a byte span (no ``as_strided``, which torch.compile cannot write through)."""
+        span = self.record.span(buf, "grid", "pools")
+        return span.view(span.shape[0], self.grid_span, self.grid_dtype.itemsize).view(self.grid_dtype).squeeze(-1)
 
     def map_view(self, grid: torch.Tensor) -> torch.Tensor:
         """``[M, H, W]`` view of a packed grid's map cells."""
@@ -247,9 +264,11 @@ def newly_covered(
     first: torch.Tensor | None = None,
     dtype: torch.dtype | None = None,
     block: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which of the grid cells ``sidx`` are newly covered; adds them to the per-block counts (the
-    grid is the caller's to update). ``block``: the cells' blocks (``lay.block_of_grid[sidx]``) if
+    grid is the caller's to update) unless ``out`` is given (then the caller adds them too, and
+    ``newly`` is written into ``out``). ``block``: the cells' blocks (``lay.block_of_grid[sidx]``) if
     the caller read them.
 
     Args:
@@ -268,23 +287,28 @@ def newly_covered(
     into(first[:, 1:], torch.ne, sidx[:, 1:], sidx[:, :-1])
     before = v["grid"].gather(1, sidx)
     pools = v["pools"]
-    newly = torch.empty(sidx.shape, dtype=dtype or pools.dtype, device=sidx.device)
-    torch.logical_and(before < lay.covered_bit, first, out=newly)  # FREE, whatever its UAV count
-    block = lay.block_of_grid[sidx] if block is None else block
-    pools[:, 1].scatter_add_(1, block, newly if newly.dtype == pools.dtype else newly.to(pools.dtype))
+    newly = torch.empty(sidx.shape, dtype=dtype or pools.dtype, device=sidx.device) if out is None else out
+    into(newly, torch.logical_and, before < lay.covered_bit, first)  # FREE, whatever its UAV count
+    if out is None:
+        block = lay.block_of_grid[sidx] if block is None else block
+        pools[:, 1].scatter_add_(1, block, newly if newly.dtype == pools.dtype else newly.to(pools.dtype))
     return before, newly
 
 
-def step_coverage(lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
-    """`newly_covered`'s ``newly`` (in the grid's dtype) of a step's cells ``sidx``; with the memory as
-    bit rows, the truth's rows get them too (`memory_bits.cover`: one read of the cells' rows and blocks)."""
-    bits = lay.memory_bits
-    if bits is None:
-        return newly_covered(lay, v, sidx, first, lay.grid_dtype)[1]
-    cells = memory_bits.cells_read(bits, sidx)
-    _, fresh = newly_covered(lay, v, sidx, first, lay.grid_dtype, cells[..., 2])
-    memory_bits.cover(bits, v, cells, fresh)
-    return fresh
+def step_coverage(
+    lay: Layout, v: dict[str, torch.Tensor], sidx: torch.Tensor, first: torch.Tensor, out: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`newly_covered`'s ``newly`` (in the grid's dtype) of a step's cells ``sidx``, and with
+    ``pools_after_grid`` (then into ``out``) their pool slots (`Layout.grid_and_pools`): the caller adds
+    ``newly`` there in its scatter into the grid (else None: added here). With the memory as bit rows, the
+    truth's rows get them too (`memory_bits.cover`: one read of the cells' rows and pool slots)."""
+    bits, merged = lay.memory_bits, lay.pools_after_grid
+    cells = None if bits is None else memory_bits.cells_read(bits, sidx)
+    slot = lay.pool_slot_of_grid[sidx] if cells is None else cells[..., 2]
+    fresh = newly_covered(lay, v, sidx, first, lay.grid_dtype, slot, out if merged else None)[1]
+    if bits is not None:
+        memory_bits.cover(bits, v, cells, fresh)
+    return fresh, slot if merged else None
 
 
 def cover(

@@ -140,7 +140,9 @@ class UAVSwarmEnv:
         self._first_start = torch.ones(b, cfg.num_uavs * lay.foot.shape[0], dtype=torch.bool, device=dev)
         # What the step adds to the grid: -1 / +1 UAV on the cells left / entered (-1 wraps in uint8,
         # as intended), then the COVERED bit on the freshly covered cells (written each step).
-        delta = torch.ones(b, 2 * cfg.num_uavs + self._first.shape[1], dtype=torch.int64)
+        # (pools_after_grid: then 1 on the freshly covered cells' pool slots, written each step)
+        slots = self._first.shape[1]
+        delta = torch.ones(b, 2 * cfg.num_uavs + slots * (1 + lay.pools_after_grid), dtype=torch.int64)
         delta[:, : cfg.num_uavs] = -1
         self._grid_delta = delta.to(lay.grid_dtype).to(dev)
         f32 = lambda x: torch.tensor(x, dtype=torch.float32, device=dev)  # noqa: E731
@@ -313,10 +315,15 @@ class UAVSwarmEnv:
         # a blocked UAV enters nothing: its own cell, in its footprint, in every slot (as hovering's)
         entered = torch.where(collided[..., None], cell[..., None], target[..., 1:])  # [B, N, E]
         sidx = entered.view(b, -1).sort(dim=1).values  # equal cells side by side
-        fresh = step_coverage(lay, v, sidx, self._first)
-        # One write of the grid: -1 / +1 UAV on the cells left / entered, COVERED added to the fresh cells.
-        into(self._grid_delta[:, 2 * n :], torch.mul, fresh, lay.covered_bit)
-        grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), self._grid_delta)
+        delta, k = self._grid_delta, sidx.shape[1]
+        fresh, slot = step_coverage(lay, v, sidx, self._first, delta[:, 2 * n + k :] if lay.pools_after_grid else None)
+        # One write of the grid: -1 / +1 UAV on the cells left / entered, COVERED added to the fresh cells
+        # (and 1 to their blocks' covered counts, when the pools follow the grid).
+        into(delta[:, 2 * n : 2 * n + k], torch.mul, fresh, lay.covered_bit)
+        if slot is None:
+            grid.scatter_add_(1, torch.cat([cell, moved_to, sidx], 1), delta)
+        else:
+            lay.grid_and_pools(buf).scatter_add_(1, torch.cat([cell, moved_to, sidx, slot], 1), delta)
         cell.copy_(moved_to)
         window = sense_and_share(lay, v, moved_to)  # the UAVs' memories, if the config has them (uavsim.memory)
         clock_step = self._clock_step  # (1, newly covered): one add advances (t, covered)

@@ -70,7 +70,7 @@ def row_count(cfg: EnvConfig) -> int:
 
 class BitMemory:
     """The bit memory's constant tables on a device, for the packed grid of row stride ``ws`` and
-    ``grid_cells`` cells (`uavsim.dynamics.Layout`, and its ``[grid cells]`` blocks); counts in
+    ``grid_cells`` cells (`uavsim.dynamics.Layout`, and its ``[grid cells]`` pool slots); counts in
     ``count_dtype``."""
 
     def __init__(
@@ -78,7 +78,7 @@ class BitMemory:
         cfg: EnvConfig,
         ws: int,
         grid_cells: int,
-        block_of_grid: np.ndarray,
+        pool_slot_of_grid: np.ndarray,
         count_dtype: torch.dtype,
         device: torch.device,
     ):
@@ -132,8 +132,8 @@ class BitMemory:
         # [fields, G]: a step's index_select along dim 1 gives each field's values as a contiguous row
         self.cell_table = torch.as_tensor(np.where(on_map[:, None], table, 0).T.copy(), device=device)
         # each grid cell's map row and bit, where a newly covered cell goes in the truth, and its
-        # block (`Layout.block_of_grid`), read by the same index for the per-block counts
-        cover = [np.where(on_map, rows - p, 0), np.where(on_map, 1 << (col + p), 0), block_of_grid]
+        # block's slot among the per-block counts (`Layout.pool_slot_of_grid`), read by the same index
+        cover = [np.where(on_map, rows - p, 0), np.where(on_map, 1 << (col + p), 0), pool_slot_of_grid]
         self.cover_table = torch.as_tensor(np.stack(cover, 1), device=device)
 
 
@@ -155,7 +155,7 @@ def pack(bits: BitMemory, cells: torch.Tensor) -> torch.Tensor:
 
 
 def cells_read(bits: BitMemory, sidx: torch.Tensor) -> torch.Tensor:
-    """``[M, K, 3]`` int64 of the grid cells ``sidx [M, K]``: map row, bit, block (`cover`)."""
+    """``[M, K, 3]`` int64 of the grid cells ``sidx [M, K]``: map row, bit, pool slot (`cover`)."""
     return bits.cover_table.index_select(0, sidx.view(-1)).view(*sidx.shape, 3)
 
 
