@@ -173,8 +173,28 @@ class Layout:
             grid_slot = self.pool_slot_of_grid.cpu().numpy()
             self.memory_bits = memory_bits.BitMemory(cfg, self.ws, self.grid_cells, grid_slot, pool_dtype, dev)
         self.paths = WindowPaths(cfg).to(dev) if cfg.window_paths else None
+        self._build_cell_reads()
         # path_radius: the paths search the memory near each UAV instead of its window
         self.path_square = MemorySquare(cfg, self.ws, self.grid_cells).to(dev) if cfg.path_radius else None
+
+    def _build_cell_reads(self) -> None:
+        """``cell_reads [G, F]`` int64 (or None): what the step reads by each UAV's new cell, side by side
+        so that one index op reads it all: the memory's bit-row fields (`memory_bits.sense`), the heading's
+        keys (`heading.CellHeading`, int32 pairs) and the cell's map position (float32 pair). Read by an
+        index op (any strides), the cells need not be contiguous: the step's moves then take one `where`.
+        Built where the memory is bit rows and the heading tabulated (the default preset)."""
+        self.cell_reads = None
+        heading = None if self.memory is None else self.memory.heading
+        if self.memory_bits is None or heading is None or not heading.tables or heading.p2 % 2:
+            return
+        keys = heading.cell_key
+        if keys.dtype != torch.int32:  # int32 pairs as int64 words
+            return
+        fields = self.memory_bits.cell_table.t()
+        self.read_keys = slice(fields.shape[1], fields.shape[1] + heading.p2 // 2)
+        self.read_position = self.read_keys.stop
+        position = self.cell_position[torch.float32].contiguous().view(torch.int64)  # [G, 1]
+        self.cell_reads = torch.cat([fields, keys.view(torch.int64), position], 1)
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
         """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
@@ -334,6 +354,7 @@ def observe(
     b_index: torch.Tensor,
     cell: torch.Tensor | None = None,
     window: tuple[torch.Tensor, torch.Tensor] | None = None,
+    read: torch.Tensor | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """The observation of the states ``buf``.
 
@@ -345,6 +366,8 @@ def observe(
         cell: the UAVs' cells as a contiguous ``[M, N]`` tensor if the caller has one (saves a copy).
         window: the UAVs' windows, ``[M, N, win^2]`` packed grid values and their codes, if the
             caller read them (`uavsim.memory.sense_and_share` does).
+        read: ``lay.cell_reads`` at the UAVs' cells ``[M, N, F]``, if the caller read them (then ``cell``
+            is not read and may have any strides).
 
     Returns:
         ``({"local": [M, N, L], "state": [M, S]}, own, clock)``: each value the float32 rules' value cast
@@ -367,9 +390,14 @@ def observe(
         local[..., 2 * w2 + w2 // 2].sub_(1)  # not itself, at the centre (a [M, N] op, not [M, N, win^2])
     else:
         into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
-    cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
     rc, time = local[..., 3 * w2 : 3 * w2 + 2], local[..., 3 * w2 + 2]  # the pooled memory follows them
-    into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
+    keys = None
+    if read is None:
+        cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
+        into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
+    else:  # float32, cast to the observation's dtype as `positions_in`
+        rc.copy_(read[..., lay.read_position : lay.read_position + 1].view(torch.float32))
+        keys = read[..., lay.read_keys].view(torch.int32)
     state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(rc)
     into(state[:, : 2 * p2].view(m, 2, p2), torch.div, v["pools"], lay.block_cells)
     if dtype == torch.float32:  # (t / max_steps, coverage): the state's last two values
@@ -381,7 +409,7 @@ def observe(
     if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
         counts = v["known"]  # kept up to date by the sensing (uavsim.memory)
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)
-        memory_heading(lay, counts, cell, local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim])
+        memory_heading(lay, counts, cell, local[..., 3 * w2 + 3 + 2 * p2 : 3 * w2 + 3 + cfg.memory_obs_dim], keys)
     if lay.paths is not None:  # then the moves toward the nearest uncovered free cell (uavsim.window_paths)
         paths = local[..., cfg.local_obs_dim - cfg.paths_obs_dim :]
         if lay.path_square is None and lay.paths.can_search_channels(dtype):  # of the window, read from its channels

@@ -136,7 +136,9 @@ class UAVSwarmEnv:
         self._env_key = env_key(self.seed, self.env_index)
         self._moves, self._scale = lay.moves, lay.scale  # for policies and tests: [A, 2] int64, [2] float32
         self._b_index = torch.arange(b, device=dev)[:, None]
-        self._first = torch.ones(b, cfg.num_uavs * lay.edges.shape[1], dtype=torch.bool, device=dev)  # cover's scratch
+        # cover's scratch, for the cells a step enters (with cell_reads, and the move's cell: `_advance`)
+        entered = lay.edges.shape[1] + (lay.cell_reads is not None)
+        self._first = torch.ones(b, cfg.num_uavs * entered, dtype=torch.bool, device=dev)
         self._first_start = torch.ones(b, cfg.num_uavs * lay.foot.shape[0], dtype=torch.bool, device=dev)
         # What the step adds to the grid: -1 / +1 UAV on the cells left / entered (-1 wraps in uint8,
         # as intended), then the COVERED bit on the freshly covered cells (written each step).
@@ -190,8 +192,9 @@ class UAVSwarmEnv:
         b_index: torch.Tensor,
         cell: torch.Tensor | None = None,
         window: tuple[torch.Tensor, torch.Tensor] | None = None,
+        read: torch.Tensor | None = None,
     ):
-        return observe(self._lay, buf, self.obs_dtype, b_index, cell, window)
+        return observe(self._lay, buf, self.obs_dtype, b_index, cell, window, read)
 
     def _restart(self, mask: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]) -> None:
         """Start the next episode where ``mask`` ([B] bool) in the state ``buf`` (views ``v``), in place."""
@@ -311,9 +314,15 @@ class UAVSwarmEnv:
         target = lay.cell_steps[cell, actions]
         # Off the map is blocked too; a UAV's own cell never is, so a blocked move is a collision.
         into(collided, torch.ge, grid.gather(1, target[..., 0]), lay.blocked_value)
-        moved_to = torch.where(collided, cell, target[..., 0])
-        # a blocked UAV enters nothing: its own cell, in its footprint, in every slot (as hovering's)
-        entered = torch.where(collided[..., None], cell[..., None], target[..., 1:])  # [B, N, E]
+        read = None
+        if lay.cell_reads is None:
+            moved_to = torch.where(collided, cell, target[..., 0])
+            # a blocked UAV enters nothing: its own cell, in its footprint, in every slot (as hovering's)
+            entered = torch.where(collided[..., None], cell[..., None], target[..., 1:])  # [B, N, E]
+        else:  # one where for both; the move's cell, in the footprint before or entered, covers nothing more
+            entered = torch.where(collided[..., None], cell[..., None], target)  # [B, N, 1 + E]
+            moved_to = entered[..., 0]  # strided: read by index ops only
+            read = lay.cell_reads[moved_to]  # [B, N, F]: memory fields, heading keys, position
         sidx = entered.view(b, -1).sort(dim=1).values  # equal cells side by side
         delta, k = self._grid_delta, sidx.shape[1]
         fresh, slot = step_coverage(lay, v, sidx, self._first, delta[:, 2 * n + k :] if lay.pools_after_grid else None)
@@ -325,7 +334,7 @@ class UAVSwarmEnv:
         else:
             lay.grid_and_pools(buf).scatter_add_(1, torch.cat([cell, moved_to, sidx, slot], 1), delta)
         cell.copy_(moved_to)
-        window = sense_and_share(lay, v, moved_to)  # the UAVs' memories, if the config has them (uavsim.memory)
+        window = sense_and_share(lay, v, moved_to, read)  # the UAVs' memories, if the config has them (uavsim.memory)
         clock_step = self._clock_step  # (1, newly covered): one add advances (t, covered)
         if restarted is not None:
             into(clock_step[:, 0], torch.logical_not, restarted)
@@ -333,7 +342,7 @@ class UAVSwarmEnv:
         v["clock"] += clock_step
 
         team = torch.div(newly, v["free"]).mul_(self._c_cov).sub_(self._c_time)  # float32, as the rules divide
-        obs, own_cell, clock = self._observe(buf, self._b_index, moved_to, window)  # (t / max_steps, coverage)
+        obs, own_cell, clock = self._observe(buf, self._b_index, moved_to, window, read)  # (t / max_steps, coverage)
         coverage = clock[:, 1]
         into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell
         # team - collision_penalty * collided - near_miss_penalty * near, rounded as the rules: each product is

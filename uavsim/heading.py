@@ -139,15 +139,19 @@ class CellHeading:
             self.tables[dtype] = self.tables[torch.float32].to(dtype)
         return self.tables[dtype]
 
-    def write(self, flagged: torch.Tensor, cell: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def write(
+        self, flagged: torch.Tensor, cell: torch.Tensor, out: torch.Tensor, key: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The heading of UAVs on grid cells ``cell [M * N]`` int64 (contiguous) to the nearest of
         the blocks ``flagged [M, N, P^2]`` bool, into ``out [M, N, 3]`` (any float dtype: the float32
-        values cast). Ties go to the lowest block index, as `BlockHeading`'s."""
+        values cast). Ties go to the lowest block index, as `BlockHeading`'s. ``key``: ``cell_key``
+        at the cells ``[M, N, P^2]`` if the caller read it (tabulated only; then ``cell`` is unused)."""
         m, n, _ = flagged.shape
         if not self.tables:  # too large to tabulate
             rc = self.cell_rc.index_select(0, cell).view(m, n, 2)
             return out.copy_(self.module(flagged, rc[..., 0], rc[..., 1]))
-        key = self.cell_key.index_select(0, cell).view(m, n, self.p2)
+        if key is None:
+            key = self.cell_key.index_select(0, cell).view(m, n, self.p2)
         row = torch.where(flagged, key, self.far_key).amin(-1).bitwise_and_(self.row_mask)  # [M, N]
         table = self.table(out.dtype)
         if torch.compiler.is_compiling():  # no non-contiguous out= there (`uavsim.dynamics.into`)

@@ -118,7 +118,7 @@ def restore(lay: GridLayout, v: dict[str, torch.Tensor], cells: torch.Tensor) ->
 
 
 def sense_and_share(
-    lay: GridLayout, v: dict[str, torch.Tensor], cell: torch.Tensor | None = None
+    lay: GridLayout, v: dict[str, torch.Tensor], cell: torch.Tensor | None = None, read: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Each UAV writes its window into its memory, then merges the memories of the UAVs in range
     (one hop), in place, and updates the per-block counts of what each knows. ``v``: the state
@@ -126,11 +126,13 @@ def sense_and_share(
     windows read, ``[M, N, win^2]`` packed grid values and their codes (what the observation
     shows: read once); without memory (``comm_radius`` None) a no-op that returns None, and with
     bit rows (`uavsim.memory_bits`) None too: the observation reads the window itself. ``cell``:
-    ``v["cell"]`` as a contiguous tensor if the caller has one (saves a copy)."""
+    ``v["cell"]`` as a contiguous tensor if the caller has one (saves a copy); ``read``: with bit rows,
+    `Layout.cell_reads` at the UAVs' cells if the caller read them (then ``cell`` may have any strides)."""
     if lay.memory is None:
         return None
     if lay.memory_bits is not None:
-        return memory_bits.sense(lay.memory_bits, v, v["cell"].contiguous() if cell is None else cell)
+        cell = v["cell"].contiguous() if cell is None and read is None else cell
+        return memory_bits.sense(lay.memory_bits, v, cell, read)
     memory, cell, grid, known = v["memory"], v["cell"], v["grid"], v["known"]
     m, n = cell.shape
     window = cell[:, :, None] + lay.memory.window  # [M, N, win^2] grid cells, distinct per UAV
@@ -206,10 +208,12 @@ def known_counts(lay: GridLayout, memory: torch.Tensor, out: torch.Tensor | None
     return out.zero_().index_add_(3, lay.block_of_cell, known.view(m, n, 2, -1))
 
 
-def heading(lay: GridLayout, counts: torch.Tensor, cell: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def heading(
+    lay: GridLayout, counts: torch.Tensor, cell: torch.Tensor, out: torch.Tensor, keys: torch.Tensor | None = None
+) -> torch.Tensor:
     """Each UAV's heading (`uavsim.heading`) to the nearest block holding a cell it does not know
     to be blocked or covered (an unknown cell may need a visit), into ``out [M, N, 3]`` (float32
     values, cast to its dtype). ``counts``: `known_counts`; ``cell``: ``[M * N]`` the UAVs' grid
-    cells, contiguous."""
+    cells, contiguous; ``keys``: their `CellHeading` keys if the caller read them (then ``cell`` is unused)."""
     flagged = (counts[:, :, 0] + counts[:, :, 1]) < lay.memory.block_cells  # the two never overlap: within the dtype
-    return lay.memory.heading.write(flagged, cell, out)
+    return lay.memory.heading.write(flagged, cell, out, keys)

@@ -166,29 +166,33 @@ def cover(bits: BitMemory, v: dict[str, torch.Tensor], cells: torch.Tensor, fres
     v["truth"][:, 2].scatter_add_(1, cells[..., 0], cells[..., 1] * fresh)
 
 
-def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor) -> None:
+def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor, read: torch.Tensor | None = None) -> None:
     """Each UAV writes its window into its memory and counts what it newly knows, in place
     (`memory.sense_and_share` with ``comm_radius`` 0): 9 ops whatever the window. ``cell``: the
-    UAVs' grid cells ``[M, N]``, contiguous; the record keeps the truth right after the memory."""
+    UAVs' grid cells ``[M, N]``, contiguous, or ``read``, their ``cell_table`` fields read by the caller
+    (``[M, N, fields...]``, `Layout.cell_reads`); the record keeps the truth right after the memory."""
     memory, known = v["memory"], v["known"]
     m, n = cell.shape
     win = bits.win
-    tab = bits.cell_table.index_select(1, cell.view(-1))  # [fields, M * N]
-    field = lambda first, last: tab[first:last].t().view(m, n, last - first)  # noqa: E731 -- views
+    if read is None:
+        tab = bits.cell_table.index_select(1, cell.view(-1))  # [fields, M * N]
+        field = lambda first, last: tab[first:last].t().view(m, n, last - first)  # noqa: E731 -- views
+    else:
+        field = lambda first, last: read[..., first:last]  # noqa: E731 -- views
     rows, mask, shift, col = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
     mask, shift = mask[..., None], shift[..., None]
     index = rows[:, :, None].expand(m, n, 3, win)  # the window's rows (off the map: the spare row)
     # [M, N + 1, 3, H + 1]: the memories, then the truth (`Layout` puts it right after them)
     memory_and_truth = memory.as_strided((m, n + 1, *memory.shape[2:]), memory.stride())
     # [M, N, 2, 3, win]: each UAV's memory rows (seen, known blocked, known covered), then its env's truth's
-    read = memory_and_truth[env_index(bits, m, cell.device), bits.sensed, bits.planes, rows[:, :, None, None]]
-    old, now = read[:, :, 0], read[:, :, 1]
+    rows_read = memory_and_truth[env_index(bits, m, cell.device), bits.sensed, bits.planes, rows[:, :, None, None]]
+    old, now = rows_read[:, :, 0], rows_read[:, :, 1]
     new = old | (now & mask)  # the window's cells: seen, and their truth
     memory.scatter_(3, index, new)
     gained = new[:, :, 1:] ^ old[:, :, 1:]  # [M, N, 2, win]: bits turned known blocked, known covered
     # the bits in the window's frame, read in their column's table: one index op, no add of a flat row index
     counts = bits.counts[col[..., None], gained >> shift].view(m, n, 2, -1)  # [M, N, 2, win * K]
-    known.scatter_add_(3, field(win + 3, tab.shape[0]).unsqueeze(2).expand_as(counts), counts)
+    known.scatter_add_(3, field(win + 3, bits.cell_table.shape[0]).unsqueeze(2).expand_as(counts), counts)
 
 
 def env_index(bits: BitMemory, m: int, device: torch.device) -> torch.Tensor:
