@@ -100,7 +100,7 @@ class BitMemory:
         n = cfg.num_uavs
         self.sensed = torch.stack([torch.arange(n), torch.full((n,), n)], 1)[:, :, None, None].to(device)
         self.planes = torch.arange(3, device=device)[:, None]
-        self.env_index: dict[int, torch.Tensor] = {}  # [M, 1, 1, 1, 1] per batch size M
+        self.env_index: torch.Tensor | None = None  # [M, 1, 1, 1, 1] arange for the largest batch M so far
 
         col_block, row_block, pool = column_blocks(cfg), np.arange(h) * cfg.state_pool // h, cfg.state_pool
         first = col_block[np.maximum(np.arange(w) - r, 0)]  # each column's window's first block column
@@ -196,14 +196,14 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor, read:
 
 
 def env_index(bits: BitMemory, m: int, device: torch.device) -> torch.Tensor:
-    """``[M, 1, 1, 1, 1]`` arange: kept per batch size in eager calls; compiled, a fresh one (no state
+    """``[M, 1, 1, 1, 1]`` arange: in eager calls a slice of one kept for the largest batch so far (the
+    sparse restarts' batches vary in size: one tensor, not one per size); compiled, a fresh one (no state
     kept across graphs)."""
-    index = None if torch.compiler.is_compiling() else bits.env_index.get(m)
-    if index is None:
-        index = torch.arange(m, device=device)[:, None, None, None, None]
-        if not torch.compiler.is_compiling():
-            bits.env_index[m] = index
-    return index
+    if torch.compiler.is_compiling():
+        return torch.arange(m, device=device)[:, None, None, None, None]
+    if bits.env_index is None or bits.env_index.shape[0] < m:
+        bits.env_index = torch.arange(m, device=device)[:, None, None, None, None]
+    return bits.env_index[:m]
 
 
 def codes(bits: BitMemory, memory: torch.Tensor) -> torch.Tensor:

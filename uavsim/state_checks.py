@@ -64,10 +64,12 @@ def rules_state(lay: Layout, v: dict[str, torch.Tensor], pending: torch.Tensor) 
     state = {
         "cells": lay.decode(v["grid"]),
         "pos": lay.positions(v["cell"]),
-        "t": v["t"].to(lay.t_dtype),  # the record keeps it beside `covered`, in that one's dtype
+        # the record keeps (t, covered) and (max_steps, free) side by side in one dtype, wider than either's
+        # where they differ (`Layout`): the state gives each in its own (`state_spec`)
+        "t": v["t"].to(lay.t_dtype),
         "episode": v["episode"],
-        "covered": v["covered"],
-        "free": v["free"],
+        "covered": v["covered"].to(lay.count_dtype),
+        "free": v["free"].to(lay.count_dtype),
         "pool_blocked": v["pools"][:, 0],
         "pool_covered": v["pools"][:, 1],
         "ep_reward": v["ep_reward"],

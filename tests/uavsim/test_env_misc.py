@@ -43,6 +43,25 @@ def test_state_dict_resumes_exactly(reset_mode, autoreset_mode):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        EnvConfig(grid_height=8, grid_width=8, num_uavs=2, num_obstacles=4, max_steps=400),  # t wider than counts
+        EnvConfig(max_steps=70_000),  # t wider than the default map's counts
+        SMALL,
+    ],
+)
+def test_the_state_keeps_each_fields_dtype_where_the_record_widens_it(config):
+    env = UAVSwarmEnv(config, num_envs=3, seed=1)
+    env.reset()
+    env.step(torch.zeros(3, config.num_uavs, dtype=torch.int64))
+    state, spec = env.state, env.state_spec()
+    assert {k: state[k].dtype for k in spec} == {k: dtype for k, (dtype, _) in spec.items()}
+    other = UAVSwarmEnv(config, num_envs=3, seed=1)
+    other.load_state_dict(env.state_dict())  # a checkpoint of such a task resumes
+    assert all(torch.equal(other.state[k], state[k]) for k in spec)
+
+
 def test_load_state_dict_rejects_mismatch():
     env = UAVSwarmEnv(SMALL, num_envs=2, seed=1)
     env.reset()

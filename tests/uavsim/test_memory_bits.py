@@ -71,3 +71,13 @@ def test_small_maps_wide_maps_shared_memories_and_memory_paths_keep_the_bytes():
     assert not memory_bits.fits(EnvConfig(comm_radius=2))
     assert not memory_bits.fits(EnvConfig(comm_radius=0, window_paths=True, path_radius=6))
     assert not memory_bits.fits(EnvConfig(comm_radius=0, grid_width=60, grid_height=8))  # 60 + 2 x 3 > 63
+
+
+def test_the_sensings_env_index_is_one_tensor_whatever_the_batch_sizes():
+    # sparse restarts sense batches of every size: one arange, sliced, not one kept per size
+    env = UAVSwarmEnv(EnvConfig(comm_radius=0), num_envs=4, seed=0)
+    bits = env._lay.memory_bits
+    for m in (3, 5, 2):
+        index = memory_bits.env_index(bits, m, torch.device("cpu"))
+        assert index.shape == (m, 1, 1, 1, 1) and torch.equal(index.flatten(), torch.arange(m))
+    assert bits.env_index.shape[0] == 5
