@@ -35,13 +35,14 @@ import torch
 
 from uavsim.config import EnvConfig
 from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the adapters import it from here
-from uavsim.dynamics import Layout, into, observe, step_coverage
+from uavsim.dynamics import Layout, into, step_coverage
 from uavsim.env_checks import check_actions, check_choice, check_mask
+from uavsim.env_state import EnvState
 from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
 from uavsim.memory import sense_and_share
+from uavsim.observation import observe
 from uavsim.record import as_words, swap_rows
 from uavsim.rng import MAX_KEY, env_key
-from uavsim.state_checks import checked_state, rules_state, state_record, state_spec
 
 RESET_MODES = ("prepared", "dense", "sparse")
 AUTORESET_MODES = ("same_step", "next_step")
@@ -60,7 +61,7 @@ def mean_return(ep_reward: torch.Tensor) -> torch.Tensor:
     return torch.div(ep_reward.sum(1, dtype=torch.float64), ep_reward.shape[1], out=out)
 
 
-class UAVSwarmEnv:
+class UAVSwarmEnv(EnvState):
     """``num_envs`` coverage environments on one device. See the module docstring for the modes.
 
     Args:
@@ -244,8 +245,10 @@ class UAVSwarmEnv:
         Returns:
             ``obs`` (after any autoreset), ``reward [B, N] float32``, ``terminated [B] bool``,
             ``truncated [B] bool``, ``info``: ``coverage [B]`` float32 (after the step, before a same-step
-            reset), ``collisions``/``near_misses [B, N] bool``, ``final_obs`` (same_step only: the observation
-            before the reset, equal to ``obs`` where the episode goes on) and, valid where the episode ended,
+            reset; with float32 observations a view of the step's own observation's ``state``, its last
+            column: copy one before writing into it), ``collisions``/``near_misses [B, N] bool``, ``final_obs``
+            (same_step only: the observation before the reset, equal to ``obs`` where the episode goes on)
+            and, valid where the episode ended,
             ``episode_return [B]`` float32 (mean over UAVs), ``episode_length``, ``episode_coverage``,
             ``episode_collisions``, ``episode_near_misses`` (integers in the state's narrow dtypes).
         Raises:
@@ -374,43 +377,7 @@ class UAVSwarmEnv:
         }
         return obs, reward, terminated, truncated, info
 
-    # -- state, checkpointing and rendering ---------------------------------------------------------
-    @property
-    def state(self) -> dict[str, torch.Tensor]:
-        """The state in the rules' terms (`uavsim.state_checks.state_keys`), ``[B, ...]``: views of the live
-        state (read-only by convention), except ``cells`` ([B, Hp * Wp] uint8 codes FREE 0 / COVERED 1 /
-        BLOCKED 2), ``pos`` ([B, N, 2] int16 (row, col)), ``memory`` ([B, N, H * W]) and ``t`` where the record
-        keeps it wider than ``state_spec`` says (beside ``covered``), computed on access."""
-        if self._buf is None:
-            raise RuntimeError("call reset() before reading the state")
-        return rules_state(self._lay, self._v, self._pending)
-
-    def state_spec(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        """``{key: (dtype, shape)}`` of each tensor of ``state`` (and of checkpoints)."""
-        return state_spec(self._lay, self.num_envs)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly (tensors are copies on the env's device)."""
-        if self._buf is None:
-            raise RuntimeError("call reset() before state_dict()")
-        return {
-            "config": self.config.to_dict(),
-            "seed": self.seed,
-            "num_envs": self.num_envs,
-            "first_env_index": int(self.env_index[0]),
-            "state": {k: v.clone() for k, v in self.state.items()},
-        }
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        """Continue from `state_dict()`'s output; anything else is a `TypeError` / `ValueError`
-        naming what does not fit (this env's identity, a tensor's dtype or shape, values out of
-        range, counts that disagree with the map)."""
-        s = checked_state(self, self._lay, d)
-        self._pending.copy_(s["reset_pending"])
-        self._set_buffer(state_record(self._lay, s))
-        if self.reset_mode != "sparse":
-            self._prepare()
-
+    # -- observation and rendering ---------------------------------------------------------------
     def observe(self) -> dict[str, torch.Tensor]:
         """The current observation of every environment (no step)."""
         if self._buf is None:
