@@ -154,7 +154,9 @@ class UAVSwarmEnv(EnvState):
         self._c_target, self._zero = f32(cfg.target_coverage), f32(0.0)
         self._pending = torch.zeros(b, dtype=torch.bool, device=dev)  # next_step: the next step restarts
         # what a step adds to (t, covered): 1 (next_step: 0 where the episode restarts), the cells newly covered
-        self._clock_step = torch.ones(b, 2, dtype=lay.record.fields["clock"].dtype, device=dev)
+        # (int64 with `Layout.team_reward`: ``newly`` is then its column index)
+        clock_step_dtype = lay.record.fields["clock"].dtype if lay.team_reward is None else torch.int64
+        self._clock_step = torch.ones(b, 2, dtype=clock_step_dtype, device=dev)
         self._hover = torch.zeros((), dtype=torch.int64, device=dev)
         if self.reset_mode != "sparse":
             self._prep_buf = self._lay.record.empty(b, dev)
@@ -344,7 +346,10 @@ class UAVSwarmEnv(EnvState):
         newly = into(clock_step[:, 1], torch.sum, fresh, 1)
         v["clock"] += clock_step
 
-        team = torch.div(newly, v["free"]).mul_(self._c_cov).sub_(self._c_time)  # float32, as the rules divide
+        if lay.team_reward is not None:  # the rules' values, tabulated (`dynamics.team_reward_table`)
+            team = lay.team_reward[v["reward_row"], newly]
+        else:
+            team = torch.div(newly, v["free"]).mul_(self._c_cov).sub_(self._c_time)  # float32, as the rules divide
         obs, own_cell, clock = self._observe(buf, self._b_index, moved_to, window, read)  # (t / max_steps, coverage)
         coverage = clock[:, 1]
         into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell

@@ -137,6 +137,8 @@ def start_episodes(
     grid.fill_(lay.blocked_value)
     into(lay.map_view(grid), torch.mul, blocked, lay.blocked_value)
     into(v["free"], torch.sub, tab.hw, blocked.view(m, h * w).sum(1))
+    if "reward_row" in v:
+        v["reward_row"].copy_(v["free"])
     v["max_steps"].fill_(cfg.max_steps)
     lay.record.span(buf, "ep_reward", "ep_counts").zero_()  # t too; `covered` is counted below
     pools = v["pools"]

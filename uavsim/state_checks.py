@@ -118,6 +118,8 @@ def state_record(lay: Layout, s: dict[str, torch.Tensor]) -> torch.Tensor:
     for k in ("t", "episode", "covered", "free", "ep_reward"):
         v[k].copy_(s[k])
     v["max_steps"].fill_(lay.cfg.max_steps)
+    if "reward_row" in v:
+        v["reward_row"].copy_(s["free"])
     if lay.memory is not None:  # with its per-block counts, derived from it
         restore_memory(lay, v, s[MEMORY_KEY])
     return buf

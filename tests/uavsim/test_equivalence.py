@@ -151,3 +151,31 @@ def test_memory_and_sharing_match_the_reference(comm_radius, reset_mode, autores
 )
 def test_memory_matches_the_reference_on_other_tasks(cfg, obs_dtype):
     assert run_lockstep(cfg, 3, 1, 240, "prepared", obs_dtype=obs_dtype) >= 3
+
+
+@pytest.mark.parametrize("cfg", [EnvConfig(), SMALL_8_MOVES, LARGE], ids=["default", "small-8-moves", "large"])
+def test_the_team_reward_table_holds_the_steps_own_arithmetic_bit_for_bit(cfg):
+    # Every (free, newly) pair a step can meet, in the narrow integer dtypes the step used to divide.
+    from uavsim.dynamics import Layout, team_reward_table
+
+    table = team_reward_table(cfg)
+    lay = Layout(cfg, torch.device("cpu"))
+    dtype = lay.record.fields["clock"].dtype
+    rows, cols = table.shape
+    assert rows == cfg.grid_height * cfg.grid_width + 1 and cols == cfg.num_uavs * (1 + lay.edges.shape[1]) + 1
+    free = torch.arange(1, rows, dtype=dtype)[:, None].expand(-1, cols)
+    newly = torch.arange(cols, dtype=dtype)[None, :].expand(rows - 1, -1)
+    f32 = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    direct = torch.div(newly, free).mul_(f32(cfg.coverage_reward)).sub_(f32(cfg.time_penalty))
+    assert torch.equal(table[1:].view(torch.int32), direct.view(torch.int32))
+
+
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+def test_without_the_team_reward_table_the_step_still_matches_the_reference(monkeypatch, autoreset_mode):
+    # Maps too large for the table (`dynamics.TEAM_REWARD_MAX_BYTES`) divide in the step instead.
+    from uavsim import dynamics
+
+    monkeypatch.setattr(dynamics, "TEAM_REWARD_MAX_BYTES", 0)
+    assert dynamics.Layout(SMALL_8_MOVES, torch.device("cpu")).team_reward is None
+    ended = run_lockstep(SMALL_8_MOVES, 7, 11, 200, "prepared", autoreset_mode=autoreset_mode)
+    assert ended >= 7
