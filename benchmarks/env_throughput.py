@@ -152,7 +152,7 @@ EPISODE_LENGTH = 100  # batched envs start staggered: B / 100 of them end in eve
 
 def batched_runner(device: str, variant: str = "", compile_step: bool = False):
     def run_batched(cfg, num_envs, args):
-        from benchmarks.step_cost import staggered_env
+        from benchmarks.cost_common import staggered_env
 
         env = staggered_env(cfg, num_envs, EPISODE_LENGTH, device=device, **VARIANTS[variant])
         if compile_step:

@@ -11,7 +11,8 @@
 
 Run as a file, not a module, with ``PYTHONPATH`` on the tree whose code is counted (a commit the GPU
 rows name, checked out by ``git worktree add``): it imports only functions that every counted commit
-has (`benchmarks.step_cost`, `benchmarks.op_count`, `agents.algo.learner`, `agents.algo.imitation`,
+has (`benchmarks.step_cost`, `learner_for` from `benchmarks.trainer_cost` or, before it, from
+`benchmarks.step_cost`, `benchmarks.op_count`, `agents.algo.learner`, `agents.algo.imitation`,
 `agents.evaluate`), so the counts are those of the code that ran, not of today's. Every count is an
 `OpCounter` count (kernels, host syncs, operand bytes) with `torch.utils.flop_counter`'s FLOPs beside it.
 
@@ -50,8 +51,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.op_count import OpCounter
-from benchmarks.step_cost import count_calls, learner_for, random_actions, staggered_env, whole_periods
+from benchmarks.step_cost import count_calls, random_actions, staggered_env, whole_periods
 from uavsim import EnvConfig
+
+try:
+    from benchmarks.trainer_cost import learner_for
+except ImportError:  # a counted tree from before benchmarks.trainer_cost: learner_for was step_cost's
+    from benchmarks.step_cost import learner_for
 
 ENV_VARIANTS = {  # the env benchmark's GPU backends (benchmarks.env_throughput): UAVSwarmEnv keywords
     "batched-cuda": {"reset_mode": "prepared"},

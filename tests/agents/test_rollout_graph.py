@@ -126,7 +126,7 @@ def test_the_policy_step_compiled_by_inductor_stays_within_1e4_of_the_eager_one(
     log-probabilities within 1e-4, headings within one float32 rounding."""
     from agents.algo.compiled import check_compiler
     from agents.algo.rollout import inductor_options
-    from benchmarks.step_cost import learner_for
+    from benchmarks.trainer_cost import learner_for
 
     check_compiler(torch.device("cpu"), "this test")
     torch._dynamo.reset()

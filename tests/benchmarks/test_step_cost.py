@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import step_cost
+from benchmarks import step_cost, trainer_cost
 from benchmarks.op_count import OpCounter, operand_bytes
 
 PRESETS = Path(__file__).resolve().parents[2] / "configs"
@@ -175,7 +175,7 @@ def test_the_default_presets_env_step_keeps_to_its_count():
 
 @pytest.mark.parametrize(
     "config, budget_kib",
-    [(step_cost.TRAINER_CONFIG, 40), (PRESETS / "shared_map.yaml", 48), (PRESETS / "default.yaml", 36)],
+    [(trainer_cost.TRAINER_CONFIG, 40), (PRESETS / "shared_map.yaml", 48), (PRESETS / "default.yaml", 36)],
     ids=["trainer_config", "shared_map", "default"],
 )
 def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
@@ -190,7 +190,7 @@ def test_the_policy_step_keeps_to_its_budget(config, budget_kib):
     # that costs more fails here.
     from agents.algo.rollout import agent_ids
 
-    learner = step_cost.learner_for(1024, 2, "bf16", 100, config=config)
+    learner = trainer_cost.learner_for(1024, 2, "bf16", 100, config=config)
     assert (learner.actor.heading is not None) == (config.name != "default.yaml")
     agent = agent_ids(1024, learner.env.num_uavs, learner.env.device)
     with torch.no_grad():
@@ -210,7 +210,7 @@ def test_the_fused_count_of_the_policy_step_is_deterministic_and_meets_the_24_ki
     from agents.algo.rollout import agent_ids
     from benchmarks.fused_count import fused_count
 
-    learner = step_cost.learner_for(1024, 2, "bf16", 100)
+    learner = trainer_cost.learner_for(1024, 2, "bf16", 100)
     agent = agent_ids(1024, learner.env.num_uavs, learner.env.device)
     args = (learner.obs, agent, learner.action_noise, learner.autocast)
     pointwise = torch.no_grad()(with_form(learner.actor, Form.fused).act)
