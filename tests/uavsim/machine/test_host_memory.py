@@ -13,7 +13,7 @@ PROBE = """
 import resource, sys, torch
 from uavsim.machine.host_memory import retain_freed_memory
 applied = retain_freed_memory() if sys.argv[1] == "retain" else None
-for _ in range(10):  # warm-up: the heap grows over the first few rounds, then settles
+for _ in range(40):  # warm-up: the heap grows over the first rounds (up to 12 seen), then settles
     torch.empty(8 << 20).fill_(1.0)  # 32 MiB
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(20):
