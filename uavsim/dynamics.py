@@ -109,7 +109,8 @@ class Layout:
         pools = Field("pools", pool_dtype, (2, cfg.state_pool**2))  # blocked, covered per block
         # In the grid's dtype the pools follow the grid: the step adds to both in one scatter (`step_coverage`).
         self.pools_after_grid = pool_dtype == self.grid_dtype
-        self.team_reward = team_reward_table(cfg)
+        table = team_reward_table(cfg)
+        self.team_reward = None if table is None else table.to(device)
         fields = [
             Field("cell", torch.int64, (n,)),  # each UAV's grid cell: pad + (row + pad) * Ws + col
             *([] if self.pools_after_grid else [pools]),
@@ -155,8 +156,6 @@ class Layout:
         as_long = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.int64, device=dev)  # noqa: E731
         flat = lambda rc: rc[..., 0] * self.ws + rc[..., 1]  # noqa: E731 -- offsets between grid cells
         moves = rules.move_table(cfg)
-        if self.team_reward is not None:
-            self.team_reward = self.team_reward.to(dev)
         self.moves = as_long(moves)  # [A, 2]
         self.move_flat = as_long(flat(moves))  # [A]
         self.edges = as_long(flat(move_edges(cfg)))  # [A, E]

@@ -86,3 +86,15 @@ def run_lockstep(
             assert_obs_equal(info["final_obs"], final, f"final_obs after step {t}", obs_dtype)
         assert_obs_equal(obs, ref_obs, f"obs after step {t}", obs_dtype)
     return ended
+
+
+# a small task for the env tests (test_env_misc, test_env_state)
+SMALL = EnvConfig(grid_height=12, grid_width=12, num_uavs=4, num_obstacles=8, max_steps=30, launch_size=2)
+
+
+def play(env, actions):
+    out = []
+    for a in actions:
+        obs, reward, terminated, truncated, info = env.step(a)
+        out += [obs["local"], obs["state"], reward, terminated, truncated, info.get("final_obs", obs)["state"]]
+    return out
