@@ -1,6 +1,7 @@
 """`torch.compile` of the env's step: two inductor fixes, for what the step does that inductor lowers wrong.
 
-`prepare_inductor()` applies both; call it before compiling anything that steps the env.
+`prepare_inductor()` applies both; call it before compiling anything that steps the env. `into`, the
+step's ``out=`` into views, turns into a copy when compiled.
 
 Byte views (torch < 2.13).
 The env's state is one byte record per environment with typed views of its fields
@@ -23,6 +24,15 @@ import torch
 
 SMALL_INTS = (torch.uint8, torch.int8, torch.int16)  # no triton atomic_add for these widths
 FIXED_IN = (2, 13)  # the first torch whose inductor asks for contiguous strides itself
+
+
+def into(out: torch.Tensor, op, *args) -> torch.Tensor:
+    """``op(*args, out=out)`` into a view ``out`` of a larger tensor: no temporary in eager mode.
+    Under torch.compile, which takes no non-contiguous ``out=``, ``out.copy_(op(*args))``: the
+    same values (``out=`` also computes in the op's dtype and casts), and the compiler fuses it."""
+    if torch.compiler.is_compiling():
+        return out.copy_(op(*args))
+    return op(*args, out=out)
 
 
 def needs_byte_view_fix(version: str = torch.__version__) -> bool:

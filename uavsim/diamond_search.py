@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from uavsim import rules
+from uavsim.compile_compat import into
 from uavsim.config import EnvConfig
 
 
@@ -122,17 +123,10 @@ class DiamondSearch(nn.Module):
         index = torch.empty(f, n, u, dtype=torch.int32, device=reach.device)
         for k in range(1, rounds + 1):
             now = reach[k]
-            _into(index, torch.bitwise_or, now[..., :-2], now[..., 2:])
+            into(index, torch.bitwise_or, now[..., :-2], now[..., 2:])
             grown = self.table.index_select(0, index.view(-1)).view(f, n, u)
-            _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
+            into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
         band = reach[1:, ..., None, 2 * self.centre : 2 * self.centre + 3]  # rows 2c - 1 .. 2c + 1
         # the first set holding each cell (max's first maximum; the last set holds every cell)
         first = (band & self.band_bits).max(0).indices  # [F, N, 2, 3]
         return first[..., 0, 1:2], first[..., ::2]
-
-
-def _into(out: torch.Tensor, op, *args) -> torch.Tensor:
-    """`uavsim.dynamics.into` (which imports this module): ``op(*args, out=out)``, compiled a copy."""
-    if torch.compiler.is_compiling():
-        return out.copy_(op(*args))
-    return op(*args, out=out)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from uavsim import memory_bits, rules
+from uavsim.compile_compat import into
 from uavsim.config import EnvConfig
 from uavsim.memory import MemoryTables
 from uavsim.record import Field, Record
@@ -178,6 +179,7 @@ class Layout:
         rc = torch.from_numpy(np.stack([rows, cols], axis=1)).to(torch.float32)
         self.cell_position = {torch.float32: (rc / scale).to(dev)}  # {dtype: [grid cells, 2]}, float32 values cast
         self.scale = scale.to(dev)
+        self.time_column = torch.tensor([0.0, 0.0, 1.0], device=dev)  # `observe`: (row, col, 0) + this x time
         self.channel_codes = torch.tensor([BLOCKED_CODE, COVERED_CODE], dtype=self.grid_dtype, device=dev)[:, None]
         self.path_codes = torch.tensor([BLOCKED_CODE, FREE_CODE], dtype=self.grid_dtype, device=dev)[:, None]
         center = torch.zeros(self.win2, dtype=self.grid_dtype)
@@ -201,21 +203,30 @@ class Layout:
     def _build_cell_reads(self) -> None:
         """``cell_reads [G, F]`` int64 (or None): what the step reads by each UAV's new cell, side by side
         so that one index op reads it all: the memory's bit-row fields (`memory_bits.sense`), the heading's
-        keys (`heading.CellHeading`, int32 pairs) and the cell's map position (float32 pair). Read by an
-        index op (any strides), the cells need not be contiguous: the step's moves then take one `where`.
-        Built where the memory is bit rows and the heading tabulated (the default preset)."""
+        keys (`heading.CellHeading`, packed into int64 words) and the cell's map position (float32 pair).
+        Read by an index op (any strides), the cells need not be contiguous: the step's moves then take
+        one `where`. Built where the memory is bit rows and the heading tabulated (the default preset)."""
         self.cell_reads = None
         heading = None if self.memory is None else self.memory.heading
-        if self.memory_bits is None or heading is None or not heading.tables or heading.p2 % 2:
+        if self.memory_bits is None or heading is None or not heading.tables:
             return
-        keys = heading.cell_key
-        if keys.dtype != torch.int32:  # int32 pairs as int64 words
-            return
+        keys = heading.cell_key  # [G, 1 + P^2]
+        per_word = 8 // keys.element_size()
+        words = -(-keys.shape[1] // per_word)
+        packed = torch.zeros(keys.shape[0], words * per_word, dtype=keys.dtype, device=keys.device)
+        packed[:, : keys.shape[1]] = keys
         fields = self.memory_bits.cell_table.t()
-        self.read_keys = slice(fields.shape[1], fields.shape[1] + heading.p2 // 2)
+        self.read_keys = slice(fields.shape[1], fields.shape[1] + words)
         self.read_position = self.read_keys.stop
-        position = self.cell_position[torch.float32].contiguous().view(torch.int64)  # [G, 1]
-        self.cell_reads = torch.cat([fields, keys.view(torch.int64), position], 1)
+        # the position (row, column) and a float32 0, then padding: read as (row, column, 0) (`observe`)
+        position = self.cell_position[torch.float32]
+        position = torch.cat([position, torch.zeros_like(position)], 1)
+        self.cell_reads = torch.cat([fields, packed.view(torch.int64), position.view(torch.int64)], 1)
+
+    def keys_read(self, read: torch.Tensor) -> torch.Tensor:
+        """The heading keys ``[M, N, 1 + P^2]`` (`heading.CellHeading.cell_key`) in ``cell_reads`` rows ``read``."""
+        key = self.memory.heading.cell_key
+        return read[..., self.read_keys].view(key.dtype)[..., : key.shape[1]]
 
     def positions_in(self, dtype: torch.dtype) -> torch.Tensor:
         """``[grid cells, 2]`` (row / (H - 1), col / (W - 1)) of each grid cell: float32, cast to ``dtype``."""
@@ -289,15 +300,6 @@ class Layout:
 
 
 # -- the step's parts ---------------------------------------------------------------------------------
-def into(out: torch.Tensor, op, *args) -> torch.Tensor:
-    """``op(*args, out=out)`` into a view ``out`` of a larger tensor: no temporary in eager mode.
-    Under torch.compile, which takes no non-contiguous ``out=``, ``out.copy_(op(*args))``: the
-    same values (``out=`` also computes in the op's dtype and casts), and the compiler fuses it."""
-    if torch.compiler.is_compiling():
-        return out.copy_(op(*args))
-    return op(*args, out=out)
-
-
 def newly_covered(
     lay: Layout,
     v: dict[str, torch.Tensor],

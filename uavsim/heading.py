@@ -85,75 +85,82 @@ def block_centres(cells: int, pool: int) -> np.ndarray:
 
 class CellHeading:
     """`BlockHeading` (squared distance) tabulated for UAVs on the cells of a grid: the heading of
-    a UAV on grid cell ``g`` to block ``b`` is row ``g * P^2 + b`` of one table, the module's own
-    output for that cell with only that block flagged (so bit for bit its values), and the last
-    row, zeros, is the heading when no block is flagged. The nearest block is found by one `amin`
-    over keys ``(2 d)^2 << shift | row`` (`cell_key`): the smallest is the nearest block, ties to the
-    lowest block index, and its low bits are the table's row (that of zeros when none is flagged:
-    the key put in place of an unflagged block). Why: the module's ~20 small ops per step
-    (positions, two table reads, offsets, a concatenation, a mask) become 5 (`write`), and an
-    eager step on a GPU costs a launch per op. Tables past `TABLE_MAX_BYTES` (large maps with
-    fine pools) are not built: `write` then runs the module itself.
+    a UAV on grid cell ``g`` to block ``b`` is ``table[g, 1 + b]``, the module's own output for that
+    cell with only that block flagged (so bit for bit its values), and ``table[g, 0]``, zeros, is the
+    heading when no block is flagged. The nearest block is one `argmin` over ``1 + P^2`` keys
+    (`cell_key`: the squared distance ``(2 d)^2`` to each block after a column 0 of ``far``; an
+    unflagged block reads ``far`` too): its first minimum is the nearest block, ties to the lowest
+    block index, or column 0 when none is flagged (`flag_buffer` keeps column 0 flagged). Why: the
+    module's ~20 small ops per step (positions, two table reads, offsets, a concatenation, a mask)
+    become 4 (`write`), and an eager step on a GPU costs a launch per op. Tables past
+    `TABLE_MAX_BYTES` (large maps with fine pools) are not built: `write` then runs the module itself.
 
     ``rows``, ``cols``: ``[G]`` int64 NumPy map row and column of each grid cell (any value off the
     map, ``on_map`` False: a UAV is never there; those rows hold zeros)."""
 
-    TABLE_MAX_BYTES = 64 << 20  # 1.3 MiB on the default task (1,678 grid cells x 64 blocks)
+    TABLE_MAX_BYTES = 64 << 20  # 1.5 MiB on the default task (1,678 grid cells x 65 columns)
 
     def __init__(self, env_cfg: EnvConfig, rows: np.ndarray, cols: np.ndarray, on_map: np.ndarray, device):
         self.module = module = BlockHeading(env_cfg, squared_distance=True).to(device)
         p2 = env_cfg.state_pool**2
         self.p2, self.far = p2, module.far
         self.tables: dict[torch.dtype, torch.Tensor] = {}
-        # keys: (2 d)^2 above the row bits (`write`)
-        none_row = len(rows) * p2
-        shift = none_row.bit_length()
-        key_dtype = torch.int32 if (module.far << shift) | none_row <= torch.iinfo(torch.int32).max else torch.int64
-        if len(rows) * p2 * (HEADING_DIM * 4 + key_dtype.itemsize) > self.TABLE_MAX_BYTES:
+        self._flags: dict[tuple, torch.Tensor] = {}  # `flag_buffer`: kept for two shapes at most
+        sq_dtype = module.sq_dtype
+        if len(rows) * (1 + p2) * (HEADING_DIM * 4 + sq_dtype.itemsize) > self.TABLE_MAX_BYTES:
             rc = np.stack([np.where(on_map, rows, 0), np.where(on_map, cols, 0)], -1)
             self.cell_rc = torch.as_tensor(rc, dtype=torch.int64, device=device)  # [G, 2] for the module
             return
         module = BlockHeading(env_cfg, squared_distance=True)  # on the CPU, to build the tables
         r = torch.as_tensor(rows[on_map], dtype=torch.int64)
         c = torch.as_tensor(cols[on_map], dtype=torch.int64)
-        sq_dtype = module.sq_dtype
-        cell_sq = torch.full((len(rows), p2), module.far, dtype=sq_dtype)  # [G, P^2] (2 d)^2
+        # [G, 1 + P^2] (2 d)^2 after a column of far: off the map (never stood on) far everywhere, column 0 wins
+        cell_sq = torch.full((len(rows), 1 + p2), module.far, dtype=sq_dtype)
         on = torch.as_tensor(on_map)
         row_sq, col_sq = module.row_sq.to(sq_dtype), module.col_sq.to(sq_dtype)
-        cell_sq[on] = (row_sq[r][:, :, None] + col_sq[c][:, None, :]).view(-1, p2)
-        table = torch.zeros(len(rows), p2, HEADING_DIM)
+        cell_sq[on, 1:] = (row_sq[r][:, :, None] + col_sq[c][:, None, :]).view(-1, p2)
+        table = torch.zeros(len(rows), 1 + p2, HEADING_DIM)
         for b in range(p2):  # the module itself, block b alone flagged, for every cell on the map
             one_block = torch.zeros(len(r), 1, p2, dtype=torch.bool)
             one_block[..., b] = True
-            table[on, b] = module(one_block, r[:, None], c[:, None])[:, 0]
-        # an unflagged block's key: far, the row of zeros (off the map, never stood on, rows of zeros too)
-        row = torch.arange(none_row, dtype=torch.int64).view(len(rows), p2)
-        self.cell_key = ((cell_sq.to(torch.int64) << shift) | row).to(key_dtype).to(device)  # [G, P^2]
-        self.far_key = torch.tensor((module.far << shift) | none_row, dtype=key_dtype, device=device)  # a tensor:
-        self.row_mask = torch.tensor((1 << shift) - 1, dtype=key_dtype, device=device)  # a Python int is a kernel
-        self.tables[torch.float32] = torch.cat([table.view(-1, HEADING_DIM), torch.zeros(1, HEADING_DIM)]).to(device)
+            table[on, 1 + b] = module(one_block, r[:, None], c[:, None])[:, 0]
+        self.cell_key = cell_sq.to(device)  # [G, 1 + P^2]
+        self.far_key = torch.tensor(module.far, dtype=sq_dtype, device=device)  # a tensor: a Python int is a kernel
+        self.tables[torch.float32] = table.to(device)
 
     def table(self, dtype: torch.dtype) -> torch.Tensor:
-        """``[G * P^2 + 1, 3]``: the float32 values cast to ``dtype``."""
+        """``[G, 1 + P^2, 3]``: the float32 values cast to ``dtype``."""
         if dtype not in self.tables:
             self.tables[dtype] = self.tables[torch.float32].to(dtype)
         return self.tables[dtype]
 
+    def flag_buffer(self, m: int, n: int, device: torch.device) -> torch.Tensor:
+        """``[M, N, 1 + P^2]`` bool for `write`'s flags, column 0 True: the caller writes the blocks'
+        flags into ``[..., 1:]``. Eager calls reuse one tensor per shape; compiled, a fresh one (no
+        state kept across graphs)."""
+        key = (m, n, device)
+        flags = None if torch.compiler.is_compiling() else self._flags.get(key)
+        if flags is None:
+            flags = torch.ones(m, n, 1 + self.p2, dtype=torch.bool, device=device)
+            if not torch.compiler.is_compiling() and len(self._flags) < 2:
+                self._flags[key] = flags
+        return flags
+
     def write(
-        self, flagged: torch.Tensor, cell: torch.Tensor, out: torch.Tensor, key: torch.Tensor | None = None
+        self, flags: torch.Tensor, cell: torch.Tensor, out: torch.Tensor, key: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The heading of UAVs on grid cells ``cell [M * N]`` int64 (contiguous) to the nearest of
-        the blocks ``flagged [M, N, P^2]`` bool, into ``out [M, N, 3]`` (any float dtype: the float32
-        values cast). Ties go to the lowest block index, as `BlockHeading`'s. ``key``: ``cell_key``
-        at the cells ``[M, N, P^2]`` if the caller read it (tabulated only; then ``cell`` is unused)."""
-        m, n, _ = flagged.shape
+        """The heading of UAVs on grid cells ``cell [M, N]`` int64 (any strides) to the nearest of the
+        blocks flagged in ``flags [M, N, 1 + P^2]`` bool (`flag_buffer`: column 0 True, then the
+        blocks), into ``out [M, N, 3]`` (any float dtype: the float32 values cast). Ties go to the
+        lowest block index, as `BlockHeading`'s. ``key``: ``cell_key`` at the cells ``[M, N, 1 + P^2]``
+        if the caller read it (tabulated only)."""
         if not self.tables:  # too large to tabulate
-            rc = self.cell_rc.index_select(0, cell).view(m, n, 2)
-            return out.copy_(self.module(flagged, rc[..., 0], rc[..., 1]))
+            rc = self.cell_rc[cell]
+            return out.copy_(self.module(flags[..., 1:], rc[..., 0], rc[..., 1]))
         if key is None:
-            key = self.cell_key.index_select(0, cell).view(m, n, self.p2)
-        row = torch.where(flagged, key, self.far_key).amin(-1).bitwise_and_(self.row_mask)  # [M, N]
+            key = self.cell_key[cell]
+        nearest = torch.where(flags, key, self.far_key).argmin(-1)  # [M, N]: the first minimum, 0 if none flagged
         table = self.table(out.dtype)
-        if torch.compiler.is_compiling():  # no non-contiguous out= there (`uavsim.dynamics.into`)
-            return out.copy_(table.index_select(0, row.view(-1)).view(m, n, HEADING_DIM))
-        return torch.index_select(table, 0, row.view(-1), out=out.view(m * n, HEADING_DIM))
+        if torch.compiler.is_compiling():  # no non-contiguous out= there (`uavsim.compile_compat.into`)
+            return out.copy_(table[cell, nearest])
+        return torch.ops.aten.index.Tensor_out(table, [cell, nearest], out=out)

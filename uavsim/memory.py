@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from uavsim import memory_bits, rules
+from uavsim.compile_compat import into
 from uavsim.config import EnvConfig
 from uavsim.heading import CellHeading
 
@@ -213,7 +214,10 @@ def heading(
 ) -> torch.Tensor:
     """Each UAV's heading (`uavsim.heading`) to the nearest block holding a cell it does not know
     to be blocked or covered (an unknown cell may need a visit), into ``out [M, N, 3]`` (float32
-    values, cast to its dtype). ``counts``: `known_counts`; ``cell``: ``[M * N]`` the UAVs' grid
-    cells, contiguous; ``keys``: their `CellHeading` keys if the caller read them (then ``cell`` is unused)."""
-    flagged = (counts[:, :, 0] + counts[:, :, 1]) < lay.memory.block_cells  # the two never overlap: within the dtype
-    return lay.memory.heading.write(flagged, cell, out, keys)
+    values, cast to its dtype). ``counts``: `known_counts`; ``cell``: ``[M, N]`` the UAVs' grid
+    cells (any strides); ``keys``: their `CellHeading` keys if the caller read them."""
+    m, n = cell.shape
+    flags = lay.memory.heading.flag_buffer(m, n, cell.device)
+    # the two never overlap: the sum stays within the dtype
+    into(flags[..., 1:], torch.lt, counts[:, :, 0] + counts[:, :, 1], lay.memory.block_cells)
+    return lay.memory.heading.write(flags, cell, out, keys)

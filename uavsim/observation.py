@@ -53,21 +53,21 @@ def observe(
     else:
         into(local[..., 2 * w2 : 3 * w2], torch.sub, seen & lay.count_mask, lay.center)
     rc, time = local[..., 3 * w2 : 3 * w2 + 2], local[..., 3 * w2 + 2]  # the pooled memory follows them
-    keys = None
-    if read is None:
-        cell = v["cell"].reshape(-1) if cell is None else cell.view(-1)
-        into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell)
-    else:  # float32, cast to the observation's dtype as `positions_in`
-        rc.copy_(read[..., lay.read_position : lay.read_position + 1].view(torch.float32))
-        keys = read[..., lay.read_keys].view(torch.int32)
-    state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(rc)
-    into(state[:, : 2 * p2].view(m, 2, p2), torch.div, v["pools"], lay.block_cells)
     if dtype == torch.float32:  # (t / max_steps, coverage): the state's last two values
         clock = into(state[:, -2:], torch.div, v["clock"], v["limits"])
     else:  # in float32 first, as the rules divide, then cast
         clock = torch.div(v["clock"], v["limits"])
         state[:, -2:].copy_(clock)
-    time.copy_(state[:, -2:-1])
+    keys, cell = None, v["cell"] if cell is None else cell  # [M, N]
+    if read is None:
+        into(rc.view(m * n, 2), torch.index_select, lay.positions_in(dtype), 0, cell.reshape(-1))
+        time.copy_(state[:, -2:-1])
+    else:  # the read (row, column, 0) + (0, 0, 1) * time: position and time in one op, exact (x + 0 * t, 0 + 1 * t)
+        read_rc0 = read[..., lay.read_position : lay.read_position + 2].view(torch.float32)[..., :3]
+        into(local[..., 3 * w2 : 3 * w2 + 3], torch.addcmul, read_rc0, lay.time_column, state[:, None, -2:-1])
+        keys = lay.keys_read(read)
+    state[:, 2 * p2 : 2 * p2 + 2 * n].view(m, n, 2).copy_(rc)
+    into(state[:, : 2 * p2].view(m, 2, p2), torch.div, v["pools"], lay.block_cells)
     if lay.memory is not None:  # the pooled memory, then the heading it gives (uavsim.memory)
         counts = v["known"]  # kept up to date by the sensing (uavsim.memory)
         into(local[..., 3 * w2 + 3 : 3 * w2 + 3 + 2 * p2].view(m, n, 2, p2), torch.div, counts, lay.block_cells)

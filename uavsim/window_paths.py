@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from uavsim import rules
+from uavsim.compile_compat import into
 from uavsim.config import EnvConfig
 from uavsim.diamond_search import DiamondSearch
 
@@ -104,7 +105,7 @@ class WindowPaths(nn.Module):
         open_ = rows[:, :, 0] ^ self.full
         reach = torch.empty(rounds + 1, f, n, w + 2, dtype=self.row_dtype, device=cells.device)
         reach[..., :: w + 1].zero_()  # the empty rows at either end
-        _into(reach[0, ..., 1:-1], torch.bitwise_and, rows[:, :, 1], open_)
+        into(reach[0, ..., 1:-1], torch.bitwise_and, rows[:, :, 1], open_)
         for k in range(rounds):
             now = reach[k]
             if self.diagonal:  # 8 moves: the rows above and below, dilated along the row like the own
@@ -113,7 +114,7 @@ class WindowPaths(nn.Module):
             else:  # 4 moves: along the own row, straight from the rows above and below
                 grown = self._along_rows(now)[..., 1:-1] | now[..., :-2]
                 grown.bitwise_or_(now[..., 2:])
-            _into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
+            into(reach[k + 1, ..., 1:-1], torch.bitwise_and, grown, open_)
         band = reach[..., self.centre : self.centre + 3]  # window rows centre - 1 .. centre + 1
         joined = ((band.index_select(3, self.rows) >> self.cols) & 1).sum(0)  # rounds each read cell was in
         return rounds + 1 - joined
@@ -125,20 +126,20 @@ class WindowPaths(nn.Module):
             out = torch.empty(*cells.shape[:2], self.rows.shape[0], dtype=torch.float32, device=cells.device)
         if self.diamond is not None:  # the moves' distances as (up, down), (left, right): no reordering op
             here, moves = self.diamond.distances(cells, goals_open)
-            _into(out[..., :-1].unflatten(-1, (2, 2)), torch.lt, moves, here[..., None])
+            into(out[..., :-1].unflatten(-1, (2, 2)), torch.lt, moves, here[..., None])
         else:
             dist = self.distances(cells, goals_open)
             here = dist[..., :1]
-            _into(out[..., :-1], torch.lt, dist[..., 1:], here)
-        _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
+            into(out[..., :-1], torch.lt, dist[..., 1:], here)
+        into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
         return out
 
     def search_channels(self, channels: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """`search` of the window's free cells, given as the observation's ``channels [F, N, 2 win^2]``
         (blocked, covered) when they are float32 and the turned search applies (`can_search_channels`)."""
         here, moves = self.diamond.distances_of_channels(channels)
-        _into(out[..., :-1].unflatten(-1, (2, 2)), torch.lt, moves, here[..., None])
-        _into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
+        into(out[..., :-1].unflatten(-1, (2, 2)), torch.lt, moves, here[..., None])
+        into(out[..., -1:], torch.div, here, self.far)  # float32, as the reference divides
         return out
 
     def can_search_channels(self, dtype: torch.dtype) -> bool:
@@ -149,13 +150,6 @@ class WindowPaths(nn.Module):
         """``blocked``, ``uncovered``: ``[F, N, win^2]`` bool, the square's cells row-major; into
         ``out`` (``[F, N, moves + 1]``, any float dtype: the float32 values cast) if given."""
         return self.search(torch.stack([blocked, uncovered], 2), out)
-
-
-def _into(out: torch.Tensor, op, *args) -> torch.Tensor:
-    """`uavsim.dynamics.into` (which imports this module): ``op(*args, out=out)``, compiled a copy."""
-    if torch.compiler.is_compiling():
-        return out.copy_(op(*args))
-    return op(*args, out=out)
 
 
 class MemorySquare(nn.Module):

@@ -43,7 +43,10 @@ def test_the_tabulated_heading_is_block_headings_own(cfg, dtype, tabulated, monk
     flagged[:4] = False  # nothing left to visit: zeros
     flagged[4:8] = True  # everything: the nearest block, ties to the lowest index
     out = torch.full((m, n, 3), float("nan"), dtype=dtype)
-    lay.memory.heading.write(flagged, cell.reshape(-1), out)
+    flags = lay.memory.heading.flag_buffer(m, n, cell.device)
+    flags[..., 1:] = flagged
+    assert flags[..., 0].all()  # the column of "none flagged"
+    lay.memory.heading.write(flags, cell, out)
     want = BlockHeading(cfg, squared_distance=True)(flagged, rows, cols)
     bits = torch.int32 if dtype == torch.float32 else torch.int16  # bit for bit: -0.0 is not 0.0
     assert torch.equal(out.view(bits), want.to(dtype).view(bits))
