@@ -233,7 +233,8 @@ CAVEATS = [
     "Imitation: the planner's calls are counted at the run's demonstration batch (256 envs), every 10th "
     "call of a 200-step stretch from reset; DAgger's states are the untrained actor's (the cloned "
     "actor's would differ); the cloning minibatch is counted on random frames of the real shapes. "
-    "CPU-only checks in cross-entropy count a few host syncs a minibatch that CUDA does not make.",
+    "Counts taken before 2026-12-03 counted the reads of Adam's step counter (a CPU tensor on CUDA too) as "
+    "host syncs, 6 a cloning minibatch; `OpCounter` leaves them out since.",
     "Evaluations: two counted episodes of the actor per interval plus one for the logged image; the "
     "planners' reference episodes once per process. Rendering, event files and checkpoints are host "
     "work not counted: they are in `process_s`.",

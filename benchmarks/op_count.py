@@ -22,6 +22,11 @@ Kernels
 Host syncs
     Ops that need a device-to-host read on a GPU: ``_local_scalar_dense``, ``nonzero``,
     ``is_nonzero``, ``masked_select``, ``unique`` and indexing by a bool mask.
+Optimizer step counters
+    A torch optimizer that is neither capturable nor fused keeps each parameter's ``step`` a CPU
+    tensor on every device, and reads it with ``.item()`` (the foreach loop twice a parameter): ops
+    on such counters (and 0-dim scalars beside them) are host arithmetic on a GPU too, neither
+    kernel nor sync.
 Bytes
     Each tensor operand counted whole: inputs read plus outputs written. A tensor counts
     ``numel x itemsize``, or its storage span where that is smaller (an expanded or unfolded view
@@ -39,6 +44,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -116,6 +122,33 @@ class OpCounter(TorchDispatchMode):
         self.bytes = 0
         self.host_syncs = 0
         self.by_op: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self._stepping: list[torch.optim.Optimizer] = []  # optimizers whose step() is running
+        self._hooks: list = []
+
+    def __enter__(self):
+        self._hooks = [
+            register_optimizer_step_pre_hook(lambda opt, *_: self._stepping.append(opt)),
+            register_optimizer_step_post_hook(lambda opt, *_: self._stepping.remove(opt)),
+        ]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        return super().__exit__(*exc)
+
+    def _host_step_counters(self) -> set[int]:
+        """ids of the CPU ``step`` counters of the running optimizers that keep them on the host."""
+        ids = set()
+        for opt in self._stepping:
+            if opt.defaults.get("capturable") or opt.defaults.get("fused"):
+                continue
+            for state in opt.state.values():
+                step = state.get("step")
+                if isinstance(step, torch.Tensor) and step.device.type == "cpu":
+                    ids.add(id(step))
+        return ids
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -125,6 +158,12 @@ class OpCounter(TorchDispatchMode):
 
     def _record(self, func, args, kwargs, out) -> None:
         name = func._schema.name.split("::")[-1]
+        if self._stepping:
+            counters = self._host_step_counters()
+            operands = _tensors((args, kwargs))
+            # the counters and 0-dim scalars beside them (foreach adds a CPU tensor 1.0 to them)
+            if any(id(t) in counters for t in operands) and all(id(t) in counters or t.dim() == 0 for t in operands):
+                return
         if self._syncs(name, args):
             self.host_syncs += 1
         if func.namespace == "prim" or func.is_view or name in NO_KERNEL or name.startswith("sym_"):

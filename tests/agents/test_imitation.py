@@ -113,6 +113,26 @@ def test_cloning_stops_once_an_epoch_buys_less_than_min_gain(make_config):
     assert early["accuracy"] > 0.5
 
 
+def test_cloning_steps_adam_in_multi_tensor_ops_with_the_default_loops_numbers(make_config, monkeypatch):
+    # foreach (CUDA's default): a few ops for all of the actor's weights, so the CPU count is what CUDA
+    # launches (benchmarks.gpu_counts), and on a CPU bit for bit what the default per-weight loop gives
+    from benchmarks.op_count import OpCounter
+
+    learner = build_learner(make_config("model.hidden_size=64"), torch.device("cpu"))
+    demos = demonstrations(learner, Teacher.greedy, 8)
+    start = {k: v.clone() for k, v in learner.actor.state_dict().items()}
+    with OpCounter() as counted:
+        fit_on_cpu(learner.actor, demos, epochs=2)
+    assert "aten._foreach_addcdiv_" in counted.by_op and "aten.addcdiv_" not in counted.by_op
+    multi_tensor = {k: v.clone() for k, v in learner.actor.state_dict().items()}
+    adam = torch.optim.Adam
+    monkeypatch.setattr(imitation.torch.optim, "Adam", lambda params, lr, foreach: adam(params, lr=lr))
+    learner.actor.load_state_dict(start)
+    fit_on_cpu(learner.actor, demos, epochs=2)
+    assert all(torch.equal(multi_tensor[k], v) for k, v in learner.actor.state_dict().items())
+    assert not all(torch.equal(start[k], v) for k, v in multi_tensor.items())
+
+
 def test_the_actor_learning_rate_ramps_up_and_the_critics_does_not(make_config):
     tc = make_config("train.actor_warmup=0.25", "train.actor_lr=1e-3", "train.critic_lr=2e-3").train
     assert learning_rates(tc, 0, 100) == {"actor": 0.0, "critic": 2e-3}

@@ -66,6 +66,24 @@ def test_data_dependent_shapes_and_mask_indexing_are_host_syncs():
     assert c.host_syncs == 2
 
 
+@pytest.mark.parametrize("kind", ["foreach", "for-loop", "fused"])
+def test_an_optimizers_host_step_counter_is_neither_kernel_nor_sync_unless_it_lives_on_the_device(kind):
+    weight = torch.nn.Parameter(torch.ones(4))
+    kw = {"fused": True} if kind == "fused" else {"foreach": kind == "foreach"}
+    opt = torch.optim.Adam([weight], lr=0.1, **kw)
+    weight.grad = torch.ones(4)
+    opt.step()  # the state made: the step under count is the run's steady one
+    with OpCounter() as c:
+        opt.step()
+    adds = c.by_op["aten._foreach_add_"][0] + c.by_op["aten.add_"][0]
+    # fused: step += 1 on the device (a GPU's kernel), nothing read back; the others: eps added once,
+    # step += 1 and its .item() host work (a CPU tensor on CUDA too)
+    assert adds == 1 and c.host_syncs == 0
+    with OpCounter() as outside:  # the same read outside an optimizer's step is a sync
+        opt.state[weight]["step"].item()
+    assert outside.host_syncs == 1
+
+
 def test_projection_is_the_smaller_of_the_two_bounds():
     rows = step_cost.projection(kernels=50, bytes_per_env_step=32 * 1024, launch_us=4.0)
     h100 = {r["envs"]: r for r in rows if r["gpu"] == "H100 SXM"}
