@@ -18,6 +18,7 @@ from torch import nn
 
 from agents.algo.networks import Actor, Critic, categorical
 from agents.algo.optimizer_step import NormsFn, minibatch_norms, step_gradients
+from agents.algo.rollout import agent_ids
 from agents.config import TrainConfig
 
 
@@ -187,16 +188,16 @@ def clone_logprobs(
     per_slice = -(-steps // num_slices)
     out = []
     for first in range(0, steps, per_slice):
-        slice_steps = torch.arange(first, min(first + per_slice, steps), device=batch.actions.device)
-        rows = step_rows(slice_steps, n)
-        state = batch.state[slice_steps] if clone.map_dim else None
+        last = min(first + per_slice, steps)
+        agent = agent_ids(last - first, n, batch.actions.device)
+        state = batch.state[first:last] if clone.map_dim else None  # a slice's rows: views, no copies
         with autocast():
             logits = clone(
-                batch.local[rows],
-                rows % n,
+                batch.local[first * n : last * n],
+                agent,
                 state,
                 state_repeat=n,
-                heading=batch.heading[rows] if clone.map_dim else None,
+                heading=batch.heading[first * n : last * n] if clone.map_dim else None,
             )
         out.append(torch.log_softmax(logits.float(), dim=-1))
     return torch.cat(out)
