@@ -48,6 +48,36 @@ def test_split_input_layer_equals_a_linear_layer_on_the_concatenation():
     torch.testing.assert_close(g_b, g_naive_b, atol=1e-5, rtol=1e-5)
 
 
+def test_the_first_per_row_parts_weight_gradient_is_taken_with_the_output_rows_first():
+    """Autograd multiplies `dy^T x` ([out, M] x [M, d]) for a contiguous weight part, `x^T dy` for a column
+    slice: the same numbers, the first 1.5x faster in bf16 on an AVX512-BF16 CPU (docs/performance.md)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.shapes, self.copies = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.mm.default:
+                self.shapes.append((tuple(args[0].shape), tuple(args[1].shape)))
+            self.copies += func is torch.ops.aten.clone.default
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(5)
+    layer = SplitInputLinear([5, 7, 3], 4, 16, gen)  # a shared part, the per-row local, a narrow part
+    state, local, narrow = torch.randn(3, 5, generator=gen), torch.randn(12, 7, generator=gen), torch.randn(12, 3)
+    out = layer([state, local, narrow], torch.arange(12) % 4, [4, 1, 1])
+    with Products() as seen:
+        out.sum().backward()
+    assert ((16, 12), (12, 7)) in seen.shapes and ((7, 12), (12, 16)) not in seen.shapes, seen.shapes
+    with Products() as forward:
+        layer([state, local, narrow], torch.arange(12) % 4, [4, 1, 1])
+    with torch.no_grad(), Products() as rollout:  # no copy where no gradient is taken
+        layer([state, local, narrow], torch.arange(12) % 4, [4, 1, 1])
+    assert forward.copies == rollout.copies + 1
+
+
 def test_split_input_layer_with_only_a_shared_part():
     gen = torch.Generator().manual_seed(4)
     layer = SplitInputLinear([5], 0, 8, gen)
