@@ -18,7 +18,6 @@ from torch import nn
 
 from agents.algo.networks import Actor, Critic, categorical
 from agents.algo.optimizer_step import NormsFn, minibatch_norms, step_gradients
-from agents.algo.rollout import agent_ids
 from agents.config import TrainConfig
 
 
@@ -189,7 +188,7 @@ def clone_logprobs(
     out = []
     for first in range(0, steps, per_slice):
         last = min(first + per_slice, steps)
-        agent = agent_ids(last - first, n, batch.actions.device)
+        agent = torch.arange(n, device=batch.actions.device).repeat(last - first)  # each row's agent
         state = batch.state[first:last] if clone.map_dim else None  # a slice's rows: views, no copies
         with autocast():
             logits = clone(
