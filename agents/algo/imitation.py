@@ -196,7 +196,7 @@ def clone(
     sets = demos if isinstance(demos, list) else [demos]
     device = sets[0].actions.device
     # foreach: CUDA's default, a few multi-tensor ops for every parameter at once; on a CPU the same numbers bit
-    # for bit as its default loop of ~8 ops a parameter, and `benchmarks.gpu_counts` then counts what CUDA launches
+    # for bit as its default loop of several ops a parameter, and `benchmarks.gpu_counts` then counts what CUDA launches
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr, foreach=True)
     agents = [agent_ids(min(minibatch_steps, d.num_frames), d.num_agents, device) for d in sets]
     uavs = {d.num_agents: torch.arange(d.num_agents, device=device) for d in sets}

@@ -149,7 +149,7 @@ class Actor(nn.Module):
 
         Args:
             obs: `{"local": [B, N, L], "state": [B, S]}`.
-            agent: `[B * N]` int64 agent ids (`agents.algo.rollout.agent_ids`).
+            agent: `[B * N]` int64 agent ids (`agent_ids`).
             noise: this step's sampling noise (None when `deterministic`).
             autocast: the networks' autocast factory.
             deterministic: take the most likely action instead of sampling.
@@ -181,6 +181,11 @@ class Actor(nn.Module):
             actions = sample(logits if temperature == 1.0 else logits / temperature, noise.uniform().view(b * n))
         logprob = log_prob(logits, actions)
         return actions.view(b, n), logprob.view(b, n), heading, hidden.view(b, n, -1) if hidden is not None else None
+
+
+def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Tensor:
+    """`[B * N]` int64 agent index of each flattened (env, agent) row."""
+    return torch.arange(num_agents, device=device).repeat(num_envs)
 
 
 def make_actor(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agents.algo.networks import Actor, Critic, categorical
+from agents.algo.networks import Actor, Critic, agent_ids, categorical
 from agents.algo.optimizer_step import NormsFn, minibatch_norms, step_gradients
 from agents.config import TrainConfig
 
@@ -188,7 +188,7 @@ def clone_logprobs(
     out = []
     for first in range(0, steps, per_slice):
         last = min(first + per_slice, steps)
-        agent = torch.arange(n, device=batch.actions.device).repeat(last - first)  # each row's agent
+        agent = agent_ids(last - first, n, batch.actions.device)
         state = batch.state[first:last] if clone.map_dim else None  # a slice's rows: views, no copies
         with autocast():
             logits = clone(

@@ -21,7 +21,7 @@ import torch
 from agents.algo.action_noise import ActionNoise
 from agents.algo.heading import HEADING_DIM
 from agents.algo.layers import Form
-from agents.algo.networks import Actor, Critic, with_form
+from agents.algo.networks import Actor, Critic, agent_ids, with_form
 from agents.algo.value_norm import ValueNorm
 from uavsim.env import UAVSwarmEnv
 
@@ -162,11 +162,6 @@ class EpisodeStats:
             out[k] = s[k] / n if n > 0 else float("nan")
         out["reached_frac"] = s["reached"] / n if n > 0 else float("nan")
         return out
-
-
-def agent_ids(num_envs: int, num_agents: int, device: torch.device) -> torch.Tensor:
-    """`[B * N]` int64 agent index of each flattened (env, agent) row."""
-    return torch.arange(num_agents, device=device).repeat(num_envs)
 
 
 def reset_where_done(hidden: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
