@@ -93,6 +93,14 @@ class Demonstrations:
             self.shared_map[f : f + b] = shared_map
         self.num_frames = f + b
 
+    def rows_of(self, buffer: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """`buffer`'s rows (`local`, `heading` or `actions`: one per frame and UAV) of every UAV of the
+        `frames [F]`, frame-major: `[F * N, ...]`."""
+        # index_select over whole frames: one copy of N rows each, 1.8-1.9x faster than indexing row by row
+        # (512 frames of 10 x 646 float32 or bf16, the 2-core Zen 4 EPYC, natively and on its AVX2 class)
+        n = self.num_agents
+        return torch.index_select(buffer.view(-1, n, *buffer.shape[1:]), 0, frames).view(-1, *buffer.shape[1:])
+
 
 def demo_env_shape(env_steps: int, steps_per_env: int, num_envs: int) -> tuple[int, int]:
     """`(environments, steps each)` for `env_steps` demonstration steps: up to `num_envs`
@@ -199,7 +207,6 @@ def clone(
     # for bit as its default loop of several ops a parameter, and `benchmarks.gpu_counts` then counts what CUDA launches
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr, foreach=True)
     agents = [agent_ids(min(minibatch_steps, d.num_frames), d.num_agents, device) for d in sets]
-    uavs = {d.num_agents: torch.arange(d.num_agents, device=device) for d in sets}
     out = {"loss": math.nan, "accuracy": math.nan, "epochs": 0}
     best = -math.inf
     bar = tqdm(
@@ -213,18 +220,16 @@ def clone(
             plans.append([(d, order[start : start + mb], agent) for start in range(0, d.num_frames // mb * mb, mb)])
         sums, count = torch.zeros(2, device=device), 0
         for d, picked, agent in (item for turn in itertools.zip_longest(*plans) for item in turn if item is not None):
-            n = d.num_agents
-            rows = (picked[:, None] * n + uavs[n]).view(-1)
             with autocast():
                 shared = d.shared_map[picked] if d.shared_map is not None else None
                 logits = actor(
-                    d.local[rows],
+                    d.rows_of(d.local, picked),
                     agent,
                     shared,
-                    state_repeat=n,
-                    heading=d.heading[rows] if d.heading is not None else None,
+                    state_repeat=d.num_agents,
+                    heading=d.rows_of(d.heading, picked) if d.heading is not None else None,
                 ).float()
-            target = d.actions[rows].long()
+            target = d.rows_of(d.actions, picked).long()
             loss = torch.nn.functional.cross_entropy(logits, target)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -97,6 +97,24 @@ def test_demo_env_shape_keeps_whole_episodes():
     assert demo_env_shape(131_072, 64, 2048) == (2048, 64)
 
 
+@pytest.mark.parametrize("map_dim", [0, 7])
+def test_a_minibatch_reads_every_uav_of_its_frames_in_frame_major_order(map_dim):
+    # `clone` takes whole frames (index_select over frames, faster than row by row): the rows are those
+    # the row-by-row gather `frame * N + uav` reads, in that order, for every buffer
+    n, dim, frames = 3, 5, 6
+    demos = Demonstrations(frames + 2, n, dim, map_dim, torch.float32, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    local, heading = torch.randn(frames, n, dim, generator=gen), torch.randn(frames, n, 3, generator=gen)
+    actions = torch.randint(0, 5, (frames, n), generator=gen, dtype=torch.uint8)
+    demos.add(local, actions, heading if map_dim else None, torch.randn(frames, map_dim) if map_dim else None)
+    picked = torch.tensor([4, 0, 4, 2])
+    rows = (picked[:, None] * n + torch.arange(n)).reshape(-1)
+    buffers = [demos.local, demos.actions] + ([demos.heading] if map_dim else [])
+    for buffer in buffers:
+        assert torch.equal(demos.rows_of(buffer, picked), buffer[rows])
+    assert torch.equal(demos.rows_of(demos.local, picked), local[picked].reshape(-1, dim))
+
+
 def test_cloning_stops_once_an_epoch_buys_less_than_min_gain(make_config):
     learner = build_learner(make_config("model.hidden_size=64"), torch.device("cpu"))
     demos = demonstrations(learner, Teacher.greedy, 24)
