@@ -15,7 +15,7 @@ from agents.algo.imitation import (
     make_teacher,
 )
 from agents.algo.learner import build_learner, learning_rates, prepare_batch, train_iteration
-from agents.algo.ppo import clone_logprobs, evaluate_actions, kl_from
+from agents.algo.ppo import clone_logprobs, evaluate_actions, kl_from, rows_of_steps
 from agents.algo.precision import make_autocast
 from agents.config import Amp, Teacher, load_config
 from agents.evaluate import actor_policy, run_episodes
@@ -99,8 +99,8 @@ def test_demo_env_shape_keeps_whole_episodes():
 
 @pytest.mark.parametrize("map_dim", [0, 7])
 def test_a_minibatch_reads_every_uav_of_its_frames_in_frame_major_order(map_dim):
-    # `clone` takes whole frames (index_select over frames, faster than row by row): the rows are those
-    # the row-by-row gather `frame * N + uav` reads, in that order, for every buffer
+    # `clone` (and a PPO minibatch) takes whole frames (index_select over frames, faster than row by row):
+    # the rows are those the row-by-row gather `frame * N + uav` reads, in that order, for every buffer
     n, dim, frames = 3, 5, 6
     demos = Demonstrations(frames + 2, n, dim, map_dim, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
@@ -111,8 +111,8 @@ def test_a_minibatch_reads_every_uav_of_its_frames_in_frame_major_order(map_dim)
     rows = (picked[:, None] * n + torch.arange(n)).reshape(-1)
     buffers = [demos.local, demos.actions] + ([demos.heading] if map_dim else [])
     for buffer in buffers:
-        assert torch.equal(demos.rows_of(buffer, picked), buffer[rows])
-    assert torch.equal(demos.rows_of(demos.local, picked), local[picked].reshape(-1, dim))
+        assert torch.equal(rows_of_steps(buffer, picked, n), buffer[rows])
+    assert torch.equal(rows_of_steps(demos.local, picked, n), local[picked].reshape(-1, dim))
 
 
 def test_cloning_stops_once_an_epoch_buys_less_than_min_gain(make_config):
