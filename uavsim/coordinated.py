@@ -109,7 +109,8 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
         """``[B, N]`` int64 actions on the env's device: the first move of each UAV's path."""
         _, next_cell = self.plan(env)  # checks the env first
-        here = env._flat(env.state["pos"].long())
+        (pos,) = env.read_state("pos")
+        here = env._flat(pos.long())
         return (here[:, :, None] + self.move_offsets == next_cell[:, :, None]).long().argmax(2)  # hover: 0
 
     def plan(self, env: UAVSwarmEnv) -> tuple[torch.Tensor, torch.Tensor]:
@@ -125,8 +126,8 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
             ValueError: ``env`` is not laid out as the env the policy was built for.
         """
         self._check_same_layout(env)
-        cells = env.state["cells"]
-        here = env._flat(env.state["pos"].long())  # [B, N]
+        cells, pos = env.read_state("cells", "pos")
+        here = env._flat(pos.long())  # [B, N]
         b, n = here.shape
         order = self._noise(b, n, self.step_offsets.shape[0], cells.device)  # [B, N, A - 1]
         self.calls += 1

@@ -24,6 +24,18 @@ class EnvState:
             raise RuntimeError("call reset() before reading the state")
         return rules_state(self._lay, self._v, self._pending)
 
+    def read_state(self, *keys: str) -> tuple[torch.Tensor, ...]:
+        """``state[k]`` for each of ``keys``, in that order, computing only those: the planners' read of the
+        cells and positions each call, without decoding every UAV's memory.
+
+        Raises:
+            RuntimeError: before ``reset()``.
+            ValueError: a key the state does not have.
+        """
+        if self._buf is None:
+            raise RuntimeError("call reset() before reading the state")
+        return tuple(rules_state(self._lay, self._v, self._pending, keys).values())
+
     def state_spec(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """``{key: (dtype, shape)}`` of each tensor of ``state`` (and of checkpoints)."""
         return state_spec(self._lay, self.num_envs)

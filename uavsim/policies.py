@@ -130,11 +130,11 @@ class GreedyFrontierPolicy:
     def __call__(self, env: UAVSwarmEnv) -> torch.Tensor:
         """``[B, N]`` int64 actions on the env's device; a ValueError for an env of another layout."""
         self._check_same_layout(env)
-        state = env.state
-        here = env._flat(state["pos"])  # [B, N]
+        cells, pos = env.read_state("cells", "pos")
+        here = env._flat(pos)  # [B, N]
         targets = here[:, :, None] + self.move_offsets  # [B, N, A]
         b, n, a = targets.shape
-        dist = self.distance_field(state["cells"], targets)
+        dist = self.distance_field(cells, targets)
         cost = dist.gather(1, targets.view(b, -1)).view_as(targets)  # blocked targets stay inf
         # Other UAVs on each target cell (a UAV's own cell counts only the others there).
         occupied = (targets[:, :, :, None] == here[:, None, None, :]).sum(3) - (self.move_offsets == 0).long()

@@ -115,7 +115,7 @@ def actor_policy(
 
     def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
         nonlocal hidden
-        hidden = reset_where_done(hidden, env.state["t"] == 0)
+        hidden = reset_where_done(hidden, env.read_state("t")[0] == 0)
         actions, _, _, hidden = actor.act(obs, agent, noise, autocast, deterministic, hidden, temperature)
         return actions
 

@@ -174,3 +174,28 @@ def test_load_state_dict_rejects_a_uav_inside_an_obstacle_or_an_uncovered_footpr
     uncovered["pool_covered"][1, block] -= 1
     with pytest.raises(ValueError, match="'cells \\(a free cell in a footprint\\)'"):
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict({**saved, "state": uncovered})
+
+
+def test_read_state_computes_only_the_keys_asked_for(monkeypatch):
+    # the planners read the cells and positions each call: without decoding every UAV's memory (most of a
+    # whole `state`'s cost), and equal to `state`'s
+    from uavsim import state_checks
+
+    env = UAVSwarmEnv(EnvConfig(comm_radius=0), num_envs=3, seed=1)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.read_state("cells")
+    env.reset()
+    env.step(torch.zeros(3, env.num_uavs, dtype=torch.int64))
+    whole = env.state
+    assert "memory" in whole
+    keys = tuple(reversed(list(whole)))
+    assert all(torch.equal(a, whole[k]) for a, k in zip(env.read_state(*keys), keys))
+
+    def no_decoding(*args):
+        raise AssertionError("the memories were decoded")
+
+    monkeypatch.setattr(state_checks, "codes", no_decoding)
+    cells, pos = env.read_state("cells", "pos")
+    assert torch.equal(cells, whole["cells"]) and torch.equal(pos, whole["pos"])
+    with pytest.raises(ValueError, match="'cover'.*covered"):
+        env.read_state("cells", "cover")
