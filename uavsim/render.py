@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import colorsys
 from collections import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,8 +29,7 @@ class BatchedEnv(Protocol):
     config: EnvConfig
     num_envs: int
 
-    @property
-    def state(self) -> Mapping[str, Any]: ...
+    def read_state(self, *keys: str) -> tuple[Any, ...]: ...
 
 
 def uav_colors(n: int) -> np.ndarray:
@@ -114,10 +113,10 @@ def env_codes(env: BatchedEnv, env_index: int) -> tuple[np.ndarray, np.ndarray]:
     """``(codes [H, W], pos [N, 2])`` of one environment of a batched env, on the host."""
     cfg, p = env.config, env.config.pad
     env_index = check_env_index(env, env_index)
-    state = env.state
-    grid = state["cells"][env_index].view(cfg.grid_height + 2 * p, -1)[p : p + cfg.grid_height, p : p + cfg.grid_width]
+    cells, pos = env.read_state("cells", "pos")  # not the whole state: it decodes every UAV's memory too
+    grid = cells[env_index].view(cfg.grid_height + 2 * p, -1)[p : p + cfg.grid_height, p : p + cfg.grid_width]
     # copies (CPU arrays would alias the state); int64 positions: pixel arithmetic on int16 would wrap
-    return grid.cpu().numpy().copy(), state["pos"][env_index].cpu().numpy().astype(np.int64)
+    return grid.cpu().numpy().copy(), pos[env_index].cpu().numpy().astype(np.int64)
 
 
 def render_env(env: BatchedEnv, env_index: int = 0, cell_px: int = 8, trail: np.ndarray | None = None) -> np.ndarray:
