@@ -39,6 +39,10 @@ class CueRecallEnv:
         self.state = {"t": torch.zeros(num_envs, dtype=torch.int64, device=device), "cue": self._draw(num_envs)}
         self.episode_return = torch.zeros(num_envs, self.num_uavs, device=device)
 
+    def read_state(self, *keys: str) -> tuple[torch.Tensor, ...]:
+        """As `UAVSwarmEnv.read_state`: the evaluation reads each step's `t` through it."""
+        return tuple(self.state[k] for k in keys)
+
     def _draw(self, count: int) -> torch.Tensor:
         return torch.randint(1, CUES + 1, (count, self.num_uavs), generator=self.generator, device=self.device)
 
