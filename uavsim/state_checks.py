@@ -64,7 +64,7 @@ def rules_state(
 ) -> dict[str, torch.Tensor]:
     """The state of record views ``v`` (and next_step's ``pending`` flags) keyed by `state_keys`; only
     ``keys`` where given: decoding the memories is most of a whole read (~120 ms at 1,024 environments of the
-    default preset on a 2-core CPU, where the cells and positions take ~1 ms)."""
+    default preset on a 2-core AVX512-BF16 Zen 4 EPYC, where the cells and positions take ~1 ms)."""
     b, n = pending.shape[0], lay.cfg.num_uavs
     fields = {
         "cells": lambda: lay.decode(v["grid"]),
