@@ -15,7 +15,9 @@ Kernels
     * allocations without a fill (``empty``, ``empty_strided``, ``empty_like``, ``lift_fresh``),
       symbolic-size queries (``sym_*``) and any ``prim`` op;
     * ``_local_scalar_dense`` (``.item()``, ``bool(tensor)``): no kernel, but a host read, counted
-      in ``host_syncs``.
+      in ``host_syncs``;
+    * the profiler's ``record_function`` enter and exit (``profiler::`` ops: a torch optimizer's
+      ``step`` opens one, profiler on or off): host bookkeeping, no kernel.
     An op may launch more than one kernel on a GPU (a sort, a scan, ``nonzero``): the count is a
     lower bound there. Checks that run only on the CPU are counted too (``F.one_hot`` reads the
     index's min and max back on the CPU, not on CUDA): a few kernels and host syncs too many.
@@ -68,6 +70,7 @@ NO_KERNEL = frozenset(
         "set_",
     }
 )
+NO_KERNEL_NAMESPACES = frozenset({"prim", "profiler"})  # metadata and host bookkeeping
 HOST_SYNC = frozenset(
     {
         "_local_scalar_dense",
@@ -166,7 +169,7 @@ class OpCounter(TorchDispatchMode):
                 return
         if self._syncs(name, args):
             self.host_syncs += 1
-        if func.namespace == "prim" or func.is_view or name in NO_KERNEL or name.startswith("sym_"):
+        if func.namespace in NO_KERNEL_NAMESPACES or func.is_view or name in NO_KERNEL or name.startswith("sym_"):
             return
         written: list[torch.Tensor] = []
         read: list[torch.Tensor] = []

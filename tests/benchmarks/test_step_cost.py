@@ -84,6 +84,15 @@ def test_an_optimizers_host_step_counter_is_neither_kernel_nor_sync_unless_it_li
     assert outside.host_syncs == 1
 
 
+def test_the_profilers_record_function_is_no_kernel():
+    # a torch optimizer's step opens one, profiler on or off: on a GPU it launches nothing
+    x = torch.ones(3)
+    with OpCounter() as c:
+        with torch.autograd.profiler.record_function("a region"):
+            x.add(1)
+    assert c.kernels == 1 and dict(c.by_op) == {"aten.add": [1, 24]}
+
+
 def test_projection_is_the_smaller_of_the_two_bounds():
     rows = step_cost.projection(kernels=50, bytes_per_env_step=32 * 1024, launch_us=4.0)
     h100 = {r["envs"]: r for r in rows if r["gpu"] == "H100 SXM"}
