@@ -17,7 +17,7 @@ Kernels
     * ``_local_scalar_dense`` (``.item()``, ``bool(tensor)``): no kernel, but a host read, counted
       in ``host_syncs``;
     * the profiler's ``record_function`` enter and exit (``profiler::`` ops: a torch optimizer's
-      ``step`` opens one, profiler on or off): host bookkeeping, no kernel.
+      ``step`` and ``zero_grad`` each open one, profiler on or off): host bookkeeping, no kernel.
     An op may launch more than one kernel on a GPU (a sort, a scan, ``nonzero``): the count is a
     lower bound there. Checks that run only on the CPU are counted too (``F.one_hot`` reads the
     index's min and max back on the CPU, not on CUDA): a few kernels and host syncs too many.

@@ -85,7 +85,7 @@ def test_an_optimizers_host_step_counter_is_neither_kernel_nor_sync_unless_it_li
 
 
 def test_the_profilers_record_function_is_no_kernel():
-    # a torch optimizer's step opens one, profiler on or off: on a GPU it launches nothing
+    # a torch optimizer's step and zero_grad each open one, profiler on or off: on a GPU it launches nothing
     x = torch.ones(3)
     with OpCounter() as c:
         with torch.autograd.profiler.record_function("a region"):
