@@ -1,5 +1,8 @@
 """`run.recipe`: the default preset becomes the GPU recipe on CUDA, and only there; an override still wins."""
 
+import json
+from dataclasses import asdict
+
 import pytest
 import torch
 
@@ -10,6 +13,7 @@ from agents.run import machine_defaults
 from agents.train_mappo import DEFAULT_CONFIG, parse_args, resolve_config
 
 SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
+RESULTS_DIR = DEFAULT_CONFIG.parents[1] / "benchmarks" / "results"
 
 
 @pytest.mark.parametrize(
@@ -63,3 +67,16 @@ def test_the_banner_names_the_recipe(restore_threads):
 def test_a_bad_recipe_names_the_key():
     with pytest.raises(ValueError, match="run.recipe"):
         load_config(DEFAULT_CONFIG, ["run.recipe=fast"])
+
+
+def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
+    """The preset may change (its epochs did: 3 -> 2); the GPU recipe keeps the PPO and imitation settings its
+    learning was checked with (benchmarks/results/learning-gpu-recipe-2026-12-02, seed 0's config)."""
+    runs = json.loads((RESULTS_DIR / "learning-gpu-recipe-2026-12-02" / "runs.json").read_text())
+    checked = runs["files"]["gpu-s0/config.yaml"]
+    gpu = load_config(recipe_paths(DEFAULT_CONFIG, Recipe.gpu))
+    resolved_per_machine = {"amp"}  # train.amp=auto resolved to the machine's bf16 in the run
+    train = {k: v for k, v in asdict(gpu.train).items() if k not in resolved_per_machine}
+    assert train == {k: v for k, v in checked["train"].items() if k not in resolved_per_machine}
+    assert asdict(gpu.imitation) == checked["imitation"]
+    assert gpu.env.num_envs == checked["env"]["num_envs"]
