@@ -11,9 +11,9 @@ from agents.config import Recipe, load_config
 from agents.config.recipe import GPU_RECIPE, choose_recipe, describe_recipe, recipe_paths
 from agents.run import machine_defaults
 from agents.train_mappo import DEFAULT_CONFIG, parse_args, resolve_config
+from benchmarks.common import RESULTS_DIR
 
 SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
-RESULTS_DIR = DEFAULT_CONFIG.parents[1] / "benchmarks" / "results"
 
 
 @pytest.mark.parametrize(
