@@ -28,6 +28,7 @@ from agents.algo.rollout import (
     RolloutStep,
     Storage,
     agent_ids,
+    bootstrap_values,
     compile_rollout_step,
     rollout_step,
     values_of_steps,
@@ -226,8 +227,9 @@ def collect(learner: Learner) -> None:
     a mixed-size run's groups in lockstep where it can (`agents.algo.lockstep`: the same numbers).
 
     values[t] = V(obs_t); next_values[t] = V(final obs after step t), the bootstrap target that GAE
-    uses where the step was truncated or the rollout ends. The critic evaluates all stored
-    observations after the steps, in a few large calls (the same numbers as per step).
+    uses where the step was truncated or the rollout ends. The critic evaluates the stored
+    observations after the steps, in a few large calls (the same numbers as per step), and of the
+    final observations only those of the last and the truncated steps (`bootstrap_values`).
     """
     groups, tc = learner.groups, learner.cfg.train
     if lockstep_applies(len(groups), learner.actor, tc.compile_rollout):  # one actor call a step over every group
@@ -242,9 +244,9 @@ def collect(learner: Learner) -> None:
             for _ in range(group.storage.actions.shape[0]):
                 rollout_once(learner, agent, t, group)
     critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
-    for s in (g.storage for g in groups):
-        values_of_steps(critic, norm, s.local, s.state, autocast, s.values)
-        values_of_steps(critic, norm, s.final_local, s.final_state, autocast, s.next_values)
+    for g in groups:
+        values_of_steps(critic, norm, g.storage.local, g.storage.state, autocast, g.storage.values)
+        bootstrap_values(critic, norm, g.storage, g.env.config.max_steps, autocast)
 
 
 def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:

@@ -8,7 +8,7 @@ import torch
 
 from agents.algo.learner import build_learner, collect
 from agents.algo.ppo import step_rows
-from agents.algo.rollout import Storage, agent_ids, value_of
+from agents.algo.rollout import Storage, agent_ids, bootstrap_rows, value_of, values_of_steps
 from uavsim.env import UAVSwarmEnv
 
 
@@ -35,8 +35,30 @@ def test_values_after_the_rollout_equal_per_step_values(make_config, amp, dtype,
             torch.testing.assert_close(s.values[t], v, atol=1e-6, rtol=1e-5)
             obs, _, _, _, info = twin.step(s.actions[t].long())
             v_final = value_of(learner.critic, learner.value_norm, info["final_obs"], agent, learner.autocast)
-            torch.testing.assert_close(s.next_values[t], v_final, atol=1e-6, rtol=1e-5)
+            bootstraps = ~s.terminated[t]  # GAE reads next_values where the step did not terminate
+            torch.testing.assert_close(s.next_values[t][bootstraps], v_final[bootstraps], atol=1e-6, rtol=1e-5)
     assert (ends > 0).all(), f"the test needs both kinds of episode end (terminated, truncated): {ends.tolist()}"
+
+
+@pytest.mark.parametrize("max_steps", [1, 3, 5, 200])  # every step truncates .. none in the rollout
+@pytest.mark.parametrize("amp", ["off", "bf16"])
+def test_bootstrap_values_equal_the_critic_on_every_final_observation_where_gae_reads_them(make_config, amp, max_steps):
+    learner = build_learner(
+        make_config(f"train.amp={amp}", f"env.max_steps={max_steps}", "env.target_coverage=0.25", "train.num_steps=16"),
+        torch.device("cpu"),
+    )
+    s, b = learner.storage, learner.env.num_envs
+    assert bootstrap_rows(16, b, max_steps) == b * min(16, 1 + -(-15 // max_steps))  # the last step, ceil(15 / max)
+    for _ in range(3):  # later rollouts start mid-episode
+        collect(learner)
+        every = torch.empty_like(s.next_values)  # the critic on every final observation
+        values_of_steps(learner.critic, learner.value_norm, s.final_local, s.final_state, learner.autocast, every)
+        read = ~s.terminated
+        assert torch.equal(s.next_values[read], every[read])  # the same bits: values[t + 1] is the same product
+        assert torch.isfinite(s.next_values).all()  # a terminated step's is multiplied by 0: finite
+        if max_steps <= 5:
+            most = s.truncated[:-1].sum(0).max()  # the truncated steps before the last, in one environment
+            assert 0 < most and (most + 1) * b <= bootstrap_rows(16, b, max_steps)
 
 
 def test_storage_rejects_a_non_float_observation_dtype(make_config):
