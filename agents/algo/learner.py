@@ -28,13 +28,12 @@ from agents.algo.rollout import (
     RolloutStep,
     Storage,
     agent_ids,
-    bootstrap_values,
     compile_rollout_step,
     rollout_step,
-    values_of_steps,
 )
 from agents.algo.static_inputs import mark_static_tensors
 from agents.algo.value_norm import ValueNorm
+from agents.algo.values import bootstrap_values, values_of_steps
 from agents.config import Amp, Config, TrainConfig
 from uavsim.env import UAVSwarmEnv
 

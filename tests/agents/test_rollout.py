@@ -8,7 +8,8 @@ import torch
 
 from agents.algo.learner import build_learner, collect
 from agents.algo.ppo import step_rows
-from agents.algo.rollout import Storage, agent_ids, bootstrap_rows, value_of, values_of_steps
+from agents.algo.rollout import Storage, agent_ids
+from agents.algo.values import bootstrap_rows, value_of, values_of_steps
 from uavsim.env import UAVSwarmEnv
 
 

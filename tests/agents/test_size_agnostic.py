@@ -14,8 +14,9 @@ from agents.algo import imitation
 from agents.algo.layers import Form
 from agents.algo.learner import build_learner, collect, prepare_batch, read_metrics, train_iteration
 from agents.algo.networks import Actor, make_actor, make_critic, team_state, with_form
-from agents.algo.rollout import agent_ids, value_of
+from agents.algo.rollout import agent_ids
 from agents.algo.value_norm import ValueNorm
+from agents.algo.values import value_of
 from agents.config.env_section import split_envs
 from agents.run import checkpoint as ckpt
 from agents.run.learner_state import learner_state, trained_actor
