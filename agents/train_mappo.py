@@ -237,11 +237,12 @@ def _warm_start(learner: Learner, logger: Logger) -> None:
 
     show = learner.cfg.run.progress and learner.replicas.is_main
     stats = warm_start(learner, progress=show)
+    fits = " + ".join(map(str, stats.pop("fit_epochs")))  # the first fit's, then each DAgger round's
     logger.scalars({f"imitation/{k}": v for k, v in stats.items()}, 0)
     if learner.replicas.is_main:
         print(
             f"imitation of {learner.cfg.imitation.teacher.value}: accuracy {stats['accuracy']:.3f}, "
-            f"loss {stats['loss']:.3f}, {stats['epochs']} cloning epochs, {stats['seconds']:.0f} s",
+            f"loss {stats['loss']:.3f}, {stats['epochs']} cloning epochs ({fits}), {stats['seconds']:.0f} s",
             file=sys.stderr,
         )
 

@@ -252,8 +252,9 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
         progress: show progress bars.
 
     Returns:
-        `{"loss", "accuracy", "epochs", "seconds"}`: the cloning's last loss and accuracy, its passes over
-        every fit, and the phase's duration.
+        `{"loss", "accuracy", "epochs", "fit_epochs", "seconds"}`: the cloning's last loss and accuracy, its
+        passes over every fit, the passes of each fit (a tuple: the first, then each DAgger round's), and the
+        phase's duration.
 
     Raises:
         ValueError: a recurrent actor, or a non-finite cloning loss.
@@ -310,13 +311,13 @@ def warm_start(learner: Learner, progress: bool = False) -> dict[str, float]:
         ic.min_accuracy_gain,
     )
     stats = fit(ic.epochs)
-    epochs = stats["epochs"]
+    fit_epochs = [stats["epochs"]]
     for _ in range(ic.dagger_rounds):  # each on the next episodes of the demonstration environments
         for env, teacher, demos, dagger_steps, noise in players:
             collect_demonstrations(learner.actor, env, teacher, dagger_steps, learner.autocast, demos, progress, noise)
         stats = fit(ic.dagger_epochs)
-        epochs += stats["epochs"]
-    stats["epochs"] = epochs  # over every fit
+        fit_epochs.append(stats["epochs"])
+    stats["epochs"], stats["fit_epochs"] = sum(fit_epochs), tuple(fit_epochs)  # over every fit, and each
     if learner.clone is not None:  # PPO's anchor (train.clone_kl_coef)
         learner.clone.load_state_dict(learner.actor.state_dict())
     return {**stats, "seconds": time.perf_counter() - began}

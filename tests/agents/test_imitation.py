@@ -257,7 +257,7 @@ def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatc
         "imitation.epochs=1",
         "imitation.dagger_rounds=2",
         "imitation.dagger_env_steps=48",
-        "imitation.dagger_epochs=1",
+        "imitation.dagger_epochs=3",
     )
     learner = build_learner(cfg, torch.device("cpu"))
     frames = []
@@ -270,6 +270,7 @@ def test_warm_start_clones_again_after_each_dagger_round(make_config, monkeypatc
     stats = imitation.warm_start(learner)
     assert frames == [96, 96 + 48, 96 + 2 * 48]  # 4 demonstration environments: 24 steps, then 12 per round
     assert 0 <= stats["accuracy"] <= 1 and stats["seconds"] > 0
+    assert stats["fit_epochs"] == (1, 3, 3) and stats["epochs"] == 7  # each fit's passes (the log shows them), and all
 
 
 def test_kl_from_the_clone_on_hand_computed_values():

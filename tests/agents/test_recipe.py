@@ -1,6 +1,7 @@
 """`run.recipe`: the default preset becomes the GPU recipe on CUDA, and only there; an override still wins."""
 
 import json
+import re
 from dataclasses import asdict
 
 import pytest
@@ -71,12 +72,28 @@ def test_a_bad_recipe_names_the_key():
 
 def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
     """The preset may change (its epochs did: 3 -> 2); the GPU recipe keeps the PPO and imitation settings its
-    learning was checked with (benchmarks/results/learning-gpu-recipe-2026-12-02, seed 0's config)."""
+    learning was checked with (benchmarks/results/learning-gpu-recipe-2026-12-02, seed 0's config), but for its
+    cloning caps (`imitation.epochs`, `dagger_epochs`), which must not end a fit of the checked seeds before
+    the early stop did (learning-gpu-recipe-caps-2026-12-03: each fit's epochs without the caps and with them)."""
     runs = json.loads((RESULTS_DIR / "learning-gpu-recipe-2026-12-02" / "runs.json").read_text())
     checked = runs["files"]["gpu-s0/config.yaml"]
     gpu = load_config(recipe_paths(DEFAULT_CONFIG, Recipe.gpu))
     resolved_per_machine = {"amp"}  # train.amp=auto resolved to the machine's bf16 in the run
     train = {k: v for k, v in asdict(gpu.train).items() if k not in resolved_per_machine}
     assert train == {k: v for k, v in checked["train"].items() if k not in resolved_per_machine}
-    assert asdict(gpu.imitation) == checked["imitation"]
+    caps = {"epochs", "dagger_epochs"}
+    imitation = {k: v for k, v in asdict(gpu.imitation).items() if k not in caps}
+    assert imitation == {k: v for k, v in checked["imitation"].items() if k not in caps}
     assert gpu.env.num_envs == checked["env"]["num_envs"]
+    capped = json.loads((RESULTS_DIR / "learning-gpu-recipe-caps-2026-12-03" / "runs.json").read_text())["files"]
+    for seed in range(3):
+        uncapped, with_caps = (fit_epochs(capped[f"{run}-s{seed}/train.log"]) for run in ("uncapped", "capped"))
+        assert uncapped == with_caps and len(uncapped) == 1 + gpu.imitation.dagger_rounds
+        assert uncapped[0] <= gpu.imitation.epochs and max(uncapped[1:]) <= gpu.imitation.dagger_epochs, uncapped
+        assert capped[f"uncapped-s{seed}/config.yaml"]["imitation"]["epochs"] == checked["imitation"]["epochs"]
+
+
+def fit_epochs(log: str) -> list[int]:
+    """Each cloning fit's epochs from a run's log line ``... 12 cloning epochs (6 + 3 + 3), ...``."""
+    (fits,) = re.findall(r"cloning epochs \(([\d + ]+)\)", log)
+    return [int(x) for x in fits.split("+")]
