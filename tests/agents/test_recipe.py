@@ -91,6 +91,8 @@ def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
         assert uncapped == with_caps and len(uncapped) == 1 + gpu.imitation.dagger_rounds
         assert uncapped[0] <= gpu.imitation.epochs and max(uncapped[1:]) <= gpu.imitation.dagger_epochs, uncapped
         assert capped[f"uncapped-s{seed}/config.yaml"]["imitation"]["epochs"] == checked["imitation"]["epochs"]
+        runs_caps = {k: capped[f"capped-s{seed}/config.yaml"]["imitation"][k] for k in caps}
+        assert runs_caps == {k: getattr(gpu.imitation, k) for k in caps}  # the runs had the recipe's caps
 
 
 def fit_epochs(log: str) -> list[int]:
