@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from agents.algo.compiled import cpu_rollout_warning
 from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
 from agents.algo.replicas import Replicas
 from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
@@ -122,8 +123,11 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
         setup_process(cfg)
         if replicas.is_main:
             print(hardware.banner(device, **reasons, ranks=replicas.world_size), file=sys.stderr)
-            warning = contention_warning(torch.get_num_threads()) if device.type == "cpu" else None
-            if warning:
+            notes = [
+                contention_warning(torch.get_num_threads()) if device.type == "cpu" else None,
+                cpu_rollout_warning(cfg.train.compile_rollout, device),
+            ]
+            for warning in filter(None, notes):
                 print(warning, file=sys.stderr)
         return _train(cfg, resume, replicas, device)
     finally:

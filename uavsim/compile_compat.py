@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from uavsim.machine.inductor_cache import use_class_cache
+
 SMALL_INTS = (torch.uint8, torch.int8, torch.int16)  # no triton atomic_add for these widths
 FIXED_IN = (2, 13)  # the first torch whose inductor asks for contiguous strides itself
 
@@ -85,6 +87,8 @@ def ensure_small_int_scatter_fallback() -> bool:
 
 
 def prepare_inductor() -> None:
-    """Both fixes, before compiling a step of the env (`train.compile_rollout`, benchmarks)."""
+    """Both fixes, before compiling a step of the env (`train.compile_rollout`, benchmarks), and a
+    capped CPU class's own kernel cache (`uavsim.machine.inductor_cache`)."""
+    use_class_cache()
     ensure_byte_views_compile()
     ensure_small_int_scatter_fallback()

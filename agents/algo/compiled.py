@@ -10,13 +10,17 @@ import torch
 
 from agents.algo.optimizer_step import NormsFn, minibatch_norms
 from agents.algo.ppo import LossFn, minibatch_loss
+from uavsim.machine.inductor_cache import use_class_cache
 
 
 def check_compiler(device: torch.device, key: str = "train.compile") -> None:
     """Fail early, naming the config `key` and the fix, where `torch.compile` cannot build kernels on
-    `device`: raises ValueError without a C++ compiler on the CPU, Triton or a C compiler on CUDA."""
+    `device`: raises ValueError without a C++ compiler on the CPU, Triton or a C compiler on CUDA.
+    On the CPU it also gives a capped class its own kernel cache (`uavsim.machine.inductor_cache`)."""
     if device.type == "cpu":
         from torch._inductor import cpp_builder
+
+        use_class_cache()  # before the first compile: another class's cached kernels crashed a run
 
         try:
             cpp_builder.get_cpp_compiler()
@@ -33,6 +37,19 @@ def check_compiler(device: torch.device, key: str = "train.compile") -> None:
                 f"{key}=true on CUDA needs Triton and a C compiler (Triton builds its launcher "
                 f"with one); install them or set {key}=false"
             )
+
+
+def cpu_rollout_warning(compile_rollout: bool, device: torch.device) -> str | None:
+    """A line for the banner where `train.compile_rollout` is asked for on the CPU (None elsewhere):
+    there inductor's rollout step collected 4.4x slower than the eager one, after 2.4 minutes of
+    compiling (the default preset, 64 environments, the 2-core Zen 4 EPYC in bf16; its AVX2 class 3.4x;
+    docs/training.md). It is CUDA's: graphs replayed instead of a launch per kernel."""
+    if not compile_rollout or device.type != "cpu":
+        return None
+    return (
+        "warning: train.compile_rollout=true on the CPU: minutes of compiling, then a collection several times "
+        "slower than the eager one where measured (docs/training.md); it pays on CUDA"
+    )
 
 
 def compile_loss(device: torch.device) -> LossFn:

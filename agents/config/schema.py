@@ -111,7 +111,7 @@ class TrainConfig:
     value_norm_beta: float = 0.995  # per-iteration decay of the running return statistics
     amp: Amp = Amp.auto  # auto: bf16 where the device computes it natively, fp16 on older GPUs, else off
     compile: bool = False  # torch.compile the minibatch loss (forward + backward); CPU: needs a C++ compiler
-    # the rollout step as one captured graph (CUDA graphs on a GPU); slow to compile on a CPU
+    # the rollout step as one captured graph (CUDA graphs on a GPU); on a CPU slow to compile and run (training.md)
     compile_rollout: bool = False
     # fraction of the iterations over which the actor's lr ramps up from 0 (the critic's does not)
     actor_warmup: float = 0.0

@@ -98,3 +98,19 @@ def test_small_int_scatter_adds_on_a_gpu_go_to_aten(monkeypatch, dtype):
     patched = utils.needs_fallback_due_to_atomic_add_limitations
     prepare_inductor()
     assert utils.needs_fallback_due_to_atomic_add_limitations is patched, "applied twice"
+
+
+def test_preparing_a_compile_of_the_step_under_a_cap_uses_the_class_cache(monkeypatch):
+    # the env's compiled step (train.compile_rollout, the benchmarks) under the AVX2 class's caps:
+    # another class's cached kernels crashed a run (uavsim.machine.inductor_cache)
+    import os
+
+    from uavsim.machine.inductor_cache import CACHE_VARIABLE, class_cache_dir
+
+    caps = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    for name, value in caps.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(CACHE_VARIABLE, "unset below")  # restored (here: removed) after the test
+    monkeypatch.delenv(CACHE_VARIABLE)
+    prepare_inductor()
+    assert os.environ[CACHE_VARIABLE] == str(class_cache_dir(caps))
