@@ -13,6 +13,6 @@ if "torch" not in sys.modules:
 # Under an emulated CPU class (`ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA`) every test that compiles
 # uses that class's own inductor cache, also those that call torch.compile themselves: another
 # class's cached kernels crashed the suite (`uavsim.machine.inductor_cache`).
-from uavsim.machine.inductor_cache import use_class_cache  # noqa: E402 -- after the wait policy: no torch import
+from uavsim.machine.inductor_cache import use_class_cache  # noqa: E402 -- after the wait policy, set before torch loads
 
 use_class_cache()
