@@ -47,8 +47,8 @@ def cpu_rollout_warning(compile_rollout: bool, device: torch.device) -> str | No
     if not compile_rollout or device.type != "cpu":
         return None
     return (
-        "warning: train.compile_rollout=true on the CPU: minutes of compiling, then a collection several times "
-        "slower than the eager one where measured (docs/training.md); it pays on CUDA"
+        "warning: train.compile_rollout=true on the CPU: minutes of compiling, and on the default preset a collection "
+        "several times slower than the eager one where measured (docs/training.md); it pays on CUDA"
     )
 
 
