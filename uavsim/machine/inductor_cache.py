@@ -11,7 +11,6 @@ named after the caps, unless `TORCHINDUCTOR_CACHE_DIR` says where.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import tempfile
@@ -23,7 +22,8 @@ CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def class_cache_dir(environ: MutableMapping[str, str]) -> Path | None:
-    """The cache directory of the caps set in `environ`, or None where none is set (torch's default
+    """The cache directory of the caps set in `environ`: inductor's default one with the caps after its
+    name (`/tmp/torchinductor_USER_aten-avx2_onednn-avx2`), or None where no cap is set (the default
     cache, the uncapped class's)."""
     caps = []
     for name in CAP_VARIABLES:
@@ -32,12 +32,8 @@ def class_cache_dir(environ: MutableMapping[str, str]) -> Path | None:
             caps.append(f"{name.split('_')[0].lower()}-{value}")
     if not caps:
         return None
-    try:
-        user = getpass.getuser()
-    except (KeyError, ModuleNotFoundError, OSError):  # no user name in some containers
-        user = "user"
-    user = re.sub(r"[^A-Za-z0-9_.-]+", "_", user)
-    return Path(tempfile.gettempdir()) / f"torchinductor_{user}_{'_'.join(caps)}"
+    default = inductor_default() or Path(tempfile.gettempdir()) / "torchinductor"
+    return default.with_name(f"{default.name}_{'_'.join(caps)}")
 
 
 def use_class_cache(environ: MutableMapping[str, str] | None = None) -> Path | None:
