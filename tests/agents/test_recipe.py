@@ -95,6 +95,23 @@ def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
         assert runs_caps == {k: getattr(gpu.imitation, k) for k in caps}  # the runs had the recipe's caps
 
 
+def test_the_default_trains_as_its_committed_learning_check_did():
+    """configs/default.yaml's PPO, imitation, model and task are those of the runs that chose and reported it
+    (benchmarks/results/learning-update-epochs2-2026-12-03, seed 0 of each class): a change to the preset's
+    learning needs runs of its own (the epochs' 3 -> 2 had them; the fp32 shortcut of 2026-12-04 stays an override)."""
+    files = json.loads((RESULTS_DIR / "learning-update-epochs2-2026-12-03" / "runs.json").read_text())["files"]
+    preset = load_config(DEFAULT_CONFIG)
+    for run in ("s0", "avx2/s0"):
+        checked = files[f"{run}/config.yaml"]
+        resolved_per_machine = {"amp"}  # train.amp=auto, resolved to the class's bf16 or fp32 in the run
+        train = {k: v for k, v in asdict(preset.train).items() if k not in resolved_per_machine}
+        assert train == {k: v for k, v in checked["train"].items() if k not in resolved_per_machine}, run
+        assert asdict(preset.imitation) == checked["imitation"], run
+        assert asdict(preset.model) == checked["model"], run
+        env = {k: v for k, v in asdict(preset.env).items() if k != "num_envs"}  # auto: 64 on a CPU
+        assert env == {k: v for k, v in checked["env"].items() if k != "num_envs"}, run
+
+
 def fit_epochs(log: str) -> list[int]:
     """Each cloning fit's epochs from a run's log line ``... 12 cloning epochs (6 + 3 + 3), ...``."""
     (fits,) = re.findall(r"cloning epochs \(([\d + ]+)\)", log)
