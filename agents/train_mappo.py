@@ -126,6 +126,7 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
             notes = [
                 contention_warning(torch.get_num_threads()) if device.type == "cpu" else None,
                 cpu_rollout_warning(cfg.train.compile_rollout, device),
+                machine_defaults.fp32_update_note(cfg, device),
             ]
             for warning in filter(None, notes):
                 print(warning, file=sys.stderr)

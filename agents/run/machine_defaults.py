@@ -75,6 +75,20 @@ def choose_cpu_amp(cpu_class: str, probe: Callable[[], float]) -> tuple[Amp, str
     return Amp.off, f"bf16 matmuls take {ratio:.1f}x the fp32 time on this {cpu_class} CPU (no native bf16)"
 
 
+def fp32_update_note(cfg: Config, device: torch.device) -> str | None:
+    """A line for the banner where a resolved `cfg` trains in fp32 on the CPU with more than one PPO epoch
+    (None elsewhere): there the update is compute-bound, and one epoch of 8 minibatches took a fifth off the
+    default preset's PPO, level on the test maps but 0.4 steps behind on the validation maps, so it is an
+    override, not the default (benchmarks/results/learning-update-epochs1-2026-12-04, docs/training.md)."""
+    if device.type != "cpu" or cfg.train.amp != Amp.off or cfg.train.update_epochs < 2:
+        return None
+    return (
+        "note: fp32 on this CPU, where PPO's update is compute-bound: train.update_epochs=1 train.num_minibatches=8 "
+        "took a fifth off the default preset's PPO, level on the test maps, 0.4 steps behind on the validation maps "
+        "(docs/training.md)"
+    )
+
+
 def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, repeats: int = 5) -> float:
     """bf16 / fp32 time of a forward and a weight-gradient product of the update's kind, on one
     thread (what a core's arithmetic does, free of thread wake-ups: docs/performance.md, "Design

@@ -205,3 +205,15 @@ def test_an_explicit_geometry_is_checked_once_num_envs_is_known(keep_threads):
     cfg = auto_config("train.num_steps=3", "train.num_minibatches=5")  # 3 x 64 = 192 is not a multiple of 5
     with pytest.raises(ValueError, match="train.num_minibatches"):
         md.resolve(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=Amp.off)), CPU, ranks_here=1)
+
+
+def test_an_fp32_cpu_run_is_told_of_the_one_epoch_override():
+    fp32 = tiny_config("train.amp=off", "train.update_epochs=2")
+    note = md.fp32_update_note(fp32, CPU)
+    assert note is not None and "docs/training.md" in note
+    overrides = [word for word in note.split() if word.startswith("train.")]
+    assert overrides == ["train.update_epochs=1", "train.num_minibatches=8"]
+    one = tiny_config("train.amp=off", *overrides)  # the override it names is a valid one, and ends the note
+    assert md.fp32_update_note(one, CPU) is None
+    assert md.fp32_update_note(tiny_config("train.amp=bf16", "train.update_epochs=2"), CPU) is None
+    assert md.fp32_update_note(fp32, CUDA) is None
