@@ -196,8 +196,9 @@ class UAVSwarmEnv(EnvState):
         cell: torch.Tensor | None = None,
         window: tuple[torch.Tensor, torch.Tensor] | None = None,
         read: torch.Tensor | None = None,
+        views: dict[str, torch.Tensor] | None = None,
     ):
-        return observe(self._lay, buf, self.obs_dtype, b_index, cell, window, read)
+        return observe(self._lay, buf, self.obs_dtype, b_index, cell, window, read, views)
 
     def _restart(self, mask: torch.Tensor, buf: torch.Tensor, v: dict[str, torch.Tensor]) -> None:
         """Start the next episode where ``mask`` ([B] bool) in the state ``buf`` (views ``v``), in place."""
@@ -350,7 +351,7 @@ class UAVSwarmEnv(EnvState):
             team = lay.team_reward[v["reward_row"], newly]
         else:
             team = torch.div(newly, v["free"]).mul_(self._c_cov).sub_(self._c_time)  # float32, as the rules divide
-        obs, own_cell, clock = self._observe(buf, self._b_index, moved_to, window, read)  # (t / max_steps, coverage)
+        obs, own_cell, clock = self._observe(buf, self._b_index, moved_to, window, read, v)  # (t / max_steps, coverage)
         coverage = clock[:, 1]
         into(near, torch.ge, own_cell, lay.covered_bit + 2)  # another UAV on a UAV's (covered) cell
         # team - collision_penalty * collided - near_miss_penalty * near, rounded as the rules: each product is

@@ -95,11 +95,12 @@ class BitMemory:
         self.truth_blank = torch.as_tensor(np.stack([np.full_like(border, full), border, zero]), device=device)
         self.column_bits = torch.as_tensor(1 << (np.arange(w, dtype=np.int64) + p), device=device)  # [W]
         self.plane_codes = torch.tensor([BLOCKED_CODE | SEEN_CODE, COVERED_CODE | SEEN_CODE], device=device)
-        # `sense` reads each UAV's memory rows and its env's truth's in one index op: (UAV, truth) among the
-        # N + 1 row sets of the record's memory and the truth after it, and the three planes
-        n = cfg.num_uavs
-        self.sensed = torch.stack([torch.arange(n), torch.full((n,), n)], 1)[:, :, None, None].to(device)
-        self.planes = torch.arange(3, device=device)[:, None]
+        # `sense` reads each UAV's memory rows and its env's truth's in one index op, over the (N + 1) x 3
+        # planes of the record's memory and the truth after it: [N, 2, 3, 1], the planes of (UAV, truth).
+        # One index tensor for both: advanced indexing on a CPU costs by the index tensors (3 not 4: 0.7x).
+        n, plane = cfg.num_uavs, torch.arange(3)[:, None]
+        sensed = torch.stack([torch.arange(n), torch.full((n,), n)], 1)[:, :, None, None]
+        self.sensed_planes = (3 * sensed + plane).to(device)
         self.env_index: torch.Tensor | None = None  # [M, 1, 1, 1, 1] arange for the largest batch M so far
 
         col_block, row_block, pool = column_blocks(cfg), np.arange(h) * cfg.state_pool // h, cfg.state_pool
@@ -182,10 +183,11 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor, read:
     rows, mask, shift, col = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
     mask, shift = mask[..., None], shift[..., None]
     index = rows[:, :, None].expand(m, n, 3, win)  # the window's rows (off the map: the spare row)
-    # [M, N + 1, 3, H + 1]: the memories, then the truth (`Layout` puts it right after them)
-    memory_and_truth = memory.as_strided((m, n + 1, *memory.shape[2:]), memory.stride())
+    # [M, (N + 1) * 3, H + 1]: the memories' planes, then the truth's (`Layout` puts it right after them)
+    stride = memory.stride()
+    memory_and_truth = memory.as_strided((m, (n + 1) * 3, memory.shape[3]), (stride[0], stride[2], stride[3]))
     # [M, N, 2, 3, win]: each UAV's memory rows (seen, known blocked, known covered), then its env's truth's
-    rows_read = memory_and_truth[env_index(bits, m, cell.device), bits.sensed, bits.planes, rows[:, :, None, None]]
+    rows_read = memory_and_truth[env_index(bits, m, cell.device), bits.sensed_planes, rows[:, :, None, None]]
     old, now = rows_read[:, :, 0], rows_read[:, :, 1]
     new = old | (now & mask)  # the window's cells: seen, and their truth
     memory.scatter_(3, index, new)
