@@ -1,0 +1,58 @@
+"""`benchmarks.env_ab`: a commit's uavsim beside the working tree's, in one process."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks import env_ab
+from benchmarks.step_cost import preset_env_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git_checkout() -> bool:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode == 0
+    except FileNotFoundError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _git_checkout(), reason="needs a git checkout with git on PATH")
+
+
+def test_the_committed_env_steps_as_the_working_tree_with_a_time_for_each(tmp_path):
+    out = tmp_path / "ab.json"
+    (point,) = env_ab.main(["HEAD", "--envs", "4", "--threads", "1", "--steps", "20", "--out", str(out)])
+    assert point["before_ms"] > 0 and point["after_ms"] > 0 and point["steps"] == 20
+    uavsim_edited = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "uavsim"], cwd=ROOT).returncode != 0
+    assert point["equal_every_step"] or uavsim_edited  # a clean checkout (CI's): HEAD's uavsim is the working tree's
+    saved = json.loads(out.read_text())
+    assert saved["points"] == [point] and saved["base"] == "HEAD" and "cpu" in saved["machine"]
+    assert saved["config"] == "configs/default.yaml" and saved["after"]
+
+
+def test_a_step_that_differs_is_reported(tmp_path, monkeypatch):
+    base = env_ab.base_package("HEAD", tmp_path)
+    assert base.__name__ == env_ab.BASE_PACKAGE and base.UAVSwarmEnv.__module__.startswith(env_ab.BASE_PACKAGE)
+    step = base.UAVSwarmEnv.step
+
+    def shifted(self, actions):
+        obs, reward, terminated, truncated, info = step(self, actions)
+        return obs, reward + 1, terminated, truncated, info
+
+    monkeypatch.setattr(base.UAVSwarmEnv, "step", shifted)
+    point = env_ab.compare(base, preset_env_config(), num_envs=4, threads=1, steps=3, warmup=1)
+    assert not point["equal_every_step"]
+
+
+def test_an_unknown_revision_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="no-such-revision"):
+        env_ab.base_package("no-such-revision", tmp_path)
+
+
+def test_bad_counts_are_rejected(capsys):
+    with pytest.raises(SystemExit):
+        env_ab.main(["HEAD", "--envs", "0"])
+    assert "--envs must be positive" in capsys.readouterr().err
