@@ -67,12 +67,18 @@ def graph_breaks(fn: Callable, *args) -> dict[str, Any]:
 def staggered_env(cfg: EnvConfig, num_envs: int, episode_length: int, **kwargs) -> UAVSwarmEnv:
     """An env whose environment ``b`` is at step ``max_steps - L + b % L`` of its first episode,
     ``L = min(episode_length, max_steps)``: from here about ``B / L`` environments end per step."""
-    env = UAVSwarmEnv(cfg, num_envs=num_envs, seed=0, check_action_range=False, **kwargs)
+    return stagger(UAVSwarmEnv(cfg, num_envs=num_envs, seed=0, check_action_range=False, **kwargs), episode_length)
+
+
+def stagger(env: Any, episode_length: int) -> Any:
+    """`staggered_env`'s phases given to a fresh ``env`` (reset here): any `UAVSwarmEnv`, also another
+    commit's (`benchmarks.env_ab`)."""
     env.reset()
-    length = min(episode_length, cfg.max_steps)
+    max_steps = env.config.max_steps
+    length = min(episode_length, max_steps)
     saved = env.state_dict()
     t = saved["state"]["t"]
-    saved["state"]["t"] = (cfg.max_steps - length + torch.arange(num_envs, device=t.device) % length).to(t.dtype)
+    saved["state"]["t"] = (max_steps - length + torch.arange(env.num_envs, device=t.device) % length).to(t.dtype)
     env.load_state_dict(saved)
     return env
 

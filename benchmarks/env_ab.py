@@ -9,7 +9,7 @@ process, alternately, the order swapped every step, so drift falls on both alike
 ``uavsim/`` is read with ``git archive`` into a temporary folder as package ``uavsim_base`` (its
 imports renamed), beside the working tree's ``uavsim``. Both envs get the same task (``--config``'s
 env section, the default preset's by default), the same staggered episode phases
-(`benchmarks.cost_common.staggered_env`'s) and the same actions; each step's observations, final
+(`benchmarks.cost_common.stagger`) and the same actions; each step's observations, final
 observations, rewards and ends are compared, and the result says whether they were equal
 throughout (a change meant to keep the rules' values must keep them). Prints one line per point and,
 with ``--out``, writes them as JSON with the machine's description."""
@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import machine_info
+from benchmarks.cost_common import stagger
 from benchmarks.step_cost import PRESET, preset_env_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,18 +72,6 @@ def working_tree() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def staggered(package: ModuleType, cfg: Any, num_envs: int, episode_length: int) -> Any:
-    """`benchmarks.cost_common.staggered_env` for either package's env."""
-    env = package.UAVSwarmEnv(cfg, num_envs=num_envs, seed=0, check_action_range=False)
-    env.reset()
-    length = min(episode_length, cfg.max_steps)
-    saved = env.state_dict()
-    t = saved["state"]["t"]
-    saved["state"]["t"] = (cfg.max_steps - length + torch.arange(num_envs) % length).to(t.dtype)
-    env.load_state_dict(saved)
-    return env
-
-
 def same_step(a: tuple, b: tuple) -> bool:
     """Whether two `env.step` results hold the same observations, final observations, rewards and ends."""
     obs_a, reward_a, term_a, trunc_a, info_a = a
@@ -100,8 +89,8 @@ def compare(base: ModuleType, cfg: Any, num_envs: int, threads: int, steps: int,
     except TypeError as e:
         raise ValueError(f"the base commit's EnvConfig does not take this task's fields: {e}") from e
     envs = {
-        "before": staggered(base, base_cfg, num_envs, 100),
-        "after": staggered(importlib.import_module("uavsim"), cfg, num_envs, 100),
+        name: stagger(package.UAVSwarmEnv(c, num_envs=num_envs, seed=0, check_action_range=False), 100)
+        for name, package, c in (("before", base, base_cfg), ("after", importlib.import_module("uavsim"), cfg))
     }
     gen = torch.Generator().manual_seed(0)
     seconds = {"before": 0.0, "after": 0.0}
