@@ -11,8 +11,10 @@ imports renamed), beside the working tree's ``uavsim``. Both envs get the same t
 env section, the default preset's by default), the same staggered episode phases
 (`benchmarks.cost_common.stagger`) and the same actions; each step's observations, final
 observations, rewards and ends are compared, and the result says whether they were equal
-throughout (a change meant to keep the rules' values must keep them). Prints one line per point and,
-with ``--out``, writes them as JSON with the machine's description."""
+throughout (a change meant to keep the rules' values must keep them), and then counts a whole period of
+each env's rebuilds of prepared starts (kernels and bytes, `benchmarks.op_count`'s model: what the two
+launch on a GPU). Prints one line per point and, with ``--out``, writes them as JSON with the
+machine's description."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import machine_info
-from benchmarks.cost_common import stagger
+from benchmarks.cost_common import count_calls, stagger
 from benchmarks.step_cost import PRESET, preset_env_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +107,12 @@ def compare(base: ModuleType, cfg: Any, num_envs: int, threads: int, steps: int,
                 seconds[name] += time.perf_counter() - start
         equal = equal and same_step(out["before"], out["after"])
     before, after = (seconds[k] / steps * 1e3 for k in ("before", "after"))
+    counts = {}
+    for name, env in envs.items():  # then a whole period of rebuilds of each, counted (`benchmarks.step_cost`'s model)
+        period = max(1, env.prepare_period)
+        actions = [torch.randint(0, cfg.num_actions, (num_envs, cfg.num_uavs), generator=gen) for _ in range(period)]
+        per_call = count_calls(lambda i: env.step(actions[i]), period, num_envs)  # noqa: B023 -- called here
+        counts[name] = {"kernels": per_call["kernels_per_call"], "bytes_per_env_step": per_call["bytes_per_env_step"]}
     return {
         "envs": num_envs,
         "threads": threads,
@@ -113,6 +121,7 @@ def compare(base: ModuleType, cfg: Any, num_envs: int, threads: int, steps: int,
         "after_ms": round(after, 4),
         "ratio": round(after / before, 4),
         "equal_every_step": equal,
+        "counts": counts,
     }
 
 
@@ -139,9 +148,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 point = compare(base, cfg, num_envs, threads, args.steps)
                 points.append(point)
                 agreed = "equal" if point["equal_every_step"] else "NOT equal"
+                kernels = " -> ".join(f"{point['counts'][k]['kernels']:.1f}" for k in ("before", "after"))
                 print(
                     f"{num_envs} envs, {threads} threads: {point['before_ms']:.3f} -> {point['after_ms']:.3f} ms "
-                    f"a step ({point['ratio']:.3f}x), {agreed} every step"
+                    f"a step ({point['ratio']:.3f}x), {agreed} every step; kernels a step {kernels}"
                 )
     if args.out:
         config = args.config.resolve()

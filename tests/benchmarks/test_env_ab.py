@@ -28,6 +28,8 @@ def test_the_committed_env_steps_as_the_working_tree_with_a_time_for_each(tmp_pa
     assert point["before_ms"] > 0 and point["after_ms"] > 0 and point["steps"] == 20
     uavsim_edited = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "uavsim"], cwd=ROOT).returncode != 0
     assert point["equal_every_step"] or uavsim_edited  # a clean checkout (CI's): HEAD's uavsim is the working tree's
+    assert point["counts"]["before"] == point["counts"]["after"] or uavsim_edited
+    assert point["counts"]["after"]["kernels"] > 50 and point["counts"]["after"]["bytes_per_env_step"] > 0
     saved = json.loads(out.read_text())
     assert saved["points"] == [point] and saved["base"] == "HEAD" and "cpu" in saved["machine"]
     assert saved["config"] == "configs/default.yaml" and saved["after"]
