@@ -81,7 +81,7 @@ class DiamondSearch(nn.Module):
         S_rounds``, then a last set holding every cell (a cell in no ``S_k`` is read there: ``rounds + 1``,
         far), each row with an empty one above and below (the rounds read shifted slices); ``index [F, N,
         2w - 1]`` int32, the table's index; ``rounds``: each round's views (the rows above and below, the set
-        it writes), made once: their Python was a fifth of an eager search at 64 environments. The empty rows
+        it writes), made once (their Python was a fifth of an eager CPU search at 64 environments). The empty rows
         and the last set are written once per shape: eager calls reuse the tensors (an env asks for one or
         two shapes); compiled, fresh ones (no state kept across graphs)."""
         key = (f, n, device)
@@ -130,8 +130,8 @@ class DiamondSearch(nn.Module):
             into(index, torch.bitwise_or, above, below)
             into(grown_set, torch.bitwise_and, self.table.index_select(0, flat).view(f, n, self.rows), open_)
         band = reach[1:, ..., 2 * self.centre : 2 * self.centre + 3].permute(0, 3, 1, 2)  # rows 2c - 1 .. 2c + 1
-        # The read cells' bits, UAVs innermost ([rounds + 2, 2, 3, F, N]): on a CPU 3x faster than with the
-        # slots innermost, where each inner loop ran over 3 elements (the same op, bytes and values).
+        # The read cells' bits, UAVs innermost ([rounds + 2, 2, 3, F, N]): with the 3 slots innermost a CPU's
+        # inner loop ran over 3 elements (docs/performance.md, "Design choices, measured"; the same op and bytes).
         cells = torch.empty(band.shape[0], 2, 3, f, n, dtype=band.dtype, device=band.device)
         into(cells, torch.bitwise_and, band[:, None], self.band_bits[:, :, None, None])
         # the first set holding each cell (max's first maximum; the last set holds every cell)

@@ -97,7 +97,8 @@ class BitMemory:
         self.plane_codes = torch.tensor([BLOCKED_CODE | SEEN_CODE, COVERED_CODE | SEEN_CODE], device=device)
         # `sense` reads each UAV's memory rows and its env's truth's in one index op, over the (N + 1) x 3
         # planes of the record's memory and the truth after it: [N, 2, 3, 1], the planes of (UAV, truth).
-        # One index tensor for both: advanced indexing on a CPU costs by the index tensors (3 not 4: 0.7x).
+        # One index tensor for both: advanced indexing on a CPU costs by its index tensors (docs/performance.md,
+        # "Design choices, measured"); two gathers would be faster there but launch a kernel more.
         n, plane = cfg.num_uavs, torch.arange(3)[:, None]
         sensed = torch.stack([torch.arange(n), torch.full((n,), n)], 1)[:, :, None, None]
         self.sensed_planes = (3 * sensed + plane).to(device)
@@ -114,7 +115,7 @@ class BitMemory:
                     counts[c, :, col_block[c - r + j] - first[c]] += (bits >> j) & 1
         self.counts = torch.as_tensor(counts, dtype=count_dtype, device=device)  # read by [column, row bits]
         # `sense` reads a lookup's K counts as one integer word where they fill one: the index op then copies
-        # one element a lookup, not K (2.2-2.8x faster on a CPU; the same op and bytes)
+        # one element a lookup, not K (faster on a CPU, the same op and bytes: docs/performance.md)
         word = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(k * self.counts.element_size())
         self.count_words = self.counts if word is None else self.counts.view(word)
 
