@@ -77,3 +77,23 @@ def device_key(device: str | int | torch.device, *, what: str = "device") -> str
     if dev.type == "cpu":
         return "cpu"
     return f"cuda:{0 if dev.index is None else dev.index}"
+
+
+def check_visible_gpu(device: str | int | torch.device, who: str) -> torch.device:
+    """``device`` parsed (`as_device`), and if a GPU one this process can see; else a ValueError that
+    says ``who`` asks for it, rather than torch's own error later (on a CPU-only build of torch, the
+    default of a plain ``pip install torch`` on Windows, an AssertionError or an AttributeError about
+    ``torch._C``)."""
+    dev = as_device(device, what=f"{who}'s device")
+    if dev.type == "cpu":
+        return dev
+    key = device_key(dev)
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"{who} asks for {key}, but CUDA is not available here (torch.cuda.is_available() is False: a "
+            "CPU-only build of torch, or no GPU visible)"
+        )
+    count = torch.cuda.device_count()
+    if int(key.split(":")[1]) >= count:
+        raise ValueError(f"{who} asks for {key}, but only {count} CUDA device(s) are visible")
+    return dev

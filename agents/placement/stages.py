@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .checks import as_device, check_int, device_key
+from .checks import as_device, check_int, check_visible_gpu, device_key
 from .tensors import to_device
 
 _POLL_S = 0.1  # how often a blocked thread checks whether the pipeline is stopping
@@ -43,22 +43,8 @@ class Stage:
         if not callable(self.fn):
             raise TypeError(f"Stage fn must be callable, got {type(self.fn).__name__}")
         as_device(self.device, what="Stage device")
-
-
-def _check_gpu_exists(device: str | torch.device, name: str) -> None:
-    """A stage on a GPU this process cannot see is bad input: say so now, as WorkerPool does,
-    rather than let torch.cuda.set_device fail in the stage's thread with torch's own error (on a
-    CPU-only build, an AttributeError about torch._C)."""
-    key = device_key(device)
-    if key == "cpu":
-        return
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"stage {name!r} asks for {key}, but CUDA is not available here (torch.cuda.is_available() is False)"
-        )
-    count = torch.cuda.device_count()
-    if int(key.split(":")[1]) >= count:
-        raise ValueError(f"stage {name!r} asks for {key}, but only {count} CUDA device(s) are visible")
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"Stage name must be a str or None, got {type(self.name).__name__}")
 
 
 class StageError(RuntimeError):
@@ -78,13 +64,13 @@ class StagePipeline:
     """
 
     def __init__(self, stages: Sequence[Stage | Callable[[Any], Any]], *, queue_size: int = 2):
-        if isinstance(stages, Stage) or callable(stages) or not isinstance(stages, Sequence) or not stages:
+        if isinstance(stages, (Stage, str)) or callable(stages) or not isinstance(stages, Sequence) or not stages:
             raise ValueError("stages must be a non-empty list of Stage objects or callables")
         self.queue_size = check_int(queue_size, "queue_size", 1)
         self.stages = [s if isinstance(s, Stage) else Stage(s) for s in stages]
         self.names = [s.name or f"stage{k}:{getattr(s.fn, '__name__', 'fn')}" for k, s in enumerate(self.stages)]
         for stage, name in zip(self.stages, self.names):
-            _check_gpu_exists(stage.device, name)
+            check_visible_gpu(stage.device, f"stage {name!r}")
 
     def run(self, items: Iterable[Any], *, progress: bool = False) -> list[Any]:
         """All outputs of the last stage, in input order (raises :class:`StageError` on failure)."""

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .checks import as_device, check_int, is_real
+from .checks import check_int, check_visible_gpu, is_real
 from .inventory import memory_in_use
 from .oom import free_memory, is_oom_error
 from .tensors import batch_len, split_batch, to_device
@@ -192,7 +192,7 @@ def stream_train(
         precision: ``"bf16"`` or ``"fp16"`` runs ``loss_fn`` under ``torch.autocast``; fp16 also
             scales the loss with a ``GradScaler`` (steps with inf/NaN gradients are skipped).
         max_grad_norm: clip the gradients' total norm before each step.
-        scheduler: ``scheduler.step()`` after each optimizer step.
+        scheduler: ``scheduler.step()`` after each optimizer step taken (not after one fp16's scaler skipped).
         max_steps: stop after this many optimizer steps.
         split_on_oom: retry a batch that runs out of memory as halves (down to
             ``min_micro_batch`` rows), still one step; later batches are cut to the size that worked.
@@ -203,7 +203,7 @@ def stream_train(
     Returns:
         A :class:`StreamStats`.
     """
-    dev = as_device(device)
+    dev = check_visible_gpu(device, "stream_train")
     max_grad_norm = _check_args(loss_fn, optimizer, scheduler, max_grad_norm)
     dtype = _check_precision(precision)
     accumulate = check_int(accumulate, "accumulate", 1)
@@ -246,8 +246,8 @@ def stream_train(
 
 def _step(grads: _Grads, stats: StreamStats, max_grad_norm, scheduler, rescale: float, bar) -> None:
     if not grads.step(max_grad_norm, rescale):
-        stats.skipped_steps += 1
-    if scheduler is not None:
+        stats.skipped_steps += 1  # fp16's scaler skipped it: the schedule waits too, as accelerate's does
+    elif scheduler is not None:
         scheduler.step()
     stats.steps += 1
     bar.update(1)

@@ -1,7 +1,8 @@
 """Moving and splitting nested batches (tensors inside dicts, lists and tuples).
 
-A *batch* is a tensor, or a dict / list / tuple (named tuples included) whose leaves are tensors or
-plain Python values; the tensors of one batch share their leading (batch) dimension. A list is
+A *batch* is a tensor, or a dict / list / tuple (named tuples included) / dataclass (a diffusers
+pipeline's output, which is both) whose leaves are tensors or plain Python values; each comes back
+as its own type; the tensors of one batch share their leading (batch) dimension. A list is
 read as fields, each holding the whole batch: a list of per-sample tensors must be stacked first
 (a list of same-shape images would otherwise be split along its channels, which nothing here can
 tell apart from a list of fields such as ``[input_ids, attention_mask]``).
@@ -9,7 +10,9 @@ tell apart from a list of fields such as ``[input_ids, attention_mask]``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import dataclasses
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -27,14 +30,34 @@ def _map_tensors(obj: Any, fn) -> Any:
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, Mapping):
-        mapped = {k: _map_tensors(v, fn) for k, v in obj.items()}
-        try:
-            return type(obj)(mapped)
-        except TypeError:  # mapping types whose constructor takes something else
-            return mapped
+        return _rebuild_mapping(obj, {k: _map_tensors(v, fn) for k, v in obj.items()})
     if isinstance(obj, (list, tuple)):
         return _rebuild(obj, [_map_tensors(v, fn) for v in obj])
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a plain dataclass instance: its fields
+        fields = [f.name for f in dataclasses.fields(obj) if f.init]
+        return dataclasses.replace(obj, **{name: _map_tensors(getattr(obj, name), fn) for name in fields})
     return obj
+
+
+def _rebuild_mapping(obj: Mapping, mapped: dict) -> Any:
+    """``obj``'s type again, holding ``mapped``: a dict subclass from the dict (transformers'
+    ``ModelOutput``); a dataclass that is also a mapping (diffusers' ``BaseOutput``: its constructor
+    takes the fields) through ``dataclasses.replace``; other mutable mappings (``defaultdict``) as a
+    copy with the items set. A plain dict only for a read-only mapping type that takes none of these."""
+    try:
+        return type(obj)(mapped)
+    except TypeError:
+        pass
+    if dataclasses.is_dataclass(obj):
+        names = {f.name for f in dataclasses.fields(obj) if f.init}
+        if set(mapped) <= names:
+            return dataclasses.replace(obj, **mapped)
+    if isinstance(obj, MutableMapping):
+        out = copy.copy(obj)  # keeps the type and its state (a defaultdict's factory)
+        for k, v in mapped.items():
+            out[k] = v
+        return out
+    return mapped
 
 
 def to_device(obj: Any, device: str | torch.device, *, non_blocking: bool = False) -> Any:
@@ -109,3 +132,6 @@ def _refuse_sample_lists(obj: Any, n: int, path: str = "batch") -> None:
             )
         for i, v in enumerate(obj):
             _refuse_sample_lists(v, n, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _refuse_sample_lists(getattr(obj, f.name), n, f"{path}.{f.name}")

@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from .checks import as_device, device_key, is_int, is_real
+from .checks import as_device, check_visible_gpu, device_key, is_int, is_real
 
 _VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
@@ -130,6 +130,8 @@ def init_distributed(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     timeout_s = float(timeout_s)  # timedelta refuses NumPy floats
     env = read_dist_env() if env is None else env
+    if device is not None:  # a GPU this process cannot see is named here, not by torch.cuda.set_device's own error
+        check_visible_gpu(device, "init_distributed")
     dev = pick_device(env) if device is None else torch.device(device_key(device))  # "cuda" is cuda:0
     if dev.type == "cuda":
         torch.cuda.set_device(dev)

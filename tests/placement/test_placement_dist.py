@@ -131,6 +131,8 @@ def test_two_process_torchrun_job_joins_a_gloo_group(tmp_path):
 def test_a_bare_cuda_device_is_cuda_0(monkeypatch):
     selected = []
     monkeypatch.setattr(torch.cuda, "set_device", selected.append)  # no GPU here: record what would be set
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as a one-GPU machine answers
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     env, dev = init_distributed(DistEnv(), "cuda")
     assert dev == torch.device("cuda", 0) and selected == [torch.device("cuda", 0)]
 

@@ -166,6 +166,10 @@ def test_pool_keeps_its_workers_across_maps_and_refuses_after_close():
         first = {pid for _, pid, _, _ in describe_until_every_worker_answered(pool)}
         second = {pid for _, pid, _, _ in pool.map(range(6), progress=False)}
         assert second <= first and len(first) == 2
+        for run in (pool.map, pool.imap, pool.imap_unordered):  # not "'NoneType' object is not iterable"
+            with pytest.raises(TypeError, match="items must be an iterable of inputs .* got NoneType"):
+                run(None)
+        assert len(pool.map(range(2), progress=False)) == 2  # still usable
     with pytest.raises(RuntimeError, match="closed"):
         pool.map([1])
 
@@ -221,6 +225,15 @@ def test_empty_items_still_check_the_worker_and_devices():
         dp_map(h.make_identity, [], [])
     with pytest.raises(ValueError, match="prefetch"):
         dp_map(h.make_identity, [], CPU2, prefetch=0)
+    # the interpreter and the backend too (they were checked only by the pool an empty map never starts)
+    with pytest.raises(ValueError, match="python='/no/such/python' does not exist"):
+        dp_map(h.make_identity, [], CPU2, python="/no/such/python")
+    with pytest.raises(TypeError, match="python must be a path"):
+        dp_map(h.make_identity, [], CPU2, python=5)
+    with pytest.raises(ValueError, match="backend must be 'local' or 'ray', got 'rya'"):
+        dp_map(h.make_identity, [], CPU2, backend="rya")
+    with pytest.raises(TypeError, match="items must be an iterable of inputs .* got NoneType"):
+        dp_map(h.make_identity, None, CPU2)
 
 
 @pytest.fixture

@@ -274,6 +274,39 @@ def test_to_cpu_ships_only_a_views_own_elements():
     assert to_cpu(whole).requires_grad is False
 
 
+def test_containers_come_back_as_their_own_type():
+    # a diffusers pipeline's output is a dataclass and an OrderedDict whose constructor takes its fields: it
+    # came back from a worker as a plain dict (`result.images` then failed); a defaultdict lost its factory
+    import collections
+    import dataclasses
+
+    from agents.placement import to_cpu
+
+    diffusers = pytest.importorskip("diffusers")
+    out = diffusers.pipelines.stable_diffusion.StableDiffusionPipelineOutput(
+        images=[torch.ones(3, 2, 2)], nsfw_content_detected=None
+    )
+    moved = to_cpu(out)
+    assert type(moved) is type(out) and torch.equal(moved.images[0], out.images[0])
+    assert moved.nsfw_content_detected is None and list(moved.keys()) == ["images"]
+
+    counts = collections.defaultdict(int, {"x": torch.zeros(2)})
+    moved = to_device(counts, "cpu")
+    assert type(moved) is collections.defaultdict and moved.default_factory is int and moved["x"] is counts["x"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Edited:
+        pixels: torch.Tensor
+        prompt: str
+        captions: list
+
+    pieces = split_batch(Edited(torch.arange(4.0), "a cat", ["one", "two"]), 2)
+    assert [type(p) for p in pieces] == [Edited, Edited] and pieces[1].pixels.tolist() == [2.0, 3.0]
+    assert pieces[0].prompt == "a cat"
+    with pytest.raises(ValueError, match=r"batch\.captions is a list of 4 values"):
+        split_batch(Edited(torch.arange(4.0), "a cat", ["a", "b", "c", "d"]), 2)
+
+
 def test_per_sample_lists_are_refused_rather_than_misaligned_on_back_off():
     batch = {"pixels": torch.arange(4.0).view(4, 1), "captions": ["c0", "c1", "c2", "c3"]}
 

@@ -150,6 +150,34 @@ def test_a_stage_on_a_gpu_this_process_cannot_see_is_refused_before_any_thread_s
     assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
 
 
+def test_stream_train_and_init_distributed_refuse_a_gpu_this_process_cannot_see(monkeypatch):
+    # they reached torch's own errors: "Torch not compiled with CUDA enabled" (AssertionError) from
+    # stream_train's first batch, "module 'torch._C' has no attribute '_cuda_setDevice'" from init_distributed
+    from torch import nn
+
+    from agents.placement import DistEnv, init_distributed, stream_train
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    net = nn.Linear(2, 1)
+    with pytest.raises(ValueError, match=r"stream_train asks for cuda:0, but CUDA is not available"):
+        stream_train(
+            lambda b: net(b).mean(), [torch.ones(2, 2)], torch.optim.SGD(net.parameters(), lr=0.1), device="cuda"
+        )
+    with pytest.raises(ValueError, match=r"init_distributed asks for cuda:0, but CUDA is not available"):
+        init_distributed(DistEnv(), "cuda:0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"init_distributed asks for cuda:2, but only 2 CUDA device\(s\) are visible"):
+        init_distributed(DistEnv(), 2)
+
+
+def test_stage_names_and_a_string_for_the_stages_are_refused():
+    with pytest.raises(TypeError, match="Stage name must be a str or None, got int"):
+        Stage(lambda x: x, name=5)
+    with pytest.raises(ValueError, match="stages must be a non-empty list"):
+        StagePipeline("generate")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only case of the fuzzing report")
 def test_a_cuda_stage_on_a_cpu_only_machine_says_cuda_is_not_available():
     with pytest.raises(ValueError, match="CUDA is not available"):

@@ -136,12 +136,13 @@ def test_fp16_scales_the_loss_and_skips_a_step_whose_gradients_overflow():
             loss = nn.functional.mse_loss(net(batch[0]).float(), batch[1])
             return loss * math.inf if len(calls) == 1 else loss  # the first step's gradients are inf
 
-        stats = stream_train(loss_fn, data(2, 4), opt, precision=precision)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+        stats = stream_train(loss_fn, data(2, 4), opt, precision=precision, scheduler=scheduler)
         finite = all(torch.isfinite(p).all() for p in net.parameters())
-        if precision == "fp16":  # the scaler skipped the inf step and took the second
-            assert stats.skipped_steps == 1 and stats.steps == 2 and finite
+        if precision == "fp16":  # the scaler skipped the inf step and took the second; the schedule waited
+            assert stats.skipped_steps == 1 and stats.steps == 2 and finite and scheduler.last_epoch == 1
         else:  # without it the inf gradients reach the parameters
-            assert stats.skipped_steps == 0 and not finite
+            assert stats.skipped_steps == 0 and not finite and scheduler.last_epoch == 2
 
 
 def test_max_grad_norm_clips_the_unscaled_gradient_and_the_scheduler_steps_per_optimizer_step():

@@ -19,10 +19,18 @@ from typing import Any, Literal
 import torch
 
 from ..journal import Journal, job_key_for, journaled_results
-from .arguments import Devices, MapArgs, check_devices, check_map_args, check_pool_args
+from .arguments import (
+    Devices,
+    MapArgs,
+    check_backend,
+    check_devices,
+    check_items,
+    check_map_args,
+    check_pool_args,
+)
 from .errors import DPMapError, ItemFailure, stream_failure
 from .local import LocalExecutor
-from .process import check_python
+from .process import check_python, python_path
 from .scheduler import Scheduler
 
 __all__ = ["WorkerPool", "RayWorkerPool", "dp_map", "check_devices"]
@@ -65,8 +73,7 @@ class WorkerPool:
     """
 
     def __new__(cls, *args: Any, backend: Literal["local", "ray"] = "local", **kwargs: Any):
-        if backend not in ("local", "ray"):
-            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        check_backend(backend)
         # WorkerPool(..., backend="ray") is all a user changes to get the Ray pool
         return super().__new__(RayWorkerPool if backend == "ray" else cls)
 
@@ -158,6 +165,7 @@ class WorkerPool:
         back to the queue unharmed), and is reported as :class:`WorkerDiedWarning`. If every
         worker fails in ``make_worker``, :class:`WorkerInitError` is raised.
         """
+        check_items(items)
         a = self._check(batch_size, retries, on_error, item_timeout, journal)
         with contextlib.closing(self._events(items, a, None, progress, desc)) as events:
             found = dict(events)
@@ -187,6 +195,7 @@ class WorkerPool:
         iteration; ``"collect"`` yields its :class:`ItemFailure`. Leaving the loop early keeps the
         pool usable: the tasks still in the workers are dropped as they finish.
         """
+        check_items(items)
         a = self._check(batch_size, retries, on_error, item_timeout, journal)
         window = max(64, 4 * len(self.executor.slots) * self.prefetch * (a.batch_size or 1))
         return self._ordered(items, a, window, progress, desc)
@@ -204,6 +213,7 @@ class WorkerPool:
         desc: str = "dp_map",
     ) -> Iterator[tuple[int, Any]]:
         """Like :meth:`imap`, but yields ``(index, result)`` as soon as each item finishes."""
+        check_items(items)
         a = self._check(batch_size, retries, on_error, item_timeout, journal)
         return self._unordered(items, a, progress, desc)
 
@@ -313,10 +323,13 @@ def dp_map(
     given = dict(locals())  # the arguments, passed on to the pool and its map below
     # every argument is checked even when there is nothing to map: a bad call fails the first
     # time it runs, not on the first non-empty batch
+    check_items(items)
     check_map_args(batch_size, retries, on_error, item_timeout, journal)
+    check_backend(backend)
     if backend == "local":  # the Ray pool checks its own (a head node may have no GPU of its own)
         args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, python)
         check_pool_args(*args, runtime_env, address, local=True)
+        python_path(python)  # the pool runs it (seconds: it imports torch); here only that it is a file
     items = list(items)
     if journal is not None:
         done = journaled_results(journal, job_key_for(make_worker), items)

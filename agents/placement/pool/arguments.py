@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import os
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,19 @@ class PoolArgs:
     restarts: int
     startup_timeout: float | None
     stagger: bool
+
+
+def check_items(items: Any) -> None:
+    """A TypeError naming ``items`` unless it is an iterable (rather than Python's bare "'NoneType' object is
+    not iterable" from deep inside a run)."""
+    if not isinstance(items, Iterable):
+        raise TypeError(f"items must be an iterable of inputs (a list, a generator), got {type(items).__name__}")
+
+
+def check_backend(backend: Any) -> None:
+    """A ValueError unless ``backend`` names one of the pool's two backends."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
 
 
 def check_pool_args(

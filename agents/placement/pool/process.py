@@ -145,12 +145,9 @@ class Hub:
         self.wake_conn.close()
 
 
-def check_python(python: Any) -> str | None:
-    """``python`` as a path string after checking that it runs and imports this package (or None).
-
-    Raises TypeError for a non-path and ValueError naming the path when it does not exist, cannot be
-    run, is not Python, or cannot import ``agents.placement`` (with its error's last line).
-    """
+def python_path(python: Any) -> Path | None:
+    """``python`` as a `Path` to an existing file (or None), without running it: `check_python`'s cheap
+    checks, which `dp_map` makes even when it has nothing to map. Raises TypeError / ValueError."""
     if python is None:
         return None
     if not isinstance(python, (str, os.PathLike)):
@@ -158,6 +155,18 @@ def check_python(python: Any) -> str | None:
     path = Path(python)
     if not path.is_file():
         raise ValueError(f"python={str(path)!r} does not exist or is not a file; give a Python interpreter's path")
+    return path
+
+
+def check_python(python: Any) -> str | None:
+    """``python`` as a path string after checking that it runs and imports this package (or None).
+
+    Raises TypeError for a non-path and ValueError naming the path when it does not exist, cannot be
+    run, is not Python, or cannot import ``agents.placement`` (with its error's last line).
+    """
+    path = python_path(python)
+    if path is None:
+        return None
     try:
         proc = subprocess.run(
             [str(path), "-c", _PROBE],
