@@ -1,7 +1,7 @@
 """Export the trained actor as a standalone file for a flight computer: one UAV's inputs -> logits.
 
-    python -m agents.export RUN_DIR_OR_CKPT --format onnx          # RUN_DIR/actor.onnx + actor.json
-    python -m agents.export RUN_DIR_OR_CKPT --format torchscript   # RUN_DIR/actor.pt + actor.json
+    python -m agents.export RUN_DIR_OR_CKPT --format onnx          # RUN_DIR/actor.onnx + actor.onnx.json
+    python -m agents.export RUN_DIR_OR_CKPT --format torchscript   # RUN_DIR/actor.pt + actor.pt.json
     python -m agents.export RUN --env path_radius=12   # the sidecar describes the task as played onboard
 
 The file maps a batch of rows, each one UAV's inputs as the actor consumes them, to that UAV's
@@ -14,7 +14,7 @@ action logits, fp32, with a dynamic batch dimension (feed 1 row onboard, many in
     hidden      [batch, H] float32   the GRU state, zeros at an episode's start (model.recurrent)
  -> logits      [batch, A] float32   (and next_hidden [batch, H] float32 for a recurrent actor)
 
-Inputs absent from a config are absent from the file. The sidecar JSON (`actor.json` beside the
+Inputs absent from a config are absent from the file. The sidecar JSON (`actor.onnx.json` beside the
 file) lists the inputs in order with their shapes and dtypes, the action names, the observation's
 layout, and the checkpoint and the SHA-256 of its config. Running it needs only onnxruntime (or
 torch for TorchScript) and NumPy: docs/export.md.
@@ -213,8 +213,9 @@ def sidecar(wrapped: OneUAVActor, env_cfg: EnvConfig, fmt: str, out: Path, path:
 
 
 def sidecar_path(out: Path) -> Path:
-    """The sidecar of the exported file `out`: `actor.onnx` -> `actor.json`."""
-    return out.with_suffix(".json")
+    """The sidecar of the exported file `out`: `actor.onnx` -> `actor.onnx.json` (each format's file its own: a
+    shared `actor.json` described whichever was exported last)."""
+    return out.with_name(out.name + ".json")
 
 
 def export_actor(
@@ -252,9 +253,9 @@ def export_actor(
         source, task=lambda saved: fitted_task(saved, env, None) if played_env(saved, env) else saved
     )
     out = Path(out) if out is not None else (owning_run_dir(path) or path.parent) / f"actor{FORMATS[fmt]}"
+    if out.suffix == ".json":  # the sidecars' suffix: a model file so named would pass for one
+        raise ValueError(f"--out {out}: a .json name is a sidecar's; expected a file name ending in {FORMATS[fmt]}")
     side = sidecar_path(out)
-    if side == out:
-        raise ValueError(f"--out {out}: its sidecar would overwrite it; expected a file name ending in {FORMATS[fmt]}")
     problem = file_problem(out)
     if problem:
         raise ValueError(f"--out: {problem}")

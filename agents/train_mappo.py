@@ -127,12 +127,27 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
                 contention_warning(torch.get_num_threads()) if device.type == "cpu" else None,
                 cpu_rollout_warning(cfg.train.compile_rollout, device),
                 machine_defaults.fp32_update_note(cfg, device),
+                short_budget_note(cfg, replicas.world_size),
             ]
             for warning in filter(None, notes):
                 print(warning, file=sys.stderr)
         return _train(cfg, resume, replicas, device)
     finally:
         replicas.close()
+
+
+def short_budget_note(cfg: Config, world_size: int = 1) -> str | None:
+    """A line for the banner where `train.total_env_steps` is less than one iteration, which the run trains
+    whole (a budget is otherwise rounded down to whole iterations); None elsewhere."""
+    per_iteration = cfg.env_steps_per_iteration * world_size
+    if cfg.train.total_env_steps >= per_iteration:
+        return None
+    ranks = f" x {world_size} ranks" if world_size > 1 else ""
+    return (
+        f"note: train.total_env_steps={cfg.train.total_env_steps} is less than one iteration (env.num_envs "
+        f"{cfg.env.num_envs} x train.num_steps {cfg.train.num_steps}{ranks} = {per_iteration} env steps): "
+        "it trains one iteration"
+    )
 
 
 def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -> tuple[Config, dict[str, str]]:
@@ -202,23 +217,22 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     start = learner.env_steps + 1 if payload is not None else 0
     logger = Logger(run_dir, purge_step=start, enabled=replicas.is_main)
     logger.hyperparameters(flatten(to_dict(cfg)), start)
-    last_good = source
-    if payload is None and cfg.imitation.teacher != Teacher.none:  # a resumed actor was cloned before
-        _warm_start(learner, logger)
-        last_good = _save(learner, run_dir)  # imitation costs minutes: a run killed after it keeps them
-    timer = PhaseTimer(device)
-    iterations = learner.num_iterations
-    total = iterations * learner.steps_per_iteration
-    bar = tqdm(
-        total=total,
-        initial=learner.env_steps,
-        unit="step",
-        unit_scale=True,
-        dynamic_ncols=True,
-        disable=not (cfg.run.progress and replicas.is_main),
-        desc="mappo",
-    )
-    try:
+    last_good, bar = source, None
+    try:  # Ctrl-C in imitation too (minutes of a run) says what is left to resume, if anything
+        if payload is None and cfg.imitation.teacher != Teacher.none:  # a resumed actor was cloned before
+            _warm_start(learner, logger)
+            last_good = _save(learner, run_dir)  # imitation costs minutes: a run killed after it keeps them
+        timer = PhaseTimer(device)
+        iterations = learner.num_iterations
+        bar = tqdm(
+            total=iterations * learner.steps_per_iteration,
+            initial=learner.env_steps,
+            unit="step",
+            unit_scale=True,
+            dynamic_ncols=True,
+            disable=not (cfg.run.progress and replicas.is_main),
+            desc="mappo",
+        )
         _loop(learner, logger, timer, bar, run_dir, last_good, iterations)
     except KeyboardInterrupt:
         newest = ckpt.list_checkpoints(run_dir)
@@ -231,7 +245,8 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
             replicas.is_main,
         ) from None
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         logger.close()
     return learner
 

@@ -154,7 +154,7 @@ def test_a_recurrent_run_trains_evaluates_and_exports_through_the_command_line(t
     assert 0.0 < result["policy_sampled"]["mean_coverage"] <= 1.0 and result["meta"]["env_steps"] == 1024
     proc = run("agents.export", str(run_dir), "--format", "torchscript")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sidecar = json.loads((run_dir / "actor.json").read_text())
+    sidecar = json.loads((run_dir / "actor.pt.json").read_text())
     assert [i["name"] for i in sidecar["inputs"]] == ["local", "agent_id", "hidden"] and sidecar["env_steps"] == 1024
     assert (run_dir / "actor.pt").is_file() and f"wrote {run_dir / 'actor.pt'}" in proc.stdout
 

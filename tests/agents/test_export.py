@@ -107,19 +107,24 @@ def play(run_dir, run_exported) -> None:
 def test_onnx_matches_the_torch_actor_in_onnxruntime(run_dir):
     ort = pytest.importorskip("onnxruntime")
     out, side = export.export_actor(run_dir, "onnx")
-    assert (out, side) == (run_dir / "actor.onnx", run_dir / "actor.json")
+    assert (out, side) == (run_dir / "actor.onnx", run_dir / "actor.onnx.json")
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     info = json.loads(side.read_text())
     assert [i.name for i in session.get_inputs()] == [i["name"] for i in info["inputs"]]
     assert [o.name for o in session.get_outputs()] == [o["name"] for o in info["outputs"]]
     assert [i.shape for i in session.get_inputs()] == [i["shape"] for i in info["inputs"]]
     play(run_dir, lambda rows: session.run(None, rows))
+    # both formats side by side keep a sidecar each (a shared actor.json described the last one written)
+    _, pt_side = export.export_actor(run_dir, "torchscript")
+    assert (
+        json.loads(side.read_text())["file"] == "actor.onnx" and json.loads(pt_side.read_text())["file"] == "actor.pt"
+    )
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")  # torch 2.13
 def test_torchscript_matches_the_torch_actor(run_dir, tmp_path):
     out, side = export.export_actor(run_dir, "torchscript", tmp_path / "onboard" / "policy.pt")
-    assert side == tmp_path / "onboard" / "policy.json" and json.loads(side.read_text())["file"] == "policy.pt"
+    assert side == tmp_path / "onboard" / "policy.pt.json" and json.loads(side.read_text())["file"] == "policy.pt"
     module = torch.jit.load(str(out))
     names = [i["name"] for i in json.loads(side.read_text())["inputs"]]
 
@@ -151,7 +156,7 @@ def test_the_flight_computer_snippet_of_the_docs_runs_with_onnxruntime_and_numpy
     with torch.no_grad():
         expected = actor(torch.from_numpy(local)[None], torch.tensor([1])).argmax(-1).item()
     most_likely, sampled = proc.stdout.split()
-    names = [a["name"] for a in json.loads((run_dir / "actor.json").read_text())["actions"]]
+    names = [a["name"] for a in json.loads((run_dir / "actor.onnx.json").read_text())["actions"]]
     assert most_likely == names[expected] and sampled in names
 
 
@@ -201,7 +206,7 @@ def test_errors_name_what_was_wrong_and_what_was_expected(tmp_path, monkeypatch,
         patch.setitem(sys.modules, "onnx", None)  # as if it were not installed
         export.export_actor(tmp_path / "nothing", "onnx")
     run_dir = saved_run(tmp_path / "run", CONFIGS["local"])
-    with pytest.raises(ValueError, match="its sidecar would overwrite it; expected a file name ending in .pt"):
+    with pytest.raises(ValueError, match="a .json name is a sidecar's; expected a file name ending in .pt"):
         export.export_actor(run_dir, "torchscript", tmp_path / "actor.json")
     with pytest.raises(ValueError, match="is a directory, expected a file path"):
         export.export_actor(run_dir, "torchscript", tmp_path)

@@ -225,6 +225,18 @@ def test_the_memory_check_counts_the_demonstrations(make_config):
     assert md.estimate_memory(make_config(), 4, Amp.off)["imitation"] == 0
     with pytest.raises(ValueError, match="imitation.env_steps"):
         md.check_memory(cfg, torch.device("cpu"), available=sum(need.values()))
+    # DAgger's labels are named where they are what does not fit (the message named imitation.env_steps alone),
+    # and the rollout's keys are left out where the rollout is a sliver of it
+    cfg = make_config(
+        "imitation.teacher=coordinated", "imitation.dagger_env_steps=5000000", "imitation.dagger_rounds=2"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"available: lower imitation\.env_steps .* imitation\.dagger_env_steps \(now "
+        r"5000000\) or imitation\.dagger_rounds \(now 2\)[^;]*$",
+    ) as err:
+        md.check_memory(cfg, torch.device("cpu"), available=2**30)
+    assert "env.num_envs" not in str(err.value)
 
 
 def test_dagger_rounds_label_the_states_the_actor_reaches(make_config):

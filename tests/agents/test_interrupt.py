@@ -110,6 +110,31 @@ def test_a_branch_interrupted_before_its_first_checkpoint_continues_from_where_i
     assert train_mappo.main(["--resume", str(first), f"run.dir={branch}"]) == 0
 
 
+def test_ctrl_c_in_imitation_says_there_is_nothing_to_resume_and_after_it_names_its_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
+    # imitation (minutes of the default run) ran outside the loop's handler: Ctrl-C there said only "interrupted"
+    from agents.algo import imitation
+
+    run = tmp_path / "run"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(imitation, "warm_start", interrupted)
+    assert train_mappo.main([*TINY, "imitation.teacher=greedy", f"run.dir={run}"]) == 130
+    err = capsys.readouterr().err
+    assert (
+        "interrupted at 0 env steps, before the run's first checkpoint: nothing to resume; start it again with its "
+        f"command and run.dir={run}" in err
+    )
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    ctrl_c_at_iteration(1, monkeypatch)  # the imitated actor is saved at step 0, before PPO's first iteration
+    assert train_mappo.main([*TINY, "imitation.teacher=greedy", "imitation.env_steps=64", f"run.dir={run}"]) == 130
+    assert f"last checkpoint {run / 'checkpoints' / 'ckpt_000000000000.pt'}" in capsys.readouterr().err
+
+
 def test_ctrl_c_before_the_loop_exits_130_without_a_traceback(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -10,7 +10,7 @@ import torch
 
 from agents.config import Amp, load_config
 from agents.run import machine_defaults as md
-from tests.agents.conftest import tiny_config
+from tests.agents.conftest import TINY, tiny_config
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 
@@ -217,3 +217,21 @@ def test_an_fp32_cpu_run_is_told_of_the_one_epoch_override():
     assert md.fp32_update_note(one, CPU) is None
     assert md.fp32_update_note(tiny_config("train.amp=bf16", "train.update_epochs=2"), CPU) is None
     assert md.fp32_update_note(fp32, CUDA) is None
+
+
+def test_a_budget_under_one_iteration_is_told_it_trains_one(tmp_path, capsys):
+    # it trained a whole iteration without a word (train.total_env_steps=100 ended "done: 512 env steps")
+    from agents import train_mappo
+
+    cfg = tiny_config("env.num_envs=4", "train.num_steps=8", "train.total_env_steps=5")
+    note = train_mappo.short_budget_note(cfg)
+    assert note == (
+        "note: train.total_env_steps=5 is less than one iteration (env.num_envs 4 x train.num_steps 8 = 32 env "
+        "steps): it trains one iteration"
+    )
+    assert "x 2 ranks = 64 env steps" in train_mappo.short_budget_note(cfg, world_size=2)
+    assert train_mappo.short_budget_note(tiny_config("env.num_envs=4", "train.num_steps=8")) is None
+    run = tmp_path / "run"
+    assert train_mappo.main([*TINY, "train.total_env_steps=5", f"run.dir={run}"]) == 0
+    out = capsys.readouterr()
+    assert "note: train.total_env_steps=5 is less than one iteration" in out.err and "done: 32 env steps" in out.out
