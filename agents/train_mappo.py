@@ -26,7 +26,7 @@ from agents.algo.replicas import Replicas
 from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
 from agents.config.recipe import choose_recipe, recipe_paths
 from agents.run import checkpoint as ckpt
-from agents.run import machine_defaults
+from agents.run import machine_defaults, run_lock
 from agents.run.control import (
     TrainingInterrupted,
     TrainingStopped,
@@ -191,6 +191,9 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
             else:
                 run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
                 check_run_dir(run_dir)
+            busy = run_lock.trainer_in(run_dir)  # a trainer still writing there (run_lock)
+            if busy:
+                raise ValueError(busy)
         except (ValueError, ckpt.CheckpointError) as err:
             problem = err
     payload, source, run_dir, problem = replicas.broadcast_object((payload, source, run_dir, problem))
@@ -205,8 +208,12 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                 f"nothing to do: checkpoint {source} already holds {learner.env_steps} env steps, "
                 f"train.total_env_steps={cfg.train.total_env_steps}; raise it to continue"
             )
+    lock = None
     if replicas.is_main:  # after the checkpoint loaded: a failed resume leaves the run as it was
         run_dir.mkdir(parents=True, exist_ok=True)
+        lock, note = run_lock.claim(run_dir)  # deleted when this run ends, however it ends
+        if note:
+            print(note, file=sys.stderr)
         if not ckpt.list_checkpoints(run_dir):  # else config.yaml is the newest checkpoint's, rewritten with each
             (run_dir / "config.yaml").write_text(to_yaml(cfg))
         print(f"run directory: {run_dir}", file=sys.stderr)
@@ -248,6 +255,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         if bar is not None:
             bar.close()
         logger.close()
+        run_lock.release(lock)
     return learner
 
 
