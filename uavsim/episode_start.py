@@ -135,7 +135,9 @@ def start_episodes(
 
     grid = v["grid"]
     grid.fill_(lay.blocked_value)
-    into(lay.map_view(grid), torch.mul, blocked, lay.blocked_value)
+    # in the grid's dtype: from 64 UAVs the grid is int16 and BLOCKED is 3 << 13, which a product in the pools'
+    # uint8 wrapped to 0 (every obstacle lost); up to 63 both are uint8 and this is no extra op
+    into(lay.map_view(grid), torch.mul, blocked.to(grid.dtype), lay.blocked_value)
     into(v["free"], torch.sub, tab.hw, blocked.view(m, h * w).sum(1))
     if "reward_row" in v:
         v["reward_row"].copy_(v["free"])

@@ -88,7 +88,7 @@ def read_map(path: str | Path) -> np.ndarray:
 
 def _read_text(path: Path) -> np.ndarray:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not a cell
     except UnicodeDecodeError as err:
         raise ValueError(f"map file {path} is not UTF-8 text: {err}") from None
     rows: list[str] = []
@@ -115,9 +115,12 @@ def _read_text(path: Path) -> np.ndarray:
 def _read_npy(path: Path) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
-    except ValueError as err:  # not a .npy file, or an object array
-        raise ValueError(f"map file {path} is not a NumPy .npy array: {err}") from None
-    if not isinstance(array, np.ndarray) or not (array.dtype == bool or np.issubdtype(array.dtype, np.integer)):
+    except (ValueError, EOFError, OSError) as err:  # not a .npy file, an object array, an empty or cut file
+        raise ValueError(f"map file {path} is not a NumPy .npy array: {err or type(err).__name__}") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive under a .npy name
+        array.close()
+        raise ValueError(f"map file {path} is not a NumPy .npy array (NumPy reads an .npz archive)")
+    if not (array.dtype == bool or np.issubdtype(array.dtype, np.integer)):
         raise ValueError(f"map file {path}: expected a bool or integer array (nonzero: obstacle), got {array.dtype}")
     return array != 0
 
@@ -133,7 +136,10 @@ def _read_png(path: Path) -> np.ndarray:
             if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
                 rgba = image.convert("RGBA")  # transparent: free, as on a white page
                 image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
-            luminance = np.asarray(image.convert("L"))
+            if image.mode.startswith("I"):  # 16-bit grey: convert("L") clips to 255 where it should scale
+                luminance = np.asarray(image, dtype=np.float64) * (255 / 65535)
+            else:
+                luminance = np.asarray(image.convert("L"))
     except (UnidentifiedImageError, SyntaxError) as err:  # Pillow raises SyntaxError for broken PNG chunks
         raise ValueError(f"map file {path} is not a readable PNG image: {err}") from None
     return luminance < DARK_BELOW

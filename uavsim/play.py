@@ -97,8 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TypeError, ValueError, ImportError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (RuntimeError, AssertionError) as e:  # torch's answer to a GPU that is not there
-        print(f"error: --device {args.device}: {str(e).splitlines()[0]}", file=sys.stderr)
+    except (RuntimeError, AssertionError) as e:  # torch's answer to a GPU that is not there, or a video's check
+        first = str(e).splitlines()[0]
+        where = "" if first.startswith("the batched env and the reference disagree") else f"--device {args.device}: "
+        print(f"error: {where}{first}", file=sys.stderr)
         return 2
     how = "terminated" if rec.terminated else ("truncated" if rec.ended else "stopped")
     print(

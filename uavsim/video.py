@@ -104,9 +104,9 @@ def record_episode(
     final = None
     for _ in range(limit):
         actions = policy(env)
-        _, _, _, _, batch_info = env.step(actions)
+        obs, _, _, _, batch_info = env.step(actions)
         ref_obs, _, terminated, truncated, info = ref.step(actions[env_index].cpu().numpy())
-        final = batch_info["final_obs"]
+        final = batch_info.get("final_obs", obs)  # next-step autoreset: the step's own observation is the last one
         trail_pos = np.stack(positions[-trail:]) if trail > 0 else None
         frames.append(render_reference(ref, cell_px, trail_pos))
         positions.append(ref.pos.copy())
@@ -127,8 +127,11 @@ def record_episode(
 
 
 def _check_same(batched: dict[str, torch.Tensor], ref: dict[str, np.ndarray], i: int, where: str) -> None:
+    """The reference's float32 observation cast to the env's `obs_dtype` (bf16 / fp16 observations are the rules'
+    float32 values cast once) against environment `i`'s, compared in torch (NumPy has no bfloat16)."""
     for key in ("local", "state"):
-        if not np.array_equal(batched[key][i].cpu().numpy(), ref[key]):
+        row = batched[key][i].cpu()
+        if not torch.equal(row, torch.from_numpy(ref[key]).to(row.dtype)):
             raise RuntimeError(
                 f"the batched env and the reference disagree at {where} (obs[{key!r}]): "
                 "was the env's state changed from outside?"

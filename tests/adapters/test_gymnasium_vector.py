@@ -8,6 +8,7 @@ from gymnasium.vector import AutoresetMode
 
 import uavsim  # noqa: F401 -- registers the ids
 from tests.adapters.helpers import EASY, SMALL, as_np, assert_obs_row
+from uavsim import rules
 from uavsim.adapters.gymnasium_vector import CoverageVectorEnv
 from uavsim.reference import ReferenceEnv
 
@@ -48,7 +49,7 @@ def test_episodes_match_reference_with_same_step_autoreset(output):
         assert isinstance(rewards, kind) and isinstance(obs["local"], kind) and isinstance(infos["_episode"], kind)
         for i, ref in enumerate(refs):
             r_obs, r_reward, r_term, r_trunc, r_info = ref.step(actions[i])
-            assert as_np(rewards[i]) == r_reward.mean(dtype=np.float32)
+            assert as_np(rewards[i]) == rules.mean_return(r_reward)
             assert np.array_equal(as_np(infos["uav_rewards"][i]), r_reward)
             assert bool(terminated[i]) == r_term and bool(truncated[i]) == r_trunc
             assert bool(infos["_final_obs"][i]) == bool(infos["_episode"][i]) == (r_term or r_trunc)
@@ -60,7 +61,11 @@ def test_episodes_match_reference_with_same_step_autoreset(output):
                 assert int(infos["episode"]["collisions"][i]) == r_info["episode_collisions"]
                 assert as_np(infos["episode"]["coverage"][i]) == r_info["episode_coverage"]
                 np.testing.assert_allclose(as_np(infos["episode"]["r"][i]), r_info["episode_return"], rtol=1e-6)
-                assert bool(infos["_final_info"][i]) and bool(infos["final_info"]["_episode_l"][i])
+                assert bool(infos["_final_info"][i]) and bool(infos["final_info"]["_episode_length"][i])
+                # the single env's info at the episode's end, key for key (they were episode_r, episode_l)
+                final = {k: as_np(v[i]) for k, v in infos["final_info"].items() if not k.startswith("_")}
+                assert sorted(final) == sorted({*r_info, "uav_rewards"} - {"final_obs"})  # as CoverageReferenceEnv
+                assert final["episode_return"] == r_info["episode_return"]
                 r_obs = ref.reset()
             ref_obs[i] = r_obs
     assert min(ends.values()) >= 2, ends  # both kinds of episode end went through the autoreset

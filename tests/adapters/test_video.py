@@ -53,6 +53,20 @@ def test_record_episode_starts_a_fresh_episode_mid_run():
     assert rec.steps == 4 and not rec.ended and len(rec.frames) == 5
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"autoreset_mode": "next_step"}, {"obs_dtype": torch.bfloat16}, {"obs_dtype": torch.float16}],
+    ids=["next-step", "bf16", "fp16"],
+)
+def test_record_episode_takes_every_env_mode(recording, options):
+    # next_step has no info["final_obs"] (KeyError); the narrow observations were compared with the
+    # reference in NumPy, which has no bfloat16 (TypeError) and took fp16's rounding for a disagreement
+    env = UAVSwarmEnv(EASY, num_envs=3, seed=1, **options)
+    rec = record_episode(env, RandomPolicy(env, seed=0), env_index=2, cell_px=3)
+    assert rec.ended and rec.steps == recording.steps and rec.episode_return == recording.episode_return
+    assert all(np.array_equal(a, b) for a, b in zip(rec.frames, recording.frames))
+
+
 def test_gif_and_mp4_are_written_and_decodable(recording, tmp_path):
     frames = recording.frames
     gif = write_video(frames, tmp_path / "episode.gif", fps=10)

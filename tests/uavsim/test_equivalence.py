@@ -52,6 +52,21 @@ LARGE = EnvConfig(
 )
 # long walls crossing rectangles and each other (rows and columns of one cell), on a non-square map
 WALLS = TALL_SPARSE.replace(num_obstacles=4, num_walls=5, wall_min_length=3, wall_max_length=9, target_coverage=0.8)
+# 64 UAVs: the grid's UAV counts need 13 bits, so the grid is int16 (BLOCKED is 3 << 13); its episode start once
+# wrote the obstacles through a uint8 product that wrapped to 0, and every obstacle was lost. Onboard memory too.
+CROWD = EnvConfig(
+    grid_height=20,
+    grid_width=20,
+    num_uavs=64,
+    launch_size=8,
+    num_obstacles=15,
+    max_steps=30,
+    sensor_radius=1,
+    obs_radius=2,
+    state_pool=4,
+    comm_radius=0,
+    target_coverage=0.7,
+)
 MAPS = Path(__file__).resolve().parents[2] / "examples" / "maps"
 EXAMPLE_MAPS = EnvConfig(maps=str(MAPS))  # the default task on the example map set
 # a map set of SMALL_8_MOVES's size (tests/uavsim/maps): rooms, a ring, and a pocket whose launch
@@ -71,8 +86,9 @@ SMALL_MAP_SET = SMALL_8_MOVES.replace(maps=str(Path(__file__).resolve().parent /
         (WALLS, 5, 3, 300),
         (EXAMPLE_MAPS, 4, 0, 450),  # map sets: each episode plays one of the set's maps
         (SMALL_MAP_SET, 7, 11, 300),
+        (CROWD, 2, 1, 70),
     ],
-    ids=["default", "small-8-moves", "tall", "large", "walls", "example-maps", "small-map-set"],
+    ids=["default", "small-8-moves", "tall", "large", "walls", "example-maps", "small-map-set", "crowd-64"],
 )
 def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autoreset_mode):
     ended = run_lockstep(cfg, num_envs, seed, steps, reset_mode, autoreset_mode=autoreset_mode)

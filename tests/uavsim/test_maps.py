@@ -112,6 +112,7 @@ def test_coverable_cells_follow_moves_and_the_footprint():
         ("m.txt", "\n  \n", r"m\.txt holds no rows of '#' and '\.'"),
         ("m.txt", b"\xff\xfe..", r"m\.txt is not UTF-8 text"),
         ("m.npy", b"not numpy", r"m\.npy is not a NumPy \.npy array"),
+        ("m.npy", b"", r"m\.npy is not a NumPy \.npy array: No data left in file"),  # was a bare EOFError
         ("m.png", b"not a png", r"m\.png is not a readable PNG image"),
     ],
 )
@@ -120,6 +121,21 @@ def test_unreadable_files_are_errors_naming_the_file(tmp_path, name, content, me
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=message):
         read_map(path)
+
+
+def test_sixteen_bit_pngs_an_npz_under_an_npy_name_and_a_byte_order_mark(tmp_path):
+    # a 16-bit grey PNG (NumPy / imageio's uint16 writers) was clipped to 255 by Pillow's convert("L"): dark grey
+    # obstacles at 10000 / 65535 (~15 % luminance) were all read as free
+    Image.fromarray(np.where(SMALL_MAP, 10000, 60000).astype(np.uint16)).save(tmp_path / "grey16.png")
+    with Image.open(tmp_path / "grey16.png") as image:
+        assert image.mode.startswith("I")
+    assert np.array_equal(read_map(tmp_path / "grey16.png"), SMALL_MAP)
+    np.savez(tmp_path / "z.npz", SMALL_MAP)
+    (tmp_path / "z.npz").rename(tmp_path / "z.npy")  # was an AttributeError: 'NpzFile' object has no attribute 'dtype'
+    with pytest.raises(ValueError, match=r"z\.npy is not a NumPy \.npy array \(NumPy reads an \.npz archive\)"):
+        read_map(tmp_path / "z.npy")
+    (tmp_path / "bom.txt").write_text("\ufeff" + as_text(SMALL_MAP), encoding="utf-8")  # as Windows' Notepad saves
+    assert np.array_equal(read_map(tmp_path / "bom.txt"), SMALL_MAP)
 
 
 def test_npy_arrays_must_be_2d_bool_or_int_and_pngs_real_pngs(tmp_path):

@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from uavsim import rules
 from uavsim.adapters._frames import render_reference
 from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.config import EnvConfig
@@ -103,7 +104,7 @@ class CoverageReferenceEnv(gym.Env):
         if terminated or truncated:
             self._done = True
             info.update({k: v for k, v in ref_info.items() if k.startswith("episode_")})
-        return obs, float(reward.mean(dtype=np.float32)), terminated, truncated, info
+        return obs, float(rules.mean_return(reward)), terminated, truncated, info  # the vector env's bits too
 
     def render(self) -> np.ndarray | None:
         if self.render_mode is None:

@@ -13,14 +13,15 @@ array, which ``step`` accepts in either mode.
 Per step (``B`` environments, ``N`` UAVs, autoreset ``SAME_STEP``: an ended episode is replaced by
 the next one inside the same ``step``, as ``metadata["autoreset_mode"]`` declares):
     obs          {"local": [B, N, L], "state": [B, S]} float32, after any autoreset
-    rewards      [B] float32: the mean over UAVs of the per-UAV rewards
+    rewards      [B] float32: the mean over UAVs of the per-UAV rewards (summed in float64, as `episode_return`)
     terminated   [B] bool; truncated [B] bool (never both)
     infos        Gymnasium's ``key`` / ``_key`` layout (``_key`` says where ``key`` is valid):
         uav_rewards [B, N], coverage [B], collisions [B, N], near_misses [B, N]: the step's values,
             valid everywhere (for an ended episode: its last step, before the reset);
         final_obs: the pre-reset observation, batched like ``obs`` (not an object array as in
             ``SyncVectorEnv``), valid where ``_final_obs`` (= terminated | truncated);
-        final_info: the step's info of the ended episodes, valid where ``_final_info``;
+        final_info: the step's info of the ended episodes, valid where ``_final_info``: the single env's
+            keys (``uav_rewards`` .. ``episode_return``, ``episode_length``, ...), as ``SyncVectorEnv`` has them;
         episode: {"r": return (mean over UAVs), "l": length, "coverage", "collisions",
             "near_misses"} of the ended episodes, valid where ``_episode`` -- what
             ``RecordEpisodeStatistics`` would add, so do not wrap this env in it (the key clashes).
@@ -43,7 +44,7 @@ from gymnasium.vector.utils import batch_space
 
 from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.config import EnvConfig
-from uavsim.env import UAVSwarmEnv
+from uavsim.env import UAVSwarmEnv, mean_return
 from uavsim.render import check_cell_px, render_tiled
 
 
@@ -184,7 +185,8 @@ class CoverageVectorEnv(VectorEnv):
         infos: dict[str, Any] = {}
         for key, value in step_info.items():
             infos[key], infos[f"_{key}"] = value, everywhere
-        final_info = {**step_info, **{f"episode_{k}": v for k, v in episode.items()}}
+        # the single env's names (its info at an episode's end), as SyncVectorEnv's final_info has them
+        final_info = {**step_info, **{k: v for k, v in info.items() if k.startswith("episode_")}}
         final_info.update({f"_{k}": done for k in list(final_info)})
         infos.update(
             final_obs=info["final_obs"],
@@ -196,7 +198,7 @@ class CoverageVectorEnv(VectorEnv):
         )
         return (
             self._out(obs),
-            self._out(reward.mean(1)),
+            self._out(mean_return(reward)),  # summed in float64, as the single env's: the same bits whatever the order
             self._out(terminated),
             self._out(truncated),
             self._out(infos),
