@@ -158,6 +158,11 @@ class CoverageVectorEnv(VectorEnv):
             self.swarm = UAVSwarmEnv(self.config, seed=int(seed), **self._env_kwargs)
         if mask is not None:
             if isinstance(mask, np.ndarray):
+                if mask.dtype != np.bool_:  # named here: as a tensor the error would show a tensor it was not given
+                    raise TypeError(
+                        f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
+                        f"got a {mask.dtype} array"
+                    )
                 mask = torch.as_tensor(mask, device=self.device)
             obs = self.swarm.reset(mask)  # checks dtype, shape and device
         else:
