@@ -266,9 +266,9 @@ def resolve_checkpoint(path_or_run: str | Path) -> Path:
         found = list_checkpoints(p)
         if not found:
             raise CheckpointError(
-                f"run directory {p} has no checkpoints in {checkpoint_dir(p)}: nothing to resume "
-                "(a run stopped before its first run.checkpoint_interval has none); start it "
-                f"again with its command and run.dir={p}"
+                f"run directory {p} has no checkpoints in {checkpoint_dir(p)}: nothing to resume, evaluate or "
+                "export (a run stopped before its first run.checkpoint_interval has none); start it again "
+                f"with its command and run.dir={p}"
             )
         return found[-1]
     raise CheckpointError(f"{p} is neither a checkpoint file nor a run directory")
@@ -288,7 +288,7 @@ def load_latest(path_or_run: str | Path, map_location: str | torch.device = "cpu
         good = _newest_readable([c for c in list_checkpoints(path.parent.parent) if c.name < path.name])
         hint = (
             f"; the newest readable checkpoint before it is {good}: move the unreadable file aside "
-            f"(e.g. mv {path} {path}.bad) and resume again"
+            f"(e.g. mv {path} {path}.bad) and run this again"
             if good is not None
             else ""
         )
