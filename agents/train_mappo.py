@@ -127,27 +127,13 @@ def train(cfg: Config, resume: str | Path | None = None) -> Learner:
                 contention_warning(torch.get_num_threads()) if device.type == "cpu" else None,
                 cpu_rollout_warning(cfg.train.compile_rollout, device),
                 machine_defaults.fp32_update_note(cfg, device),
-                short_budget_note(cfg, replicas.world_size),
+                machine_defaults.short_budget_note(cfg, replicas.world_size),
             ]
             for warning in filter(None, notes):
                 print(warning, file=sys.stderr)
         return _train(cfg, resume, replicas, device)
     finally:
         replicas.close()
-
-
-def short_budget_note(cfg: Config, world_size: int = 1) -> str | None:
-    """A line for the banner where `train.total_env_steps` is less than one iteration, which the run trains
-    whole (a budget is otherwise rounded down to whole iterations); None elsewhere."""
-    per_iteration = cfg.env_steps_per_iteration * world_size
-    if cfg.train.total_env_steps >= per_iteration:
-        return None
-    ranks = f" x {world_size} ranks" if world_size > 1 else ""
-    return (
-        f"note: train.total_env_steps={cfg.train.total_env_steps} is less than one iteration (env.num_envs "
-        f"{cfg.env.num_envs} x train.num_steps {cfg.train.num_steps}{ranks} = {per_iteration} env steps): "
-        "it trains one iteration"
-    )
 
 
 def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -> tuple[Config, dict[str, str]]:

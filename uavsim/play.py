@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.machine import hardware
     from uavsim.scripted import make_scripted
-    from uavsim.video import check_video_path, record_episode, write_video
+    from uavsim.video import ReferenceMismatchError, check_video_path, record_episode, write_video
 
     try:
         check_video_path(args.out, args.fps)  # the GIF frame-length limit and an --out that is a folder
@@ -94,13 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy = make_scripted(args.policy, env, seed=args.seed)
         rec = record_episode(env, policy, 0, max_steps=args.steps, cell_px=args.cell_px, trail=args.trail)
         path = write_video(rec.frames, args.out, fps=args.fps)
-    except (TypeError, ValueError, ImportError, OSError) as e:
+    except (TypeError, ValueError, ImportError, OSError, ReferenceMismatchError) as e:  # the last: not the device's
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (RuntimeError, AssertionError) as e:  # torch's answer to a GPU that is not there, or a video's check
-        first = str(e).splitlines()[0]
-        where = "" if first.startswith("the batched env and the reference disagree") else f"--device {args.device}: "
-        print(f"error: {where}{first}", file=sys.stderr)
+    except (RuntimeError, AssertionError) as e:  # torch's answer to a GPU that is not there
+        print(f"error: --device {args.device}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     how = "terminated" if rec.terminated else ("truncated" if rec.ended else "stopped")
     print(

@@ -34,6 +34,11 @@ from uavsim.render import check_cell_px, render_tiled
 Policy = Callable[[UAVSwarmEnv], torch.Tensor]  # env -> actions [B, N] int64 on the env's device
 
 
+class ReferenceMismatchError(RuntimeError):
+    """The batched env and the NumPy reference disagree during a recording (the env's state was changed from
+    outside): not a device problem, which `python -m uavsim.play` reports apart."""
+
+
 @dataclass
 class EpisodeRecording:
     """Frames ``[H, W, 3]`` uint8 (one before the first step, one after each step) and the totals."""
@@ -84,7 +89,7 @@ def record_episode(
 
     Raises:
         TypeError, ValueError: a bad argument.
-        RuntimeError: the batched env and the reference disagree (its state changed from outside).
+        ReferenceMismatchError: the batched env and the reference disagree (its state changed from outside).
     """
     if isinstance(env_index, bool) or not isinstance(env_index, numbers.Integral) or not 0 <= env_index < env.num_envs:
         raise ValueError(f"env_index must be an int in [0, {env.num_envs}), got {env_index!r}")
@@ -132,7 +137,7 @@ def _check_same(batched: dict[str, torch.Tensor], ref: dict[str, np.ndarray], i:
     for key in ("local", "state"):
         row = batched[key][i].cpu()
         if not torch.equal(row, torch.from_numpy(ref[key]).to(row.dtype)):
-            raise RuntimeError(
+            raise ReferenceMismatchError(
                 f"the batched env and the reference disagree at {where} (obs[{key!r}]): "
                 "was the env's state changed from outside?"
             )

@@ -90,6 +90,20 @@ def fp32_update_note(cfg: Config, device: torch.device) -> str | None:
     )
 
 
+def short_budget_note(cfg: Config, world_size: int = 1) -> str | None:
+    """A line for the banner where `train.total_env_steps` is less than one iteration, which the run trains
+    whole (a budget is otherwise rounded down to whole iterations); None elsewhere."""
+    per_iteration = cfg.env_steps_per_iteration * world_size
+    if cfg.train.total_env_steps >= per_iteration:
+        return None
+    ranks = f" x {world_size} ranks" if world_size > 1 else ""
+    return (
+        f"note: train.total_env_steps={cfg.train.total_env_steps} is less than one iteration (env.num_envs "
+        f"{cfg.env.num_envs} x train.num_steps {cfg.train.num_steps}{ranks} = {per_iteration} env steps): "
+        "it trains one iteration"
+    )
+
+
 def bf16_matmul_time_ratio(rows: int = 1024, inner: int = 256, cols: int = 128, repeats: int = 5) -> float:
     """bf16 / fp32 time of a forward and a weight-gradient product of the update's kind, on one
     thread (what a core's arithmetic does, free of thread wake-ups: docs/performance.md, "Design

@@ -2,11 +2,11 @@
 "crash" that was not one) would overwrite the first's checkpoints and log a second history beside its own.
 
 The trainer's main process writes `RUN/train.lock` (its pid, host and start time) when it starts writing into a
-run directory and deletes it when it ends, however it ends. A lock whose process is gone (killed, a power cut) is
-stale and ignored; so is one this process wrote itself (a second `train` call in one process, as the tests make).
-On another host the holder cannot be seen: the trainer says so and goes on (a run resumed on another machine after a
-crash must not be refused by the lock its crash left). psutil, not `os.kill(pid, 0)`, tells whether a pid runs: on
-Windows signal 0 is CTRL_C_EVENT.
+run directory and deletes it when it ends (an error or Ctrl-C too). A lock whose process is gone (killed, a power
+cut: nothing deletes it) is stale and ignored; so is one this process wrote itself (a second `train` call in one
+process, as the tests make). On another host the holder cannot be seen: the trainer says so and goes on (a run
+resumed on another machine after a crash must not be refused by the lock its crash left). psutil, not
+`os.kill(pid, 0)`, tells whether a pid runs: on Windows signal 0 is CTRL_C_EVENT.
 """
 
 from __future__ import annotations

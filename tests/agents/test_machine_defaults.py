@@ -224,13 +224,13 @@ def test_a_budget_under_one_iteration_is_told_it_trains_one(tmp_path, capsys):
     from agents import train_mappo
 
     cfg = tiny_config("env.num_envs=4", "train.num_steps=8", "train.total_env_steps=5")
-    note = train_mappo.short_budget_note(cfg)
+    note = md.short_budget_note(cfg)
     assert note == (
         "note: train.total_env_steps=5 is less than one iteration (env.num_envs 4 x train.num_steps 8 = 32 env "
         "steps): it trains one iteration"
     )
-    assert "x 2 ranks = 64 env steps" in train_mappo.short_budget_note(cfg, world_size=2)
-    assert train_mappo.short_budget_note(tiny_config("env.num_envs=4", "train.num_steps=8")) is None
+    assert "x 2 ranks = 64 env steps" in md.short_budget_note(cfg, world_size=2)
+    assert md.short_budget_note(tiny_config("env.num_envs=4", "train.num_steps=8")) is None
     run = tmp_path / "run"
     assert train_mappo.main([*TINY, "train.total_env_steps=5", f"run.dir={run}"]) == 0
     out = capsys.readouterr()
