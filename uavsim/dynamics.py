@@ -24,7 +24,7 @@ from uavsim import memory_bits, rules
 from uavsim.compile_compat import into
 from uavsim.config import EnvConfig
 from uavsim.memory import MemoryTables
-from uavsim.record import Field, Record
+from uavsim.record import Field, Joined, Record
 from uavsim.rng import MAX_KEY
 from uavsim.window_paths import MemorySquare, WindowPaths
 
@@ -140,9 +140,10 @@ class Layout:
         before = Record([*fields, grid]).offsets["grid"]
         if before < self.origin_shift * item:
             fields.append(Field("pad", torch.uint8, (self.origin_shift * item - before,)))
-        self.record = Record([*fields, grid, *([pools] if self.pools_after_grid else [])])
-        if bit_memory:  # `memory_bits.sense` reads both through one view
-            assert self.record.offsets["truth"] == self.record.offsets["memory"] + self.record.fields["memory"].nbytes
+        # `memory_bits.sense` reads the memories' planes and the truth's through one view
+        planes = Joined("memory_planes", "memory", "truth", ((n + 1) * 3, memory_bits.row_count(cfg)))
+        joined = (planes,) if bit_memory else ()
+        self.record = Record([*fields, grid, *([pools] if self.pools_after_grid else [])], joined)
         self.grid_offset = self.record.offsets["grid"] // item  # in grid cells from the row start
         assert self.record.offsets["grid"] % item == 0 and self.record.nbytes % item == 0
         # the grid cells, then (pools_after_grid) up to the pools' covered counts, whose slots are

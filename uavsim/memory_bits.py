@@ -188,9 +188,7 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor, read:
     rows, mask, shift, col = field(0, win), field(win, win + 1), field(win + 1, win + 2), field(win + 2, win + 3)
     mask, shift = mask[..., None], shift[..., None]
     index = rows[:, :, None].expand(m, n, 3, win)  # the window's rows (off the map: the spare row)
-    # [M, (N + 1) * 3, H + 1]: the memories' planes, then the truth's (`Layout` puts it right after them)
-    stride = memory.stride()
-    memory_and_truth = memory.as_strided((m, (n + 1) * 3, memory.shape[3]), (stride[0], stride[2], stride[3]))
+    memory_and_truth = v["memory_planes"]  # [M, (N + 1) * 3, H + 1]: the memories' planes, then the truth's
     # [M, N, 2, 3, win]: each UAV's memory rows (seen, known blocked, known covered), then its env's truth's
     rows_read = memory_and_truth[env_index(bits, m, cell.device), bits.sensed_planes, rows[:, :, None, None]]
     old, now = rows_read[:, :, 0], rows_read[:, :, 1]

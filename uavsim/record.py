@@ -31,15 +31,29 @@ class Field:
         return n * self.dtype.itemsize
 
 
+@dataclass(frozen=True)
+class Joined:
+    """One typed view of the consecutive fields ``first..last`` (one dtype, no padding between), of
+    ``shape`` per environment: one index op then reads elements of all of them. A view of the record's
+    bytes, as each field's: `Tensor.as_strided` from one field past its end reads the wrong bytes once
+    compiled (inductor, torch 2.13: the field's offset in the record is lost)."""
+
+    name: str
+    first: str
+    last: str
+    shape: tuple[int, ...]
+
+
 class Record:
     """The byte layout of ``fields``, in order, each at an offset aligned to its item size.
 
     ``views(buf)`` gives ``{name: [M, *shape] dtype}`` views of a ``[M, nbytes]`` uint8 buffer (and
-    ``{part: [M]}`` of each element of a field with ``parts``: values that one op updates together);
-    ``span(first, last)`` the byte range from one field to another (to copy several at once).
+    ``{part: [M]}`` of each element of a field with ``parts``: values that one op updates together;
+    and a view of each of ``joined``, `Joined`); ``span(first, last)`` the byte range from one field to
+    another (to copy several at once).
     """
 
-    def __init__(self, fields: list[Field]):
+    def __init__(self, fields: list[Field], joined: tuple[Joined, ...] = ()):
         self.fields = {f.name: f for f in fields}
         self.offsets: dict[str, int] = {}
         offset = 0
@@ -49,6 +63,22 @@ class Record:
             self.offsets[f.name] = offset
             offset += f.nbytes
         self.nbytes = -(-offset // ROW_ALIGN) * ROW_ALIGN
+        self.joined = {j.name: self._joined_field(j) for j in joined}
+
+    def _joined_field(self, j: Joined) -> tuple[Field, tuple[str, ...]]:
+        names = list(self.fields)
+        if j.first not in self.fields or j.last not in self.fields or names.index(j.first) > names.index(j.last):
+            raise ValueError(f"joined view {j.name!r}: {j.first!r}..{j.last!r} are not fields of the record in order")
+        parts = tuple(names[names.index(j.first) : names.index(j.last) + 1])
+        dtypes = {self.fields[p].dtype for p in parts}
+        span = self.offsets[j.last] + self.fields[j.last].nbytes - self.offsets[j.first]
+        view = Field(j.name, self.fields[j.first].dtype, j.shape)
+        if len(dtypes) > 1 or span != sum(self.fields[p].nbytes for p in parts) or view.nbytes != span:
+            raise ValueError(
+                f"joined view {j.name!r}: fields {parts} must share one dtype with no padding between, and "
+                f"shape {j.shape} must cover their {span} bytes"
+            )
+        return view, parts
 
     def empty(self, rows: int, device: torch.device) -> torch.Tensor:
         return torch.empty(rows, self.nbytes, dtype=torch.uint8, device=device)
@@ -69,6 +99,10 @@ class Record:
             out[name] = self._field(buf[:, start : start + f.nbytes], f)
             for i, part in enumerate(f.parts):
                 out[part] = out[name][:, i]
+        for view, parts in self.joined.values():
+            if all(p in out for p in parts):
+                start = self.offsets[parts[0]] - base
+                out[view.name] = self._field(buf[:, start : start + view.nbytes], view)
         return out
 
     def span(self, buf: torch.Tensor, first: str, last: str) -> torch.Tensor:

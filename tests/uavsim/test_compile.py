@@ -1,11 +1,13 @@
 """The GPU path captures whole: `torch.compile(env.step, fullgraph=True)` traces every non-sparse mode
 on the CPU (a graph break raises), and the captured step plays exactly the eager episodes."""
 
+import shutil
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from uavsim import EnvConfig, UAVSwarmEnv
+from uavsim import EnvConfig, UAVSwarmEnv, memory_bits
 from uavsim.env import AUTORESET_MODES
 
 # The prepared starts of this task are rebuilt every 6 steps (7 with next_step): episodes of 20.
@@ -74,6 +76,42 @@ def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(
     assert ended >= 5 and counter.frame_count <= 3
     for k, v in eager.state.items():
         assert torch.equal(v, compiled.state[k]), k
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
+)
+@pytest.mark.timeout(600)  # inductor builds two graphs of the step's C++ kernels: ~3 minutes on 2 cores
+def test_inductor_plays_the_default_presets_kind_of_step_exactly():
+    """The default preset's kind of step (13x13 windows, onboard memory as bit rows, window paths) compiled
+    by inductor, as `train.compile_rollout` compiles it: the eager episodes, through ends and a rebuild.
+    The memory's sensing once reached the truth's rows by `as_strided` past the memory's view, which
+    inductor read elsewhere (an index out of bounds in its C++ kernel; `uavsim.record.Joined`)."""
+    from uavsim.compile_compat import prepare_inductor
+
+    cfg = EnvConfig(
+        num_uavs=4, num_obstacles=10, max_steps=16, obs_radius=6, comm_radius=0, window_paths=True, target_coverage=0.3
+    )
+    assert memory_bits.fits(cfg)
+    kwargs = dict(num_envs=3, seed=3, check_action_range=False)
+    eager, compiled = UAVSwarmEnv(cfg, **kwargs), UAVSwarmEnv(cfg, **kwargs)
+    eager.reset(), compiled.reset()
+    prepare_inductor()
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    ended = 0
+    with torch._inductor.config.patch(force_disable_caches=True):  # a cached graph would hide a lowering
+        step = torch.compile(compiled.step, fullgraph=True, backend="inductor")
+        for _ in range(compiled.prepare_period + 4):  # episodes end, the prepared starts are rebuilt
+            actions = torch.randint(0, cfg.num_actions, (3, cfg.num_uavs), generator=gen)
+            want, got = outputs(eager.step(actions)), outputs(step(actions))
+            for a, b in zip(want, got, strict=True):
+                assert a.dtype == b.dtype and torch.equal(a, b)
+            ended += int(want[3].sum() + want[4].sum())
+    assert ended >= 1
+    for k, v in eager.state.items():
+        assert torch.equal(v, compiled.state[k]), k
+    torch._dynamo.reset()
 
 
 def test_the_sparse_mode_is_the_one_that_breaks_the_graph():

@@ -1,10 +1,13 @@
 """The state record: typed views of one row of bytes per environment, and row swaps that copy bits."""
 
+import shutil
+
+import pytest
 import torch
 
 from uavsim import EnvConfig
 from uavsim.dynamics import Layout
-from uavsim.record import Field, Record, as_words, swap_rows
+from uavsim.record import Field, Joined, Record, as_words, swap_rows
 
 
 def test_fields_are_aligned_views_of_their_own_bytes():
@@ -63,3 +66,61 @@ def test_a_fields_parts_are_views_of_its_elements():
     v["covered"][1] = 7
     assert v["t"].tolist() == [1, 1, 1] and v["covered"].tolist() == [5, 7, 5]
     assert buf[:, 2:6].view(torch.int16).tolist() == [[1, 5], [1, 7], [1, 5]]
+
+
+def joined_record() -> Record:
+    """The memory's layout in small: each UAV's planes, then the truth's, read as one."""
+    fields = [Field("t", torch.int16, ()), Field("memory", torch.int64, (2, 3, 5)), Field("truth", torch.int64, (3, 5))]
+    return Record([*fields, Field("grid", torch.uint8, (7,))], (Joined("planes", "memory", "truth", (9, 5)),))
+
+
+def test_a_joined_view_reads_consecutive_fields_as_one():
+    rec = joined_record()
+    buf = torch.randint(0, 255, (4, rec.nbytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    v = rec.views(buf)
+    assert v["planes"].shape == (4, 9, 5) and v["planes"].dtype == torch.int64
+    assert torch.equal(v["planes"][:, :6], v["memory"].reshape(4, 6, 5)) and torch.equal(v["planes"][:, 6:], v["truth"])
+    v["planes"][:, 7] = -3  # a view: writes land in the truth's bytes
+    assert (v["truth"][:, 1] == -3).all()
+    span = rec.span(buf, "t", "memory").clone()  # a span without the truth: no joined view
+    assert "planes" not in rec.span_views(span, "t", "memory")
+
+
+@pytest.mark.parametrize(
+    "joined, error",
+    [
+        (Joined("x", "truth", "memory", (9, 5)), "in order"),
+        (Joined("x", "memory", "nope", (9, 5)), "in order"),
+        (Joined("x", "memory", "grid", (9, 5)), "one dtype"),
+        (Joined("x", "memory", "truth", (8, 5)), "cover their 360 bytes"),
+    ],
+)
+def test_a_joined_view_that_does_not_fit_its_fields_is_refused(joined, error):
+    fields = [
+        Field("memory", torch.int64, (2, 3, 5)),
+        Field("truth", torch.int64, (3, 5)),
+        Field("grid", torch.uint8, (7,)),
+    ]
+    with pytest.raises(ValueError, match=error):
+        Record(fields, (joined,))
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
+)
+def test_a_joined_view_compiles_to_the_same_reads():
+    """Inductor (torch 2.13) copied the field's dtype view alone, so `as_strided` from the memory past its
+    end (how the memory's sensing read the truth) read other bytes once compiled: the joined view reads
+    the record's own bytes, in eager and compiled code alike."""
+    rec = joined_record()
+    buf = torch.randint(0, 255, (4, rec.nbytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    rows = torch.tensor([[0, 8, 3], [6, 7, 1], [2, 2, 5], [8, 0, 4]])
+
+    def read(buf, rows):
+        planes = rec.views(buf)["planes"]
+        return planes[torch.arange(4)[:, None], rows] | 1
+
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        got = torch.compile(read, fullgraph=True, backend="inductor")(buf, rows)
+    assert torch.equal(got, read(buf, rows))
