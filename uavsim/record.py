@@ -35,8 +35,8 @@ class Field:
 class Joined:
     """One typed view of the consecutive fields ``first..last`` (one dtype, no padding between), of
     ``shape`` per environment: one index op then reads elements of all of them. A view of the record's
-    bytes, as each field's: `Tensor.as_strided` from one field past its end reads the wrong bytes once
-    compiled (inductor, torch 2.13: the field's offset in the record is lost)."""
+    bytes, as each field's is: `Tensor.as_strided` from one field's view past its end reads other bytes
+    once compiled (inductor, torch 2.13, lowers the field's dtype view as a copy of that field alone)."""
 
     name: str
     first: str
