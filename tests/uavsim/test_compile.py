@@ -82,13 +82,24 @@ def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(
     not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
 )
 @pytest.mark.timeout(600)  # inductor builds two graphs of the step's C++ kernels: ~3 minutes on 2 cores
-def test_inductor_plays_the_default_presets_kind_of_step_exactly():
+def test_inductor_plays_the_default_presets_kind_of_step_exactly(monkeypatch):
     """The default preset's kind of step (13x13 windows, onboard memory as bit rows, window paths) compiled
     by inductor, as `train.compile_rollout` compiles it: the eager episodes, through ends and a rebuild.
     The memory's sensing once reached the truth's rows by `as_strided` past the memory's view, which
     inductor read elsewhere (an index out of bounds in its C++ kernel; `uavsim.record.Joined`)."""
-    from uavsim.compile_compat import prepare_inductor
+    from torch._inductor import lowering, utils
 
+    from uavsim.compile_compat import prepare_inductor
+    from uavsim.machine.inductor_cache import CACHE_VARIABLE
+
+    # what prepare_inductor patches and sets, restored after the test (tests/uavsim/test_compile_compat.py
+    # checks an inductor that was never patched)
+    monkeypatch.setattr(lowering, "to_dtype_bitcast", lowering.to_dtype_bitcast)
+    for module in (utils, lowering):
+        name = "needs_fallback_due_to_atomic_add_limitations"
+        monkeypatch.setattr(module, name, getattr(module, name))
+    monkeypatch.setenv(CACHE_VARIABLE, "restored after the test")
+    monkeypatch.delenv(CACHE_VARIABLE)
     cfg = EnvConfig(
         num_uavs=4, num_obstacles=10, max_steps=16, obs_radius=6, comm_radius=0, window_paths=True, target_coverage=0.3
     )
