@@ -1,12 +1,11 @@
 """The GPU path captures whole: `torch.compile(env.step, fullgraph=True)` traces every non-sparse mode
 on the CPU (a graph break raises), and the captured step plays exactly the eager episodes."""
 
-import shutil
-
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
+from tests.uavsim.inductor_helpers import needs_compiler, restore_inductor_after
 from uavsim import EnvConfig, UAVSwarmEnv, memory_bits
 from uavsim.env import AUTORESET_MODES
 
@@ -27,6 +26,22 @@ def outputs(step_out):
         *(info[k] for k in sorted(info) if k != "final_obs"),
         *info.get("final_obs", {}).values(),
     ]
+
+
+def play_side_by_side(eager: UAVSwarmEnv, compiled: UAVSwarmEnv, step, steps: int) -> int:
+    """Step ``eager`` and ``compiled`` (through ``step``) with the same random actions for ``steps`` steps,
+    every output equal, then their states; returns the episodes that ended."""
+    gen = torch.Generator().manual_seed(0)
+    ended = 0
+    for _ in range(steps):
+        actions = torch.randint(0, eager.num_actions, (eager.num_envs, eager.num_uavs), generator=gen)
+        want, got = outputs(eager.step(actions)), outputs(step(actions))
+        for a, b in zip(want, got, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+        ended += int(want[3].sum() + want[4].sum())
+    for k, v in eager.state.items():
+        assert torch.equal(v, compiled.state[k]), k
+    return ended
 
 
 @pytest.mark.parametrize(
@@ -65,41 +80,20 @@ def test_the_step_compiles_as_one_graph_and_plays_the_eager_episodes(
     # Graphs: one per side of the rebuild's host-side branch, once the step counter turned dynamic.
     counter = CompileCounterWithBackend("aot_eager")
     step = torch.compile(compiled.step, fullgraph=True, backend=counter)
-    gen = torch.Generator().manual_seed(0)
-    ended = 0
-    for _ in range(3 * SMALL.max_steps):  # episodes end, the prepared starts are rebuilt
-        actions = torch.randint(0, SMALL.num_actions, (5, SMALL.num_uavs), generator=gen)
-        want, got = outputs(eager.step(actions)), outputs(step(actions))
-        for a, b in zip(want, got, strict=True):
-            assert a.dtype == b.dtype and torch.equal(a, b)
-        ended += int(want[3].sum() + want[4].sum())
+    ended = play_side_by_side(eager, compiled, step, 3 * SMALL.max_steps)  # episodes end, starts are rebuilt
     assert ended >= 5 and counter.frame_count <= 3
-    for k, v in eager.state.items():
-        assert torch.equal(v, compiled.state[k]), k
 
 
-@pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
-)
+@needs_compiler
 @pytest.mark.timeout(600)  # inductor builds two graphs of the step's C++ kernels: ~3 minutes on 2 cores
 def test_inductor_plays_the_default_presets_kind_of_step_exactly(monkeypatch):
     """The default preset's kind of step (13x13 windows, onboard memory as bit rows, window paths) compiled
     by inductor, as `train.compile_rollout` compiles it: the eager episodes, through ends and a rebuild.
     The memory's sensing once reached the truth's rows by `as_strided` past the memory's view, which
     inductor read elsewhere (an index out of bounds in its C++ kernel; `uavsim.record.Joined`)."""
-    from torch._inductor import lowering, utils
-
     from uavsim.compile_compat import prepare_inductor
-    from uavsim.machine.inductor_cache import CACHE_VARIABLE
 
-    # what prepare_inductor patches and sets, restored after the test (tests/uavsim/test_compile_compat.py
-    # checks an inductor that was never patched)
-    monkeypatch.setattr(lowering, "to_dtype_bitcast", lowering.to_dtype_bitcast)
-    for module in (utils, lowering):
-        name = "needs_fallback_due_to_atomic_add_limitations"
-        monkeypatch.setattr(module, name, getattr(module, name))
-    monkeypatch.setenv(CACHE_VARIABLE, "restored after the test")
-    monkeypatch.delenv(CACHE_VARIABLE)
+    restore_inductor_after(monkeypatch)
     cfg = EnvConfig(
         num_uavs=4, num_obstacles=10, max_steps=16, obs_radius=6, comm_radius=0, window_paths=True, target_coverage=0.3
     )
@@ -109,19 +103,9 @@ def test_inductor_plays_the_default_presets_kind_of_step_exactly(monkeypatch):
     eager.reset(), compiled.reset()
     prepare_inductor()
     torch._dynamo.reset()
-    gen = torch.Generator().manual_seed(0)
-    ended = 0
     with torch._inductor.config.patch(force_disable_caches=True):  # a cached graph would hide a lowering
         step = torch.compile(compiled.step, fullgraph=True, backend="inductor")
-        for _ in range(compiled.prepare_period + 4):  # episodes end, the prepared starts are rebuilt
-            actions = torch.randint(0, cfg.num_actions, (3, cfg.num_uavs), generator=gen)
-            want, got = outputs(eager.step(actions)), outputs(step(actions))
-            for a, b in zip(want, got, strict=True):
-                assert a.dtype == b.dtype and torch.equal(a, b)
-            ended += int(want[3].sum() + want[4].sum())
-    assert ended >= 1
-    for k, v in eager.state.items():
-        assert torch.equal(v, compiled.state[k]), k
+        assert play_side_by_side(eager, compiled, step, compiled.prepare_period + 4) >= 1  # ends and a rebuild
     torch._dynamo.reset()
 
 

@@ -3,11 +3,10 @@
 The failure itself needs torch 2.11/2.12 (seen there on an H100 and on the CPU); here the patch is
 forced onto torch 2.13's inductor and must leave a compiled write of the env's record exact."""
 
-import shutil
-
 import pytest
 import torch
 
+from tests.uavsim.inductor_helpers import needs_compiler
 from uavsim.compile_compat import (
     ensure_byte_views_compile,
     ensure_small_int_scatter_fallback,
@@ -15,10 +14,6 @@ from uavsim.compile_compat import (
     prepare_inductor,
 )
 from uavsim.record import Field, Record
-
-needs_compiler = pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
-)
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,9 @@
 """The state record: typed views of one row of bytes per environment, and row swaps that copy bits."""
 
-import shutil
-
 import pytest
 import torch
 
+from tests.uavsim.inductor_helpers import needs_compiler
 from uavsim import EnvConfig
 from uavsim.dynamics import Layout
 from uavsim.record import Field, Joined, Record, as_words, swap_rows
@@ -105,9 +104,7 @@ def test_a_joined_view_that_does_not_fit_its_fields_is_refused(joined, error):
         Record(fields, (joined,))
 
 
-@pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="torch.compile on the CPU needs a C++ compiler"
-)
+@needs_compiler
 def test_a_joined_view_compiles_to_the_same_reads():
     """Inductor (torch 2.13) copied the field's dtype view alone, so `as_strided` from the memory past its
     end (how the memory's sensing read the truth) read other bytes once compiled: the joined view reads
