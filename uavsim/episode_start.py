@@ -60,6 +60,8 @@ def episode_bounds(cfg: EnvConfig, fewest_free: int | None = None) -> tuple[int,
     dist = (dr + dc) if cfg.moves == 4 else np.maximum(dr, dc)
     reach = np.full((h, w), np.iinfo(np.int64).max, dtype=np.int64)  # steps before a cell can be covered
     for oy, ox in rules.footprint_offsets(cfg):  # cell (i, j) is covered from (i - oy, j - ox)
+        if abs(oy) >= h or abs(ox) >= w:  # a sensor wider than a side: this offset covers no cell
+            continue
         src = dist[max(0, -oy) : h - max(0, oy), max(0, -ox) : w - max(0, ox)]
         dst = reach[max(0, oy) : h - max(0, -oy), max(0, ox) : w - max(0, -ox)]
         np.minimum(dst, src, out=dst)

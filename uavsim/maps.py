@@ -222,6 +222,8 @@ def coverable_cells(blocked: np.ndarray, cfg: EnvConfig) -> np.ndarray:
                 todo.append((y, x))
     covered = np.zeros_like(reached)
     for dr, dc in rules.footprint_offsets(cfg).tolist():  # cell (y, x) is covered from (y - dr, x - dc)
+        if abs(dr) >= h or abs(dc) >= w:  # a sensor wider than a side: this offset covers no cell
+            continue
         covered[max(0, dr) : h + min(0, dr), max(0, dc) : w + min(0, dc)] |= reached[
             max(0, -dr) : h + min(0, -dr), max(0, -dc) : w + min(0, -dc)
         ]

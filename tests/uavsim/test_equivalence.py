@@ -67,6 +67,19 @@ CROWD = EnvConfig(
     comm_radius=0,
     target_coverage=0.7,
 )
+# a sensor wider than the grid's short side (its footprint's offsets past a side cover nothing): the episode
+# bounds sliced NumPy arrays from their ends there, and the batched env could not be built
+WIDE_SENSOR = EnvConfig(
+    grid_height=4,
+    grid_width=8,
+    num_uavs=2,
+    launch_size=2,
+    num_obstacles=2,
+    obstacle_max_size=2,
+    sensor_radius=5,
+    max_steps=12,
+    state_pool=2,
+)
 MAPS = Path(__file__).resolve().parents[2] / "examples" / "maps"
 EXAMPLE_MAPS = EnvConfig(maps=str(MAPS))  # the default task on the example map set
 # a map set of SMALL_8_MOVES's size (tests/uavsim/maps): rooms, a ring, and a pocket whose launch
@@ -87,8 +100,19 @@ SMALL_MAP_SET = SMALL_8_MOVES.replace(maps=str(Path(__file__).resolve().parent /
         (EXAMPLE_MAPS, 4, 0, 450),  # map sets: each episode plays one of the set's maps
         (SMALL_MAP_SET, 7, 11, 300),
         (CROWD, 2, 1, 70),
+        (WIDE_SENSOR, 3, 4, 40),
     ],
-    ids=["default", "small-8-moves", "tall", "large", "walls", "example-maps", "small-map-set", "crowd-64"],
+    ids=[
+        "default",
+        "small-8-moves",
+        "tall",
+        "large",
+        "walls",
+        "example-maps",
+        "small-map-set",
+        "crowd-64",
+        "wide-sensor",
+    ],
 )
 def test_batched_matches_reference(cfg, num_envs, seed, steps, reset_mode, autoreset_mode):
     ended = run_lockstep(cfg, num_envs, seed, steps, reset_mode, autoreset_mode=autoreset_mode)

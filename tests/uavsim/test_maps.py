@@ -101,6 +101,21 @@ def test_coverable_cells_follow_moves_and_the_footprint():
     blocked = np.zeros((5, 5), dtype=bool)
     blocked[2, :] = True
     assert coverable_cells(blocked, cfg.replace(sensor_radius=2)).sum() == 15
+    # a sensor wider than the short side (its offsets past a side cover nothing) sees past a wall it cannot cross
+    wide = EnvConfig(
+        grid_height=3,
+        grid_width=6,
+        num_uavs=1,
+        launch_size=1,
+        sensor_radius=4,
+        state_pool=3,
+        num_obstacles=1,
+        obstacle_max_size=1,
+    )
+    blocked = np.zeros((3, 6), dtype=bool)
+    blocked[:, 2] = True
+    assert coverable_cells(blocked, wide).sum() == 15
+    assert coverable_cells(blocked, wide.replace(sensor_radius=2)).sum() == 9
 
 
 @pytest.mark.parametrize(
