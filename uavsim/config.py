@@ -175,6 +175,12 @@ class EnvConfig:
             need(self.comm_radius is not None, "path_radius", "0 without onboard memory (comm_radius None)")
             need(self.path_radius >= self.obs_radius, "path_radius", f">= obs_radius ({self.obs_radius}) or 0")
             need(self.path_radius <= 31, "path_radius", "<= 31 (a row of the search is one int64 bit set)")
+        elif self.window_paths:  # the search of the window, as wide as it
+            need(
+                self.obs_radius <= 31,
+                "obs_radius",
+                "<= 31 with window_paths (a row of the search is one int64 bit set)",
+            )
         need(self.state_pool >= 1, "state_pool", ">= 1")
         need(
             self.state_pool <= min(self.grid_height, self.grid_width),

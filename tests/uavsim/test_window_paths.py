@@ -120,8 +120,12 @@ def test_window_paths_must_be_a_bool(value):
 
 
 def test_window_paths_refuse_windows_wider_than_a_bit_set():
-    with pytest.raises(ValueError, match="window_paths searches at most 63 cells across"):
-        WindowPaths(EnvConfig(obs_radius=32, grid_height=80, grid_width=80, window_paths=True))
+    # the config refuses it (the NumPy reference, and so its adapters, would have played it; the batched env not)
+    with pytest.raises(ValueError, match=r"EnvConfig.obs_radius must be <= 31 with window_paths"):
+        EnvConfig(obs_radius=32, grid_height=34, grid_width=34, window_paths=True)
+    widest = EnvConfig(obs_radius=31, grid_height=34, grid_width=34, window_paths=True, num_uavs=2, max_steps=3)
+    UAVSwarmEnv(widest, num_envs=1).reset()
+    assert EnvConfig(obs_radius=32, grid_height=34, grid_width=34).obs_radius == 32  # without the paths: any radius
 
 
 def test_the_observation_space_holds_the_memory_heading_and_the_paths():
