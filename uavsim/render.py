@@ -40,11 +40,9 @@ def uav_colors(n: int) -> np.ndarray:
 
 
 def check_cell_px(cell_px: object) -> int:
-    """``cell_px`` if it is an int >= 2 (pixels per grid cell), else a `ValueError`: the adapters
-    check it when built, not at their first ``render()``."""
-    if isinstance(cell_px, bool) or not isinstance(cell_px, int) or cell_px < 2:
-        raise ValueError(f"cell_px must be an int >= 2, got {cell_px!r}")
-    return cell_px
+    """``cell_px`` as a plain int if it is an integer >= 2 (pixels per grid cell; NumPy's too), else a
+    `TypeError` / `ValueError`: the adapters check it when built, not at their first ``render()``."""
+    return check_int("cell_px", cell_px, 2)
 
 
 def check_env_index(env: BatchedEnv, env_index: Any) -> int:
@@ -83,7 +81,7 @@ def render_grid(
     Returns:
         ``[H * cell_px, W * cell_px, 3]`` uint8.
     """
-    check_cell_px(cell_px)
+    cell_px = check_cell_px(cell_px)
     h, w = codes.shape
     rgb = np.where(
         (codes == rules.BLOCKED)[..., None], _BLOCKED, np.where((codes == rules.COVERED)[..., None], _COVERED, _FREE)

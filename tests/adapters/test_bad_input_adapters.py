@@ -34,7 +34,7 @@ def vec():
 
 
 def test_vector_render_env_rejects_cell_px_0(vec):
-    with pytest.raises(ValueError, match="cell_px must be an int >= 2, got 0"):
+    with pytest.raises(ValueError, match="cell_px must be >= 2, got 0"):
         vec.render_env(0, cell_px=0)
     with pytest.raises(TypeError, match="env_index"):
         vec.render_env(True)

@@ -58,6 +58,9 @@ def test_episodes_match_reference_with_same_step_autoreset(output):
                 ends["terminated" if r_term else "truncated"] += 1
                 assert_obs_row(infos["final_obs"], i, r_obs, f"final_obs at step {t}")
                 assert int(infos["episode"]["l"][i]) == r_info["episode_length"]
+                # counts as int64: the state's uint8 wrapped in a user's arithmetic and torch's mean refused it
+                assert str(infos["episode"]["l"].dtype).endswith("int64")
+                assert str(infos["final_info"]["episode_collisions"].dtype).endswith("int64")
                 assert int(infos["episode"]["collisions"][i]) == r_info["episode_collisions"]
                 assert as_np(infos["episode"]["coverage"][i]) == r_info["episode_coverage"]
                 np.testing.assert_allclose(as_np(infos["episode"]["r"][i]), r_info["episode_return"], rtol=1e-6)
@@ -80,6 +83,54 @@ def test_seeded_reset_restarts_the_stream():
     obs, _ = a.reset(seed=3)
     ref = ReferenceEnv(SMALL, seed=3, env_index=1).reset()
     assert_obs_row(obs, 1, ref, "seeded reset")
+    assert a.np_random_seed == 3  # as Gymnasium's vector envs keep it
+
+
+@pytest.mark.parametrize("output", ["torch", "numpy"])
+def test_episodes_match_reference_with_next_step_autoreset(output):
+    """Gymnasium's NEXT_STEP: the step after an episode's end starts the next one (actions ignored, reward 0)."""
+    num_envs, seed = 3, 2
+    env = gym.make_vec(
+        "uavsim/Coverage-v0", num_envs=num_envs, config=EASY, seed=seed, output=output, autoreset_mode="next_step"
+    )
+    assert env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    assert CoverageVectorEnv(1, EASY).metadata["autoreset_mode"] is AutoresetMode.SAME_STEP  # per instance
+    env.action_space.seed(1)
+    refs = [ReferenceEnv(EASY, seed=seed, env_index=i) for i in range(num_envs)]
+    obs, _ = env.reset()
+    ref_obs, pending, restarts = [r.reset() for r in refs], [False] * num_envs, 0
+    for t in range(40):
+        actions = env.action_space.sample()
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        assert "final_obs" not in infos and "final_info" not in infos
+        for i, ref in enumerate(refs):
+            if pending[i]:
+                ref_obs[i], pending[i], restarts = ref.reset(), False, restarts + 1
+                assert as_np(rewards[i]) == 0 and not terminated[i] and not truncated[i]
+            else:
+                ref_obs[i], r_reward, r_term, r_trunc, r_info = ref.step(actions[i])
+                assert as_np(rewards[i]) == rules.mean_return(r_reward)
+                assert bool(terminated[i]) == r_term and bool(truncated[i]) == r_trunc
+                assert bool(infos["_episode"][i]) == (r_term or r_trunc)
+                if r_term or r_trunc:
+                    assert int(infos["episode"]["l"][i]) == r_info["episode_length"]
+                    pending[i] = True
+            assert_obs_row(obs, i, ref_obs[i], f"obs after step {t}")
+    assert restarts >= num_envs
+
+
+def test_gymnasiums_vector_observation_wrappers_take_the_next_step_env():
+    env = CoverageVectorEnv(2, SMALL, output="numpy", autoreset_mode="next_step")
+    wrapped = gym.wrappers.vector.NormalizeObservation(gym.wrappers.vector.FlattenObservation(env))
+    obs, _ = wrapped.reset(seed=0)
+    for _ in range(3):
+        obs, *_ = wrapped.step(wrapped.action_space.sample())
+    assert obs.shape == (2, SMALL.num_uavs * SMALL.local_obs_dim + SMALL.state_dim)
+    with pytest.raises(ValueError, match="NEXT_STEP"):  # Gymnasium's own refusal of the default
+        gym.wrappers.vector.FlattenObservation(CoverageVectorEnv(2, SMALL, output="numpy"))
+    with pytest.raises(ValueError, match="autoreset_mode must be 'same_step' or 'next_step', got 'disabled'"):
+        CoverageVectorEnv(2, SMALL, autoreset_mode="disabled")
+    assert CoverageVectorEnv(1, SMALL, autoreset_mode=AutoresetMode.NEXT_STEP).swarm.autoreset_mode == "next_step"
 
 
 def test_sync_and_async_modes_run_the_reference_env():
@@ -105,17 +156,24 @@ def test_render_one_and_tiled():
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    "kwargs, error, name",
     [
-        (dict(cell_px=1), "cell_px"),
-        (dict(cell_px=2.5), "cell_px"),
-        (dict(render_envs=0), "render_envs"),
-        (dict(render_envs=True), "render_envs"),
+        (dict(cell_px=1), ValueError, "cell_px must be >= 2, got 1"),
+        (dict(cell_px=2.5), TypeError, "cell_px must be an int >= 2, got float"),
+        (dict(render_envs=0), ValueError, "render_envs must be >= 1"),
+        (dict(render_envs=True), TypeError, "render_envs must be an int >= 1, got bool"),
     ],
 )
-def test_bad_render_arguments_fail_when_built_not_at_render(kwargs, name):
-    with pytest.raises(ValueError, match=name):
+def test_bad_render_arguments_fail_when_built_not_at_render(kwargs, error, name):
+    with pytest.raises(error, match=name):
         CoverageVectorEnv(2, SMALL, render_mode="rgb_array", **kwargs)
+
+
+def test_numpy_integers_size_the_drawings():
+    env = CoverageVectorEnv(2, SMALL, render_mode="rgb_array", cell_px=np.int64(2), render_envs=np.int32(1))
+    env.reset()
+    assert env.render().shape == env.render_env(0, cell_px=np.int64(2)).shape == (24, 24, 3)
+    assert type(env.cell_px) is int and type(env.render_envs) is int
 
 
 class TestBadInput:

@@ -10,8 +10,8 @@ Gymnasium spaces describe NumPy arrays, so with torch output ``observation_space
 is False even though shapes, dtypes and bounds agree; ``action_space.sample()`` gives a NumPy
 array, which ``step`` accepts in either mode.
 
-Per step (``B`` environments, ``N`` UAVs, autoreset ``SAME_STEP``: an ended episode is replaced by
-the next one inside the same ``step``, as ``metadata["autoreset_mode"]`` declares):
+Per step (``B`` environments, ``N`` UAVs; autoreset ``SAME_STEP`` by default: an ended episode is
+replaced by the next one inside the same ``step``, as ``metadata["autoreset_mode"]`` declares):
     obs          {"local": [B, N, L], "state": [B, S]} float32, after any autoreset
     rewards      [B] float32: the mean over UAVs of the per-UAV rewards (summed in float64, as `episode_return`)
     terminated   [B] bool; truncated [B] bool (never both)
@@ -25,6 +25,12 @@ the next one inside the same ``step``, as ``metadata["autoreset_mode"]`` declare
         episode: {"r": return (mean over UAVs), "l": length, "coverage", "collisions",
             "near_misses"} of the ended episodes, valid where ``_episode`` -- what
             ``RecordEpisodeStatistics`` would add, so do not wrap this env in it (the key clashes).
+            Counts are int64 (the env's state keeps them in its narrowest exact types), as in ``final_info``.
+
+``autoreset_mode="next_step"`` (Gymnasium's ``NEXT_STEP``, what its vector observation wrappers such as
+``NormalizeObservation`` require): ``step`` returns an ended episode's last observation, and the next
+``step`` starts the next episode there instead (its actions ignored; reward 0, neither terminated nor
+truncated). No ``final_obs`` or ``final_info`` then: ``episode`` comes with the step that ends it.
 
 ``reset(seed=s)`` restarts every environment's episode stream at episode 0 with seed ``s``;
 ``reset(options={"reset_mask": mask})`` starts new episodes only where the ``[B]`` bool mask is
@@ -43,6 +49,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from uavsim.adapters.spaces import as_config, observation_space
+from uavsim.checks import check_int
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv, mean_return
 from uavsim.render import check_cell_px, render_tiled
@@ -78,6 +85,12 @@ def as_action_tensor(actions: Any, device: torch.device, num_actions: int) -> An
 _INT64_MAX = np.iinfo(np.int64).max
 
 
+def wide_ints(x: torch.Tensor) -> torch.Tensor:
+    """Integer counts as int64: the state's narrow unsigned types wrap in a user's arithmetic (``l - 5``) and
+    ``mean`` refuses them; floats and int64 pass through."""
+    return x.long() if not x.is_floating_point() and x.dtype != torch.int64 else x
+
+
 def _holds_bool(actions: list | tuple) -> bool:
     """Whether a (nested) list holds a bool; a list is on the host already, so looking at each
     element costs no device sync (tensors and arrays are judged by their dtype)."""
@@ -91,6 +104,7 @@ class CoverageVectorEnv(VectorEnv):
         num_envs: batch size ``B``.
         config: an `EnvConfig`, a mapping of its fields, or None for the defaults.
         seed, first_env_index, device, check_action_range, reset_mode: as `UAVSwarmEnv`.
+        autoreset_mode: ``"same_step"`` or ``"next_step"`` (or Gymnasium's `AutoresetMode`); see the module docstring.
         output: ``"torch"`` (tensors on ``device``) or ``"numpy"``.
         render_mode: None or ``"rgb_array"``; ``render()`` draws environment 0 alone when
             ``num_envs == 1``, else the first ``render_envs`` environments tiled.
@@ -112,8 +126,16 @@ class CoverageVectorEnv(VectorEnv):
         render_mode: str | None = None,
         cell_px: int = 4,
         render_envs: int = 16,
+        autoreset_mode: str | AutoresetMode = "same_step",
     ):
         cfg = self.config = as_config(config)
+        modes = {"same_step": AutoresetMode.SAME_STEP, "next_step": AutoresetMode.NEXT_STEP}
+        mode = autoreset_mode
+        if isinstance(mode, AutoresetMode):  # Gymnasium's enum: our name for it
+            mode = {v: k for k, v in modes.items()}.get(mode, mode)
+        if not isinstance(mode, str) or mode not in modes:
+            raise ValueError(f"autoreset_mode must be 'same_step' or 'next_step', got {autoreset_mode!r}")
+        self.metadata = {**self.metadata, "autoreset_mode": modes[mode]}
         if output not in ("torch", "numpy"):
             raise ValueError(f"output must be 'torch' or 'numpy', got {output!r}")
         if render_mode not in (None, "rgb_array"):
@@ -124,11 +146,11 @@ class CoverageVectorEnv(VectorEnv):
             first_env_index=first_env_index,
             check_action_range=check_action_range,
             reset_mode=reset_mode,
+            autoreset_mode=mode,
         )
         self.swarm = UAVSwarmEnv(cfg, seed=seed, **self._env_kwargs)  # checks num_envs, seed, device, ...
         self.num_envs, self.device, self.output = num_envs, self.swarm.device, output
-        if isinstance(render_envs, bool) or not isinstance(render_envs, int) or render_envs < 1:
-            raise ValueError(f"render_envs must be an int >= 1, got {render_envs!r}")
+        render_envs = check_int("render_envs", render_envs, 1)
         self.render_mode, self.cell_px, self.render_envs = render_mode, check_cell_px(cell_px), render_envs
         self.single_observation_space = observation_space(cfg)
         self.observation_space = observation_space(cfg, (num_envs,))
@@ -156,6 +178,7 @@ class CoverageVectorEnv(VectorEnv):
             if mask is not None:
                 raise ValueError("reset with a seed restarts every environment: do not pass options['reset_mask']")
             self.swarm = UAVSwarmEnv(self.config, seed=int(seed), **self._env_kwargs)
+            super().reset(seed=int(seed))  # np_random and np_random_seed, as Gymnasium's envs seed them
         if mask is not None:
             if isinstance(mask, np.ndarray):
                 if mask.dtype != np.bool_:  # named here: as a tensor the error would show a tensor it was not given
@@ -180,27 +203,23 @@ class CoverageVectorEnv(VectorEnv):
             "collisions": info["collisions"],
             "near_misses": info["near_misses"],
         }
+        ended = {k: wide_ints(v) for k, v in info.items() if k.startswith("episode_")}
         episode = {
-            "r": info["episode_return"],
-            "l": info["episode_length"],
-            "coverage": info["episode_coverage"],
-            "collisions": info["episode_collisions"],
-            "near_misses": info["episode_near_misses"],
+            "r": ended["episode_return"],
+            "l": ended["episode_length"],
+            "coverage": ended["episode_coverage"],
+            "collisions": ended["episode_collisions"],
+            "near_misses": ended["episode_near_misses"],
         }
         infos: dict[str, Any] = {}
         for key, value in step_info.items():
             infos[key], infos[f"_{key}"] = value, everywhere
-        # the single env's names (its info at an episode's end), as SyncVectorEnv's final_info has them
-        final_info = {**step_info, **{k: v for k, v in info.items() if k.startswith("episode_")}}
-        final_info.update({f"_{k}": done for k in list(final_info)})
-        infos.update(
-            final_obs=info["final_obs"],
-            _final_obs=done,
-            final_info=final_info,
-            _final_info=done,
-            episode=episode,
-            _episode=done,
-        )
+        infos.update(episode=episode, _episode=done)
+        if "final_obs" in info:  # same_step
+            # the single env's names (its info at an episode's end), as SyncVectorEnv's final_info has them
+            final_info = {**step_info, **ended}
+            final_info.update({f"_{k}": done for k in list(final_info)})
+            infos.update(final_obs=info["final_obs"], _final_obs=done, final_info=final_info, _final_info=done)
         return (
             self._out(obs),
             self._out(mean_return(reward)),  # summed in float64, as the single env's: the same bits whatever the order
