@@ -16,6 +16,7 @@ import inspect
 import io
 import os
 import pickle
+import re
 import struct
 import warnings
 import zlib
@@ -62,15 +63,28 @@ def item_digest(item: Any) -> bytes:
 def job_key_for(make_worker: Any) -> str:
     """A job key naming a worker factory: ``module.qualname``, plus a digest of what it carries.
 
-    A ``functools.partial``'s bound arguments and a callable object's state are part of the job
-    (``partial(make_scorer, model="a")`` is not ``model="b"``); they are digested like items, or,
-    when they cannot be pickled, by their ``repr``.
+    What configures the factory is part of the job (``partial(make_scorer, model="a")`` is not
+    ``model="b"``): a ``functools.partial``'s bound arguments, a bound method's object, a callable
+    object's state, a closure's cells (``make_for("clip")`` is not ``make_for("siglip")``), and a
+    lambda's code (two lambdas share one name). They are digested like items, or, when they cannot be
+    pickled, by their ``repr`` without memory addresses (the same in every process). A named
+    function is its name: editing its code or defaults keeps its journals.
     """
     fn, carried = make_worker, []
     while isinstance(fn, functools.partial):
         carried.append((fn.args, fn.keywords))
         fn = fn.func
-    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isbuiltin(fn)):
+    if inspect.ismethod(fn):
+        carried.append(fn.__self__)  # Scorer(10).make is not Scorer(1000).make
+        fn = fn.__func__
+    if inspect.isfunction(fn):
+        cells = [c.cell_contents for c in fn.__closure__ or () if _cell_is_set(c)]
+        if cells:  # a factory made by a function: what it was made with
+            carried.append(cells)
+        if fn.__name__ == "<lambda>":  # a name that names nothing: its code and defaults do
+            code = fn.__code__
+            carried.append((code.co_code, _without_addresses(repr(code.co_consts)), code.co_names, fn.__defaults__))
+    elif not inspect.isbuiltin(fn):
         carried.append(fn)  # a callable object: its state configures the job
         fn = type(fn)
     key = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
@@ -78,8 +92,31 @@ def job_key_for(make_worker: Any) -> str:
         try:
             key += "[" + item_digest(carried).hex()[:16] + "]"
         except Exception:
-            key += "[" + repr(carried) + "]"
+            key += "[" + _without_addresses(repr(carried)) + "]"
     return key
+
+
+def _cell_is_set(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 -- an unset cell (a name assigned later) raises
+    except ValueError:
+        return False
+    return True
+
+
+def _without_addresses(text: str) -> str:
+    """``repr`` text without ``at 0x...`` memory addresses, which differ between processes."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
+
+
+def checked_journal(journal: Journal, job_key: str) -> Journal:
+    """An open ``journal`` if it was opened for ``job_key`` (a path is checked when opened), else a ValueError."""
+    if journal.job_key != job_key:
+        raise ValueError(
+            f"journal {journal.path} was opened for job_key {journal.job_key!r}, not this call's {job_key!r}; "
+            "open it with the call's key (agents.placement.journal.job_key_for(make_worker)) or pass another path"
+        )
+    return journal
 
 
 def _record(payload: bytes) -> bytes:
@@ -131,6 +168,10 @@ class Journal:
         if head != _MAGIC:
             raise ValueError(f"{self.path} is not a journal (it does not start with {_MAGIC!r})")
         pos, header = len(_MAGIC), None
+        if self._read_record(pos, size) is None and self._record_is_whole(pos, size):
+            # whole but failing its checksum: damage, not a header torn while it was written; starting
+            # afresh would wipe every result recorded after it
+            raise ValueError(f"journal {self.path} has a damaged header (checksum); delete it to start over")
         while pos < size:
             payload = self._read_record(pos, size)
             if payload is None or (header is not None and len(payload) < _ITEM.size):
@@ -167,6 +208,12 @@ class Journal:
             return None
         payload = self._file.read(length)
         return payload if zlib.crc32(payload) == crc else None
+
+    def _record_is_whole(self, pos: int, size: int) -> bool:
+        """Whether the record at ``pos`` has all its bytes (a crash tears only the last record written)."""
+        if size - pos < _PREFIX.size:
+            return False
+        return _PREFIX.unpack(self._file_bytes(pos, _PREFIX.size))[0] <= size - pos - _PREFIX.size
 
     def _drop_tail(self, pos: int, size: int) -> None:
         """Cut the file at ``pos``: the record there was torn by a crash (or the bytes are damaged)."""
@@ -283,7 +330,7 @@ def _sync_folder(folder: Path) -> None:
 
 def journaled_results(journal: str | os.PathLike | Journal, job_key: str, items: list) -> list | None:
     """Every item's result when ``journal`` holds them all (checking it is the right journal), else None."""
-    j = journal if isinstance(journal, Journal) else Journal(journal, job_key)
+    j = checked_journal(journal, job_key) if isinstance(journal, Journal) else Journal(journal, job_key)
     try:
         if len(j) < len(items):
             return None

@@ -50,6 +50,11 @@ def test_a_journal_that_holds_everything_starts_no_worker(tmp_path):
     with Journal(journal, job_key_for(ph.make_logged_square)) as opened:  # an open journal: the caller's to close
         assert dp_map(ph.make_logged_square, items, ["cpu"], journal=opened, progress=False) == [0, 1, 4, 9]
         assert len(opened) == 4
+        # an open journal of another job is refused as a path is (it answered the other job's items)
+        with pytest.raises(ValueError, match=r"run\.journal was opened for job_key .*make_logged_square"):
+            dp_map(make, items, ["cpu"], journal=opened, progress=False)
+        with WorkerPool(make, ["cpu"]) as pool, pytest.raises(ValueError, match="was opened for job_key"):
+            pool.map(items + [(4, str(log), 0)], journal=opened, progress=False)
     assert computed(log) == collections.Counter(range(4)) and not pid_log.exists()
 
 

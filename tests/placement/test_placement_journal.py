@@ -121,6 +121,19 @@ def test_header_torn_at_creation_starts_afresh(tmp_path):
         assert j.get(0, "a") == (True, 1)
 
 
+def test_a_whole_header_that_fails_its_checksum_is_refused_not_wiped(tmp_path):
+    path = tmp_path / "j.bin"
+    with Journal(path, KEY) as j:
+        for i in range(5):
+            j.put(i, i, f"result {i}")
+    data = bytearray(path.read_bytes())
+    data[8 + 12 + 3] ^= 0xFF  # a byte of the header's payload (magic, length + CRC, payload)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"j\.bin has a damaged header \(checksum\); delete it to start over"):
+        Journal(path, KEY)
+    assert path.read_bytes() == bytes(data)  # the five results are still there, for the user to recover
+
+
 def test_other_job_key_and_other_file_are_refused(tmp_path):
     path = tmp_path / "j.bin"
     with Journal(path, KEY) as j:
@@ -177,6 +190,21 @@ class _Factory:
         return abs
 
 
+class _Scorer:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def make(self, device):
+        return lambda x: x * self.scale
+
+
+def _factory_for(model):
+    def make(device):
+        return model
+
+    return make
+
+
 def test_job_key_names_the_factory_and_what_it_carries():
     assert job_key_for(_factory) == f"{__name__}._factory"
     a, b = functools.partial(_factory, model="a"), functools.partial(_factory, model="b")
@@ -184,3 +212,12 @@ def test_job_key_names_the_factory_and_what_it_carries():
     assert job_key_for(a) == job_key_for(functools.partial(_factory, model="a"))
     assert job_key_for(_Factory("a")) == job_key_for(_Factory("a")) != job_key_for(_Factory("b"))
     assert job_key_for(_Factory("a")).startswith(f"{__name__}._Factory[")
+    # a bound method's object, a closure's cells and a lambda's code configure the job too (they were dropped:
+    # a journal written by Scorer(10).make answered Scorer(1000).make's items)
+    assert job_key_for(_Scorer(10).make) == job_key_for(_Scorer(10).make) != job_key_for(_Scorer(1000).make)
+    assert job_key_for(_Scorer(10).make).startswith(f"{__name__}._Scorer.make[")
+    assert job_key_for(_factory_for("clip")) == job_key_for(_factory_for("clip")) != job_key_for(_factory_for("sig"))
+    assert job_key_for(lambda device: abs) != job_key_for(lambda device: round)
+    # what cannot be pickled counts by its repr without memory addresses: the same key in another process
+    local = _factory_for(lambda x: x)
+    assert " at 0x" not in job_key_for(local) and job_key_for(local) == job_key_for(_factory_for(lambda x: x))

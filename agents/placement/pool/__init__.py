@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from ..journal import Journal, job_key_for, journaled_results
+from ..journal import Journal, checked_journal, job_key_for, journaled_results
 from .arguments import (
     Devices,
     MapArgs,
@@ -250,7 +250,9 @@ class WorkerPool:
         self._check()  # imap checks when called; its run starts at the first next()
         with contextlib.ExitStack() as stack:
             journal = a.journal
-            if journal is not None and not isinstance(journal, Journal):
+            if isinstance(journal, Journal):
+                checked_journal(journal, self.job_key)
+            elif journal is not None:
                 journal = stack.enter_context(Journal(journal, self.job_key))
             run = Scheduler(
                 self.executor,
