@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import signal
 import time
 import warnings
@@ -14,6 +15,7 @@ import torch
 
 from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError, WorkerPool, dp_map
 from agents.placement.pool.arguments import visible_device_token
+from agents.placement.pool.scheduler import FAIL_PULL
 
 CPU2 = ["cpu", "cpu"]
 
@@ -138,6 +140,26 @@ def test_map_ends_when_no_worker_is_left():
     assert all(isinstance(r, ItemFailure) for r in out)
     assert "died while running" in out[0].error
     assert all("no live worker" in r.error for r in out[1:])
+
+
+def test_an_endless_stream_ends_with_the_error_once_no_worker_is_left():
+    pulled = itertools.count()
+
+    def stream():  # a sensor feed, say: it never ends
+        for i in itertools.count():
+            next(pulled)
+            yield i
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkerDiedWarning)
+        with WorkerPool(h.make_always_die, ["cpu"], restarts=0) as pool:
+            with pytest.raises(DPMapError, match="died while running"):
+                for _ in pool.imap_unordered(stream(), progress=False):
+                    pass
+            with pytest.raises(DPMapError, match="no live worker"):  # the pool's next stream ends too
+                next(iter(pool.imap_unordered(stream(), progress=False)))
+    # it read the stream to its end before (22 million items in 14 s, then a MemoryError): a step's share now
+    assert next(pulled) < 4 * FAIL_PULL
 
 
 def test_hung_item_is_killed_after_item_timeout():

@@ -31,6 +31,7 @@ from .errors import ItemFailure, WorkerDiedWarning, WorkerInitError, last_line
 from .executor import Executor, Slot, Task
 
 WAIT_S = 0.5  # longest wait for an answer before deaths and timeouts are checked again
+FAIL_PULL = 256  # input items a step fails once no worker is left
 _TASK_IDS = itertools.count()
 
 
@@ -316,7 +317,8 @@ class Scheduler:
         return time.monotonic() - s.running_since > self.item_timeout
 
     def no_workers_left(self) -> None:
-        """Every worker is dead: fail what is left (or raise :class:`WorkerInitError` when none ever started)."""
+        """Every worker is dead: fail what is pulled and up to `FAIL_PULL` items more (each step; or raise
+        :class:`WorkerInitError` when none ever started)."""
         slots = self.slots
         if all(s.init_error is not None for s in slots):
             raise WorkerInitError(
@@ -327,8 +329,11 @@ class Scheduler:
         if all(s.died_starting is not None for s in slots):
             why = f"; every worker died before it was ready ({slots[0].died_starting})"
             why += self.executor.died_starting_hint
-        while self.pull_one():
-            pass
+        # a bounded share of the input a step, not all of it: a stream may never end (imap_unordered over a
+        # sensor feed), and its consumer meets the failures as it reads, as it would meet results
+        for _ in range(FAIL_PULL):
+            if not self.pull_one():
+                break
         for index in list(self.retry) + list(self.pending):
             summary = "no live worker left to run this item (all died and used up their restarts)" + why
             text = summary
