@@ -13,7 +13,7 @@ import torch
 
 from uavsim.machine.host_memory import host_memory, process_rss
 
-from .checks import as_device
+from .checks import check_visible_gpu
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -50,8 +50,11 @@ class Inventory:
 
 
 def memory_in_use(device: str | torch.device) -> int:
-    """Bytes this process holds on ``device``: allocated tensor bytes on CUDA, the process RSS on CPU."""
-    dev = as_device(device)
+    """Bytes this process holds on ``device``: allocated tensor bytes on CUDA, the process RSS on CPU.
+
+    A GPU this process cannot see is a ValueError (torch answers 0 for it on a CPU-only build).
+    """
+    dev = check_visible_gpu(device, "memory_in_use")
     if dev.type == "cuda":
         return int(torch.cuda.memory_allocated(dev))
     return process_rss()

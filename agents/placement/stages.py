@@ -9,6 +9,7 @@ release the GIL. For several copies of one stage, use :func:`agents.placement.dp
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checks import as_device, check_int, check_visible_gpu, device_key
+from .pool.arguments import check_items
 from .tensors import to_device
 
 _POLL_S = 0.1  # how often a blocked thread checks whether the pipeline is stopping
@@ -77,44 +79,58 @@ class StagePipeline:
         return list(tqdm(self.imap(items), desc="pipeline", unit="item", disable=not progress))
 
     def imap(self, items: Iterable[Any]) -> Iterator[Any]:
-        """Yield the last stage's outputs in input order as they finish; ``items`` is read lazily."""
+        """Yield the last stage's outputs in input order as they finish; ``items`` is read lazily.
+
+        The stages run under the caller's ``torch.no_grad`` / ``inference_mode`` / ``autocast`` as
+        they stand at this call. A failure is raised where the stream reaches its item: the outputs
+        of the items before it come first.
+        """
+        check_items(items)
+        return self._imap(items, _caller_modes())
+
+    def _imap(self, items: Iterable[Any], modes: Callable[[], contextlib.AbstractContextManager]) -> Iterator[Any]:
+        # A failure travels down the queues as a StageError after the items before it, so those
+        # still reach the caller; ``halt[p]`` stops thread p (0: input, k+1: stage k) when a thread
+        # after it fails, and ``stop`` stops them all when the caller is done.
         stop = threading.Event()
-        errors: list[StageError] = []
+        halt = [threading.Event() for _ in range(len(self.stages) + 1)]
         queues = [queue.Queue(maxsize=self.queue_size) for _ in range(len(self.stages) + 1)]
 
-        def put(q: queue.Queue, value: Any) -> bool:
-            while not stop.is_set():
+        def put(p: int, value: Any) -> bool:
+            while not (stop.is_set() or halt[p].is_set()):
                 try:
-                    q.put(value, timeout=_POLL_S)
+                    queues[p].put(value, timeout=_POLL_S)
                     return True
                 except queue.Full:
                     continue
             return False
 
-        def get(q: queue.Queue) -> Any:
-            while not stop.is_set():
+        def get(q: queue.Queue, halted: threading.Event) -> Any:
+            while not (stop.is_set() or halted.is_set()):
                 try:
                     return q.get(timeout=_POLL_S)
                 except queue.Empty:
                     continue
             return _END
 
-        def fail(name: str, index: int, exc: BaseException) -> None:
+        def fail(p: int, name: str, index: int, exc: BaseException) -> None:
+            for event in halt[:p]:
+                event.set()
             error = StageError(name, index, exc)
             error.__cause__ = exc
-            errors.append(error)
-            stop.set()
+            put(p, error)
 
         def feed() -> None:
             index = -1
-            try:
-                for index, item in enumerate(items):
-                    if not put(queues[0], (index, item)):
-                        return
-            except BaseException as exc:  # the input iterator itself raised
-                fail("input", index + 1, exc)
-                return
-            put(queues[0], _END)
+            with modes():  # the caller's iterator may compute tensors too
+                try:
+                    for index, item in enumerate(items):
+                        if not put(0, (index, item)):
+                            return
+                except BaseException as exc:  # the input iterator itself raised
+                    fail(0, "input", index + 1, exc)
+                    return
+            put(0, _END)
 
         def work(k: int) -> None:
             stage, name = self.stages[k], self.names[k]
@@ -126,24 +142,25 @@ class StagePipeline:
                     # device_key: a bare "cuda" is cuda:0, which set_device needs spelled out
                     torch.cuda.set_device(torch.device(device_key(dev)))
             except BaseException as exc:  # a GPU that is not there: fail the pipeline, never hang it
-                fail(name, -1, exc)
+                fail(k + 1, name, -1, exc)
                 return
-            while True:
-                msg = get(queues[k])
-                if msg is _END:
-                    put(queues[k + 1], _END)
-                    return
-                index, item = msg
-                try:
-                    if stage.move_inputs:
-                        item = to_device(item, device_key(dev))
-                    out = stage.fn(item)
-                except BaseException as exc:
-                    fail(name, index, exc)
-                    return
-                del item
-                if not put(queues[k + 1], (index, out)):
-                    return
+            with modes():
+                while True:
+                    msg = get(queues[k], halt[k + 1])
+                    if msg is _END or isinstance(msg, StageError):
+                        put(k + 1, msg)
+                        return
+                    index, item = msg
+                    try:
+                        if stage.move_inputs:
+                            item = to_device(item, device_key(dev))
+                        out = stage.fn(item)
+                    except BaseException as exc:
+                        fail(k + 1, name, index, exc)
+                        return
+                    del item
+                    if not put(k + 1, (index, out)):
+                        return
 
         threads = [threading.Thread(target=feed, name="pipeline-input", daemon=True)]
         threads += [
@@ -154,9 +171,9 @@ class StagePipeline:
             t.start()
         try:
             while True:
-                msg = get(queues[-1])
-                if errors:
-                    raise errors[0]
+                msg = get(queues[-1], stop)
+                if isinstance(msg, StageError):
+                    raise msg
                 if msg is _END:
                     return
                 yield msg[1]
@@ -165,3 +182,19 @@ class StagePipeline:
             for t in threads:
                 # daemon threads: one stuck inside a user fn or iterator cannot block exit
                 t.join(timeout=1.0)
+
+
+def _caller_modes() -> Callable[[], contextlib.AbstractContextManager]:
+    """A context that enters, in another thread, the calling thread's grad, inference and autocast
+    modes (torch keeps them per thread, so a new thread starts with grad on and autocast off)."""
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+    casts = [(d, torch.get_autocast_dtype(d)) for d in ("cpu", "cuda") if torch.is_autocast_enabled(d)]
+
+    @contextlib.contextmanager
+    def modes() -> Iterator[None]:
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad), contextlib.ExitStack() as stack:
+            for device_type, dtype in casts:
+                stack.enter_context(torch.autocast(device_type, dtype=dtype))
+            yield
+
+    return modes

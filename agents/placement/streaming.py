@@ -52,12 +52,12 @@ _PRECISIONS = {
 class StreamStats:
     """What a :func:`stream_train` run did.
 
-    ``steps`` counts optimizer steps and ``batches`` the batches read; ``losses`` has one float
-    per batch, its mean loss (a split batch's parts weighted by their rows); ``memory`` has the
-    bytes in use on the device after each batch (allocated bytes on CUDA, process RSS on CPU) when
-    ``track_memory`` was set; ``micro_batch`` is the largest part size after out-of-memory
-    back-offs (None when none happened); ``skipped_steps`` counts fp16 steps the gradient scaler
-    skipped for inf/NaN gradients.
+    ``steps`` counts optimizer steps and ``batches`` the batches trained on (0-row ones are
+    skipped); ``losses`` has one float per batch, its mean loss (a split batch's parts weighted by
+    their rows); ``memory`` has the bytes in use on the device after each batch (allocated bytes on
+    CUDA, process RSS on CPU) when ``track_memory`` was set; ``micro_batch`` is the largest part
+    size after out-of-memory back-offs (None when none happened); ``skipped_steps`` counts fp16
+    steps the gradient scaler skipped for inf/NaN gradients.
     """
 
     steps: int = 0
@@ -144,9 +144,11 @@ class _Grads:
             h.remove()
 
 
-def _check_args(loss_fn, optimizer, scheduler, max_grad_norm) -> float | None:
+def _check_args(loss_fn, batches, optimizer, scheduler, max_grad_norm) -> float | None:
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    if not isinstance(batches, Iterable) and not hasattr(batches, "__getitem__"):  # what iter() accepts
+        raise TypeError(f"batches must be an iterable of batches (a list, a DataLoader), got {type(batches).__name__}")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
@@ -184,7 +186,8 @@ def stream_train(
 
     Args:
         loss_fn: ``batch -> scalar loss tensor`` (mean over the rows).
-        batches: any iterable of batches (a DataLoader); read lazily.
+        batches: any iterable of batches (a DataLoader); read lazily. A batch of 0 rows is skipped:
+            it is not in ``losses`` or ``batches`` and does not count towards ``accumulate``.
         optimizer: steps once per ``accumulate`` batches.
         device: where each batch goes.
         accumulate: batches per optimizer step; each counts equally (its loss / ``accumulate``);
@@ -204,7 +207,7 @@ def stream_train(
         A :class:`StreamStats`.
     """
     dev = check_visible_gpu(device, "stream_train")
-    max_grad_norm = _check_args(loss_fn, optimizer, scheduler, max_grad_norm)
+    max_grad_norm = _check_args(loss_fn, batches, optimizer, scheduler, max_grad_norm)
     dtype = _check_precision(precision)
     accumulate = check_int(accumulate, "accumulate", 1)
     max_steps = check_int(max_steps, "max_steps", 0, allow_none=True)
@@ -222,6 +225,8 @@ def stream_train(
                 batch = next(iterator)
             except StopIteration:
                 break
+            if batch_len(batch) == 0:  # e.g. a shard filtered to nothing: no loss to take, so no step either
+                continue
             batch = to_device(batch, dev, non_blocking=dev.type == "cuda")
             loss = _train_on_batch(loss_fn, batch, grads, stats, dev, dtype, accumulate, split_on_oom, min_micro_batch)
             del batch

@@ -130,6 +130,8 @@ def init_distributed(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     timeout_s = float(timeout_s)  # timedelta refuses NumPy floats
     env = read_dist_env() if env is None else env
+    if not isinstance(env, DistEnv):
+        raise TypeError(f"env must be a DistEnv or None, got {type(env).__name__}")
     if device is not None:  # a GPU this process cannot see is named here, not by torch.cuda.set_device's own error
         check_visible_gpu(device, "init_distributed")
     dev = pick_device(env) if device is None else torch.device(device_key(device))  # "cuda" is cuda:0

@@ -156,3 +156,10 @@ def test_a_numpy_timeout_reaches_the_process_group_as_seconds(monkeypatch):
     env = DistEnv(rank=0, local_rank=0, world_size=2, is_distributed=True)
     init_distributed(env, "cpu", timeout_s=np.float32(30.0))  # timedelta itself refuses a NumPy float
     assert joined["timeout"] == timedelta(seconds=30) and joined["backend"] == "gloo"
+
+
+@pytest.mark.parametrize("env", ["x", {"rank": 0}])
+def test_an_env_that_is_not_a_dist_env_is_a_type_error_with_a_device_given_too(env):
+    # with a device given, pick_device (which checks env) was skipped: AttributeError on env.is_distributed
+    with pytest.raises(TypeError, match=f"env must be a DistEnv or None, got {type(env).__name__}"):
+        init_distributed(env, "cpu")

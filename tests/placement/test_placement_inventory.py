@@ -133,3 +133,14 @@ def test_numpy_device_indices_are_accepted_and_bools_are_not():
         as_device(True)
     with pytest.raises(ValueError, match=">= 0"):
         as_device(np.int64(-1))
+
+
+def test_memory_in_use_of_a_gpu_this_process_cannot_see_is_a_value_error(three_fake_gpus, monkeypatch):
+    # torch answered 0 bytes for it, as if the GPU were there and empty
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 5 * GiB)
+    assert memory_in_use("cuda:2") == 5 * GiB  # a GPU it can see: torch's figure
+    with pytest.raises(ValueError, match=r"memory_in_use asks for cuda:3, but only 3 CUDA device\(s\) are visible"):
+        memory_in_use("cuda:3")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="memory_in_use asks for cuda:0, but CUDA is not available"):
+        memory_in_use("cuda:0")

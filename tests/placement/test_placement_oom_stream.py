@@ -367,3 +367,10 @@ def test_numpy_numbers_are_accepted_and_bools_are_not():
         stream_train(lambda b: b.sum() * w, [], opt, max_steps=False)
     with pytest.raises(ValueError, match="accumulate"):
         stream_train(lambda b: b.sum() * w, [], opt, accumulate=True)
+
+
+@pytest.mark.parametrize("batches", [None, 5])
+def test_batches_that_are_not_iterable_are_refused_by_name(batches):
+    w = nn.Parameter(torch.zeros(()))
+    with pytest.raises(TypeError, match=f"batches must be an iterable of batches .*got {type(batches).__name__}"):
+        stream_train(lambda b: b.sum() * w, batches, torch.optim.SGD([w], lr=0.1))

@@ -188,3 +188,72 @@ def test_numpy_queue_size_is_accepted_and_bools_are_not():
     assert StagePipeline([lambda x: x + 1], queue_size=np.int64(1)).run([1, 2]) == [2, 3]
     with pytest.raises(ValueError, match="queue_size"):
         StagePipeline([lambda x: x], queue_size=True)
+
+
+def _modes(x):
+    y = torch.nn.functional.linear(x, torch.ones(2, 2, requires_grad=True))
+    return y.requires_grad, torch.is_inference_mode_enabled(), y.dtype
+
+
+def test_stages_and_the_input_run_under_the_callers_no_grad_inference_mode_and_autocast():
+    # torch keeps these modes per thread: the stages' threads used to run with grad on and no autocast
+    def items():
+        yield torch.ones(1, 2) * torch.is_grad_enabled()
+
+    pipe = StagePipeline([lambda x: x.clone(), _modes])
+    assert pipe.run([torch.ones(1, 2)]) == [(True, False, torch.float32)]
+    with torch.no_grad():
+        assert pipe.run([torch.ones(1, 2)]) == [(False, False, torch.float32)]
+        assert pipe.run(items()) == [(False, False, torch.float32)]
+        assert StagePipeline([lambda x: x.tolist()]).run(items()) == [[[0.0, 0.0]]]  # the input thread too
+    with torch.inference_mode():
+        assert pipe.run([torch.ones(1, 2)]) == [(False, True, torch.float32)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert pipe.run([torch.ones(1, 2)]) == [(True, False, torch.bfloat16)]
+    with torch.no_grad():
+        gen = pipe.imap([torch.ones(1, 2)])  # the modes at the call count, not those at the first next()
+    assert list(gen) == [(False, False, torch.float32)]
+
+
+@pytest.mark.parametrize("reward_fails_on", [None, 2])
+def test_outputs_before_a_failing_item_come_first_then_the_error_of_the_earliest_item(reward_fails_on):
+    # the policy fails on item 6 while the reward stage still holds item 0, so the failure is known
+    # before any output is read; the outputs of items 0..5 used to be dropped. An earlier item that
+    # fails later in time (the reward's item 2) is the error the stream reaches first.
+    policy_failed = threading.Event()
+
+    def policy(i):
+        if i == 6:
+            policy_failed.set()
+            raise ValueError("bad prompt")
+        return i
+
+    def reward(i):
+        if i == 0:
+            assert policy_failed.wait(timeout=10)
+        if i == reward_fails_on:
+            raise ValueError("NaN reward")
+        return i * 10
+
+    pipe = StagePipeline([Stage(policy, name="policy"), Stage(reward, name="reward")], queue_size=6)
+    got = []
+    with pytest.raises(StageError) as info:
+        for out in pipe.imap(range(10)):
+            got.append(out)
+    last = 6 if reward_fails_on is None else reward_fails_on
+    assert got == [i * 10 for i in range(last)]
+    assert (info.value.stage, info.value.index) == (("policy", 6) if reward_fails_on is None else ("reward", 2))
+    policy_failed.clear()
+    with pytest.raises(StageError) as info_run:
+        pipe.run(range(10))
+    assert str(info_run.value) == str(info.value)  # run() raises the same error
+    time.sleep(0.3)
+    assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+def test_items_that_are_not_iterable_are_refused_at_once():
+    pipe = StagePipeline([lambda x: x])
+    with pytest.raises(TypeError, match="items must be an iterable of inputs .*got NoneType"):
+        pipe.run(None)
+    with pytest.raises(TypeError, match="items must be an iterable of inputs .*got int"):
+        pipe.imap(5)  # at the call, not at the first next()

@@ -170,3 +170,14 @@ def test_max_grad_norm_clips_the_unscaled_gradient_and_the_scheduler_steps_per_o
         lambda b: nn.functional.mse_loss(net(b[0]), b[1]), data(5, 4), opt, accumulate=2, scheduler=scheduler
     )
     assert stats.steps == 3 and scheduler.last_epoch == 3
+
+
+def test_empty_batches_are_skipped_without_a_step_or_a_loss():
+    # a shard filtered to nothing used to divide by its 0 rows (ZeroDivisionError)
+    batches, empty = data(4, 6), (torch.zeros(0, 8), torch.zeros(0))
+    want, want_stats, _ = train(batches, accumulate=2)
+    got, stats, calls = train([empty, batches[0], empty, batches[1], batches[2], empty, batches[3]], accumulate=2)
+    assert_same(got, want)  # the empties count towards no group: the same two steps
+    assert calls == [6, 6, 6, 6] and stats.steps == 2 and stats.batches == 4 and stats.losses == want_stats.losses
+    _, stats, calls = train([empty, empty])
+    assert calls == [] and stats.steps == stats.batches == 0
