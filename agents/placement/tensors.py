@@ -71,6 +71,8 @@ def to_device(obj: Any, device: str | torch.device, *, non_blocking: bool = Fals
 
 def _compact_cpu(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().cpu()
+    if t.layout != torch.strided:  # sparse: no single storage to measure; it pickles its own indices and values
+        return t
     if t.untyped_storage().nbytes() > t.numel() * t.element_size():
         # pickling a view sends its whole storage (a row of a big batch would carry the batch)
         t = t.clone()

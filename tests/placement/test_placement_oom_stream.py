@@ -272,6 +272,10 @@ def test_to_cpu_ships_only_a_views_own_elements():
     assert torch.equal(small["row"], row)
     whole = torch.ones(4, requires_grad=True) * 2
     assert to_cpu(whole).requires_grad is False
+    # sparse tensors have no one storage to measure (to_cpu raised, so dp_map could not ship them); they pickle
+    coo, csr = torch.eye(3).to_sparse(), torch.eye(3).to_sparse_csr()
+    moved = pickle.loads(pickle.dumps(to_cpu({"coo": coo, "csr": csr})))
+    assert torch.equal(moved["coo"].to_dense(), torch.eye(3)) and moved["csr"].layout == torch.sparse_csr
 
 
 def test_containers_come_back_as_their_own_type():

@@ -265,6 +265,15 @@ def test_bad_map_arguments_are_named(pool):
 
 
 @needs_ray
+def test_more_workers_than_cpus_share_them_by_default(free_ray):
+    # the default threads_per_worker asked for a whole CPU each: 3 workers on this 2-CPU Ray were refused,
+    # where the local backend runs them
+    with RayWorkerPool(rh.make_toolbox, ["cpu"] * 3) as three:
+        assert three.executor.threads == 1 and three.executor.actor_cpus == pytest.approx(2 / 3)
+        assert three.map(items("id", 6), progress=False) == list(range(6))
+
+
+@needs_ray
 def test_an_actor_killed_mid_map_hands_its_items_to_the_other(free_ray):
     with RayWorkerPool(rh.make_toolbox, ["cpu", "cpu"], restarts=0) as solo_pool:
         warm_up(solo_pool)

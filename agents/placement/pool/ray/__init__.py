@@ -130,8 +130,12 @@ class RayExecutor:
                 "to use that connection, or call ray.shutdown() first"
             )
         cluster = ray.cluster_resources()
-        self.threads = threads if threads is not None else max(1, int(cluster.get("CPU", 1)) // len(devices))
-        for what, need in (("GPU", sum(gpus)), ("CPU", self.threads * len(devices))):
+        # by default the workers share the cluster's CPUs, a fraction each where there are more workers than
+        # CPUs (Ray schedules fractions; torch's threads are whole), as the local backend runs them
+        share = cluster.get("CPU", 1) / len(devices)
+        self.threads = threads if threads is not None else max(1, int(share))
+        self.actor_cpus = threads if threads is not None else min(share, self.threads)
+        for what, need in (("GPU", sum(gpus)), ("CPU", self.actor_cpus * len(devices))):
             if need > cluster.get(what, 0):  # the actors would wait for resources forever
                 raise ValueError(
                     f"the workers ask for {need} {what}(s) in all (devices, threads_per_worker) but the Ray "
@@ -149,7 +153,7 @@ class RayExecutor:
         self._finalizer = weakref.finalize(self, _kill_all, ray, self.slots)
 
     def start(self, s: RaySlot) -> None:
-        options = {"num_cpus": self.threads, "num_gpus": s.gpus, "max_restarts": 0, "runtime_env": self.runtime_env}
+        options = {"num_cpus": self.actor_cpus, "num_gpus": s.gpus, "max_restarts": 0, "runtime_env": self.runtime_env}
         s.actor = self.actor_class.options(**options).remote(self.make_worker, s.gpus, self.threads)
         s.ready_ref = s.actor.ready.remote()
         s.starting()
