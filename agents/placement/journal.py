@@ -145,6 +145,8 @@ class Journal:
         if not isinstance(job_key, str) or not job_key:
             raise ValueError(f"job_key must be a non-empty str, got {job_key!r}")
         self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(f"journal {self.path} is a folder; pass a file's path (e.g. {self.path / 'run.journal'})")
         self.job_key = job_key
         self._entries: dict[int, tuple[bytes, int, int]] = {}  # index -> (digest, result offset, size)
         self.path.parent.mkdir(parents=True, exist_ok=True)

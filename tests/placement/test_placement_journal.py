@@ -140,6 +140,8 @@ def test_other_job_key_and_other_file_are_refused(tmp_path):
         j.put(0, "a", 1)
     with pytest.raises(ValueError, match=rf"journal .*j\.bin was written for job_key '{KEY}', not 'other'"):
         Journal(path, "other")
+    with pytest.raises(ValueError, match=r"is a folder; pass a file's path"):  # was a bare IsADirectoryError
+        Journal(tmp_path, KEY)
     text = tmp_path / "notes.txt"
     text.write_text("some unrelated file that must not be truncated\n")
     with pytest.raises(ValueError, match="notes.txt is not a journal"):
