@@ -90,17 +90,27 @@ def fp32_update_note(cfg: Config, device: torch.device) -> str | None:
     )
 
 
+ROUNDING_NOTED = 0.01  # a budget rounded down to whole iterations is told when it loses this share or more
+
+
 def short_budget_note(cfg: Config, world_size: int = 1) -> str | None:
     """A line for the banner where `train.total_env_steps` is less than one iteration, which the run trains
-    whole (a budget is otherwise rounded down to whole iterations); None elsewhere."""
+    whole, or where rounding it down to whole iterations drops `ROUNDING_NOTED` of it or more (the learning
+    rate then reaches 0 there); None elsewhere (the default's 2M steps train 1,998,848)."""
     per_iteration = cfg.env_steps_per_iteration * world_size
-    if cfg.train.total_env_steps >= per_iteration:
-        return None
+    total = cfg.train.total_env_steps
     ranks = f" x {world_size} ranks" if world_size > 1 else ""
+    iteration = (
+        f"(env.num_envs {cfg.env.num_envs} x train.num_steps {cfg.train.num_steps}{ranks} = {per_iteration} env steps)"
+    )
+    if total < per_iteration:
+        return f"note: train.total_env_steps={total} is less than one iteration {iteration}: it trains one iteration"
+    trained = total // per_iteration * per_iteration
+    if total - trained < ROUNDING_NOTED * total:
+        return None
     return (
-        f"note: train.total_env_steps={cfg.train.total_env_steps} is less than one iteration (env.num_envs "
-        f"{cfg.env.num_envs} x train.num_steps {cfg.train.num_steps}{ranks} = {per_iteration} env steps): "
-        "it trains one iteration"
+        f"note: train.total_env_steps={total} is not whole iterations {iteration}: it trains {trained} env steps, "
+        f"{total // per_iteration} iterations"
     )
 
 

@@ -231,6 +231,15 @@ def test_a_budget_under_one_iteration_is_told_it_trains_one(tmp_path, capsys):
     )
     assert "x 2 ranks = 64 env steps" in md.short_budget_note(cfg, world_size=2)
     assert md.short_budget_note(tiny_config("env.num_envs=4", "train.num_steps=8")) is None
+    # rounded down to whole iterations: told where it drops 1 % or more (1000 trained 960, silently)
+    assert md.short_budget_note(tiny_config("env.num_envs=4", "train.num_steps=16", "train.total_env_steps=1000")) == (
+        "note: train.total_env_steps=1000 is not whole iterations (env.num_envs 4 x train.num_steps 16 = 64 env "
+        "steps): it trains 960 env steps, 15 iterations"
+    )
+    assert (  # the default's 2M steps train 1,998,848: 0.06 % less, not worth a line
+        md.short_budget_note(tiny_config("env.num_envs=64", "train.num_steps=64", "train.total_env_steps=2000000"))
+        is None
+    )
     run = tmp_path / "run"
     assert train_mappo.main([*TINY, "train.total_env_steps=5", f"run.dir={run}"]) == 0
     out = capsys.readouterr()
