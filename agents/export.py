@@ -255,6 +255,11 @@ def export_actor(
     out = Path(out) if out is not None else (owning_run_dir(path) or path.parent) / f"actor{FORMATS[fmt]}"
     if out.suffix == ".json":  # the sidecars' suffix: a model file so named would pass for one
         raise ValueError(f"--out {out}: a .json name is a sidecar's; expected a file name ending in {FORMATS[fmt]}")
+    other = {suffix: name for name, suffix in FORMATS.items() if name != fmt}
+    if out.suffix in other:  # the file would pass for the other format's (onnxruntime fails on a TorchScript zip)
+        raise ValueError(
+            f"--out {out}: a {out.suffix} name for --format {fmt}; expected a name ending in {FORMATS[fmt]}"
+        )
     side = sidecar_path(out)
     problem = file_problem(out)
     if problem:

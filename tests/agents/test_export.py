@@ -147,7 +147,7 @@ def test_the_flight_computer_snippet_of_the_docs_runs_with_onnxruntime_and_numpy
         "sys.modules.update(torch=None, agents=None, uavsim=None)  # none of them importable\n"
         "import numpy as np\n"
         f"observe = lambda: np.array({local.tolist()}, dtype=np.float32)\n"
-        "MY_ID = 1\n"
+        "MY_ID = np.int32(1)  # NumPy 1.x on Windows makes np.array([1]) int32; the file's agent_id is int64\n"
     )
     code = prelude + snippet + "print(action['name'], sampled['name'])\n"
     proc = subprocess.run([sys.executable, "-c", code], cwd=run_dir, capture_output=True, text=True, timeout=60)
@@ -208,6 +208,8 @@ def test_errors_name_what_was_wrong_and_what_was_expected(tmp_path, monkeypatch,
     run_dir = saved_run(tmp_path / "run", CONFIGS["local"])
     with pytest.raises(ValueError, match="a .json name is a sidecar's; expected a file name ending in .pt"):
         export.export_actor(run_dir, "torchscript", tmp_path / "actor.json")
+    with pytest.raises(ValueError, match=r"--out .*actor\.onnx: a \.onnx name for --format torchscript"):
+        export.export_actor(run_dir, "torchscript", tmp_path / "actor.onnx")  # onboard code would load it as ONNX
     with pytest.raises(ValueError, match="is a directory, expected a file path"):
         export.export_actor(run_dir, "torchscript", tmp_path)
     assert export.main([str(run_dir), "--format", "tflite"]) == 2
