@@ -72,6 +72,8 @@ def _wrap(err: OmegaConfBaseException, source: str, key_hint: str = "?") -> Exce
         return ValueError(f"unknown config key '{key}' (from {source}): {msg}")
     if isinstance(err, ValidationError) and "Invalid value" not in msg:
         return TypeError(f"config key '{key}' (from {source}): {msg}")
+    if "is not a ListConfig" in msg:  # OmegaConf's words for a plain value given to a list key
+        msg = f"expected a list, on the command line {key}=[...] ({msg})"
     return ValueError(f"config key '{key}' (from {source}): {msg}")
 
 

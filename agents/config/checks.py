@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 
 from agents.config.actor_fit import ENV_KEYS, check_actor_fits
@@ -21,7 +22,8 @@ def check_config(cfg: Config) -> None:
         if not ok:
             section, name = key.split(".") if "." in key else (None, key)
             value = getattr(getattr(cfg, section), name) if section else getattr(cfg, name)
-            raise ValueError(f"config key '{key}' must be {expected}, got {value!r}")
+            shown = value.value if isinstance(value, enum.Enum) else value  # greedy, not <Teacher.greedy: 'greedy'>
+            raise ValueError(f"config key '{key}' must be {expected}, got {shown!r}")
 
     t, r, m = cfg.train, cfg.run, cfg.model
     need(0 <= cfg.seed < 2**31, "seed", "in [0, 2**31)")

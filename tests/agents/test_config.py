@@ -108,6 +108,16 @@ def test_bad_values_name_the_key(override, err, key):
         load_config(None, ["env.num_envs=64", override])  # an explicit num_envs: the batch geometry is checked
 
 
+def test_a_plain_value_for_a_list_key_and_an_enum_say_what_to_write():
+    # OmegaConf's "AnyNode is not a ListConfig" alone; an enum shown as <Teacher.greedy: 'greedy'>
+    with pytest.raises(
+        ValueError, match=r"run.evaluate_env.*expected a list, on the command line run.evaluate_env=\[\.\.\.\]"
+    ):
+        load_config(None, ["run.evaluate_env=path_radius=12"])
+    with pytest.raises(ValueError, match=r"config key 'imitation.teacher' must be none .*, got 'greedy'$"):
+        load_config(None, ["model.recurrent=true", "imitation.teacher=greedy"])
+
+
 def test_malformed_override_and_missing_file(tmp_path):
     with pytest.raises(ValueError, match="key=value"):
         load_config(None, ["train.amp"])
