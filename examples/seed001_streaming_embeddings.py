@@ -32,7 +32,7 @@ class RandomImages(Dataset):
 
 
 def main(images=256, batch_size=16, accumulate=2):
-    device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    device = toy.gpus_or_two_cpus()[0]  # one device: the first GPU, else the CPU (saying why)
     extractor = toy.tiny_clip().vision_model.to(device).requires_grad_(False)  # frozen
     layers, width = extractor.config.num_hidden_layers + 1, extractor.config.hidden_size
     autoencoder = nn.Sequential(nn.Linear(layers * width, 32), nn.GELU(), nn.Linear(32, layers * width)).to(device)

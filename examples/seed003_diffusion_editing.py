@@ -4,14 +4,16 @@ Data parallel beats splitting a pipeline that fits one GPU: a ``WorkerPool`` kee
 per GPU (built once per worker), batches of (image, instruction) pairs go to whichever worker is
 free, each worker saves its edits as it finishes them, and ``imap`` yields their paths in input
 order as they come. Each edit's noise is seeded from its file name, so the result does not depend
-on which worker made it. A tiny random-weight InstructPix2Pix pipeline (diffusers) stands in for
-Qwen-Image-Edit.
+on which worker made it. Each edit is saved under a temporary name and renamed, so a killed worker
+leaves no truncated image, and a journal records the finished batches: a rerun after a crash edits
+only what is left. A tiny random-weight InstructPix2Pix pipeline (diffusers) stands in for Qwen-Image-Edit.
 
 Run from the repository root: ``python examples/seed003_diffusion_editing.py`` (every GPU when
 present, two CPU workers otherwise); it writes demo inputs and the edits under ./seed003_diffusion_editing/.
 """
 
 import functools
+import os
 import zlib
 from pathlib import Path
 
@@ -38,19 +40,21 @@ def make_editor(device, out_dir, steps=2):
         edited = pipe(image=images, prompt=prompts, num_inference_steps=steps, generator=seeds).images
         saved = [Path(out_dir, Path(path).stem + "-edited.png") for path, _ in batch]
         for image, target in zip(edited, saved):
-            image.save(target)
+            tmp = target.with_name(f".{target.name}.tmp")
+            image.save(tmp, format="PNG")
+            os.replace(tmp, target)
         return [str(p) for p in saved]
 
     return edit
 
 
 def main(n=8, batch_size=2, folder="seed003_diffusion_editing"):
-    devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())] or ["cpu", "cpu"]
+    devices = toy.gpus_or_two_cpus()
     inputs = toy.save_random_images(Path(folder) / "inputs", n)
     out_dir = Path(folder) / "edited"
     pairs = [(str(p), INSTRUCTIONS[i % len(INSTRUCTIONS)]) for i, p in enumerate(inputs)]
     with WorkerPool(functools.partial(make_editor, out_dir=str(out_dir)), devices) as pool:
-        edited = list(pool.imap(pairs, batch_size=batch_size, progress=False))
+        edited = list(pool.imap(pairs, batch_size=batch_size, journal=Path(folder) / "edits.journal", progress=False))
     print(f"edited {len(edited)} images on {devices} into {out_dir}")
     return edited
 

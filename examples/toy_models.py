@@ -304,21 +304,29 @@ def tiny_sd_pipeline(seed: int = 0, *, edit: bool = False) -> Any:
     return pipe
 
 
+def tiny_image_processor() -> Any:
+    """A CLIP image processor for 32 px images: the PIL one (transformers 5 names it ``CLIPImageProcessorPil``;
+    4.x, which the ``pipelines`` extra admits, has it as ``CLIPImageProcessor``)."""
+    import transformers
+
+    kind = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+    return kind(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+
+
 def tiny_clip_processor() -> Any:
     """A ``transformers.CLIPProcessor`` for :func:`tiny_clip`: 32 px images, the right-padded tiny tokenizer."""
-    from transformers import CLIPImageProcessorPil, CLIPProcessor
+    from transformers import CLIPProcessor
 
-    images = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    return CLIPProcessor(image_processor=images, tokenizer=tiny_tokenizer(padding_side="right"))
+    return CLIPProcessor(image_processor=tiny_image_processor(), tokenizer=tiny_tokenizer(padding_side="right"))
 
 
 def tiny_vlm(seed: int = 0) -> tuple[Any, Any]:
     """A random-weight transformers ``LlavaForConditionalGeneration`` (CLIP vision tower, Llama text
     model, 32 px images) and its ``LlavaProcessor`` (left padding): ``AutoModelForImageTextToText``'s kind."""
-    from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
     tokenizer = tiny_tokenizer(padding_side="left", max_length=64)
-    images = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    images = tiny_image_processor()
     # 16 patches + the CLS token the vision tower adds, which "default" feature selection drops again
     processor = LlavaProcessor(
         image_processor=images,
@@ -364,3 +372,13 @@ def save_random_images(folder: str | os.PathLike, n: int, *, size: int = 32, see
             Image.fromarray(pixels).save(path)
         paths.append(path)
     return paths
+
+
+def gpus_or_two_cpus() -> list[str]:
+    """Every GPU torch sees, else two CPU workers, saying why: a CPU-only torch build (pip's default wheel on
+    Windows) would otherwise load a real model into host memory twice without a word."""
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if not gpus:
+        build = "a CPU-only build: docs/install.md" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        print(f"no GPU visible to torch {torch.__version__} ({build}): the CPU instead")
+    return gpus or ["cpu", "cpu"]

@@ -93,6 +93,41 @@ def test_edits_do_not_depend_on_the_batch_they_ran_in(examples, tmp_path):
     assert np.abs(together[0] - together[1]).max() > 10  # and the two inputs' edits differ
 
 
+def test_an_unreadable_image_costs_its_own_score_and_another_question_another_journal(examples, tmp_path, monkeypatch):
+    module, folder = examples["seed002"], tmp_path / "job"
+    toy.save_random_images(folder / "images", 4)
+    broken = folder / "images" / "image-002.png"
+    broken.write_bytes(broken.read_bytes()[:60])  # truncated, as a killed writer leaves a file
+    scores = module.main(n=4, batch_size=2, folder=str(folder))
+    assert sorted(scores) == ["image-000.png", "image-001.png", "image-003.png"]  # no scores.json at all before
+    assert json.loads((folder / "scores.json").read_text()) == scores
+    assert list(json.loads((folder / "failed.json").read_text())) == ["image-002.png"]
+    monkeypatch.setattr(module, "QUESTION", "user : <image> is there a dog in the picture ? assistant :")
+    with pytest.raises(ValueError, match="was written for job_key"):  # it answered with the cat's scores before
+        module.main(n=4, batch_size=2, folder=str(folder))
+
+
+def test_edits_are_journaled_and_renamed_whole(examples, tmp_path):
+    module, folder = examples["seed003"], tmp_path / "job"
+    first = module.main(n=2, batch_size=1, folder=str(folder))
+    stamps = {p: Path(p).stat().st_mtime_ns for p in first}
+    assert module.main(n=2, batch_size=1, folder=str(folder)) == first  # a rerun edits nothing again
+    assert {p: Path(p).stat().st_mtime_ns for p in first} == stamps
+    assert sorted(p.name for p in (folder / "edited").iterdir()) == ["image-000-edited.png", "image-001-edited.png"]
+
+
+def test_the_image_processor_of_transformers_4(monkeypatch):
+    import types
+
+    import transformers
+
+    # transformers 4.x has no CLIPImageProcessorPil (the examples failed to import there): its PIL processor is
+    # CLIPImageProcessor (a stand-in module: transformers' lazy module would find the 5.x name again)
+    four = types.SimpleNamespace(CLIPImageProcessor=transformers.CLIPImageProcessorPil)
+    monkeypatch.setitem(sys.modules, "transformers", four)
+    assert toy.tiny_image_processor().crop_size == {"height": 32, "width": 32}
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_runs_as_a_script(script, tmp_path):
