@@ -72,19 +72,35 @@ def _used_by_nvml(index: int) -> int | None:
         raise
 
 
+def _nvml_order_is_cudas(names: list[str]) -> bool:
+    """Whether NVML's index i is CUDA's device i. torch maps one to the other through CUDA_VISIBLE_DEVICES
+    only: NVML counts GPUs in PCI order, CUDA fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; the
+    orders agree where the GPUs are all one model (ties go by PCI bus)."""
+    return len(set(names)) <= 1 or os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+
+
 def inventory(method: Literal["auto", "nvml", "cuda"] = "auto") -> Inventory:
     """Memory of every visible CUDA device and of the host.
 
     ``method`` picks how device-wide free memory is read: ``"nvml"`` (needs ``pynvml`` /
     ``nvidia-ml-py``; creates no CUDA context), ``"cuda"`` (``torch.cuda.mem_get_info``, which creates
-    a CUDA context of a few hundred MiB on every device it asks), ``"auto"`` (NVML when it works).
+    a CUDA context of a few hundred MiB on every device it asks), ``"auto"`` (NVML when it works and its
+    GPU order is CUDA's: on a machine of mixed GPU models without ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` it
+    could read another GPU's use, so ``"cuda"`` there, and ``"nvml"`` is a RuntimeError saying so).
     """
     if method not in ("auto", "nvml", "cuda"):
         raise ValueError(f"method must be 'auto', 'nvml' or 'cuda', got {method!r}")
     devices = []
     if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
+        every = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+        if method != "cuda" and not _nvml_order_is_cudas([str(p.name) for p in every]):
+            if method == "nvml":
+                raise RuntimeError(
+                    "method='nvml': these GPUs are of several models, so NVML's order may not be CUDA's; set "
+                    "CUDA_DEVICE_ORDER=PCI_BUS_ID before torch starts CUDA, or use method='cuda'"
+                )
+            method = "cuda"
+        for i, props in enumerate(every):
             total = int(props.total_memory)
             used = _used_by_nvml(i) if method != "cuda" else None
             if used is None and method == "nvml":

@@ -68,6 +68,22 @@ def test_nvml_figures_are_used_when_available(three_fake_gpus, monkeypatch):
     assert [d.free for d in inventory(method="cuda").devices] == three_fake_gpus
 
 
+def test_mixed_gpu_models_read_free_memory_through_cuda_unless_the_order_is_pci(three_fake_gpus, monkeypatch):
+    # NVML counts GPUs in PCI order, CUDA fastest first: torch maps index i to NVML's i, another GPU on a
+    # workstation of two models, whose use then sized this one (a model placed where it cannot fit)
+    names = ["NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090"]
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: SimpleNamespace(name=names[i], total_memory=80 * GiB)
+    )
+    monkeypatch.setattr(torch.cuda, "device_memory_used", lambda i: (10 + i) * GiB)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert [d.free for d in inventory().devices] == three_fake_gpus  # mem_get_info: CUDA's own device i
+    with pytest.raises(RuntimeError, match="CUDA_DEVICE_ORDER=PCI_BUS_ID"):
+        inventory(method="nvml")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert [d.free for d in inventory().devices] == [70 * GiB, 69 * GiB, 68 * GiB]
+
+
 def test_nvml_method_without_pynvml_says_what_to_install(three_fake_gpus):
     with pytest.raises(RuntimeError, match="nvidia-ml-py"):
         inventory(method="nvml")
