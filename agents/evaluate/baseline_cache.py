@@ -48,9 +48,14 @@ Played = tuple[dict[str, np.ndarray], list[np.ndarray] | None]  # (run_episodes'
 def default_cache_dir(checkpoint: Path) -> Path:
     """`.baseline-cache` beside the run directory that holds `checkpoint` (`runs/.baseline-cache` for
     `runs/NAME/checkpoints/ckpt_*.pt`), or beside a checkpoint kept outside a run: every run of a
-    folder shares it, and it goes where the runs go (scratch space, not a home quota)."""
+    folder shares it, and it goes where the runs go (scratch space, not a home quota). A run inside
+    another run (`agents.average`'s `RUN/averaged-lastK/`) shares the outer run's folder's."""
     run = owning_run_dir(checkpoint)
-    return (run.parent if run is not None else checkpoint.parent) / CACHE_NAME
+    if run is None:
+        return checkpoint.parent / CACHE_NAME
+    while (run.parent / "checkpoints").is_dir():  # the parent is a run directory itself
+        run = run.parent
+    return run.parent / CACHE_NAME
 
 
 @functools.cache

@@ -225,6 +225,10 @@ def test_the_default_folder_is_beside_the_run_directories(tmp_path):
     run_ckpt = tmp_path / "runs" / "mappo-0" / "checkpoints" / "ckpt_000000001024.pt"
     assert default_cache_dir(run_ckpt) == tmp_path / "runs" / ".baseline-cache"
     assert default_cache_dir(tmp_path / "models" / "actor.pt") == tmp_path / "models" / ".baseline-cache"
+    # agents.average's run inside its run: the same folder's cache (it played every baseline again into RUN/)
+    (tmp_path / "runs" / "mappo-0" / "checkpoints").mkdir(parents=True)
+    averaged = tmp_path / "runs" / "mappo-0" / "averaged-last3" / "checkpoints" / "ckpt_000000001024.pt"
+    assert default_cache_dir(averaged) == tmp_path / "runs" / ".baseline-cache"
 
 
 @pytest.fixture(scope="module")
