@@ -70,6 +70,10 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
         if key not in ENV_KEYS:  # env.num_envs too: evaluation plays --episodes environments
             raise ValueError(f"--env {item!r}: unknown env key {key!r}; EnvConfig keys: {', '.join(ENV_KEYS)}")
     cfg = load_config(None, [f"env.{item}" for item in env_items], base=cfg)
+    for item in env_items:  # a list would train groups; an evaluation plays one task (the largest group's, silently)
+        key = item.split("=", 1)[0].strip()
+        if isinstance(getattr(cfg.env, key), list | tuple):
+            raise ValueError(f"--env {item!r}: one value per key (an evaluation plays one task), got a list")
     if isinstance(cfg.env.num_walls, list | tuple):  # the largest group's would be an arbitrary pick
         raise ValueError(
             f"the run trained with env.num_walls={cfg.env.num_walls!r} (walls on some maps): say which maps "

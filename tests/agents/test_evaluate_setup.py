@@ -5,12 +5,14 @@ them; an actor that cannot play the task (a one-hot id sized to the training tea
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from agents import evaluate, train_mappo
+from agents.config import load_config
 from agents.config.actor_fit import check_actor_fits
 from agents.evaluate.setup import with_task
 from tests.agents.conftest import TINY, tiny_config
@@ -55,6 +57,12 @@ def test_env_overrides_are_checked_like_config_overrides():
     with pytest.raises(ValueError, match=r"EnvConfig.launch_size must be <= the smaller grid side \(8\)"):
         with_task(cfg, ["launch_size=9"], None)
     assert with_task(cfg, [], "my maps/#1").env.maps == "my maps/#1"  # a path, not a YAML scalar
+    # a size-agnostic run takes lists in its config; --env's would have played the largest group alone, recorded
+    # in the results as if every size had been
+    mixed = load_config(Path(__file__).resolve().parents[2] / "configs" / "size_agnostic.yaml", [])
+    with pytest.raises(ValueError, match=r"--env 'num_uavs=\[3,4\]': one value per key .*got a list"):
+        with_task(mixed, ["num_uavs=[3,4]"], None)
+    assert with_task(mixed, ["num_uavs=7"], None).env.num_uavs == 7
 
 
 def test_the_actor_plays_other_grids_but_not_other_teams_with_its_one_hot_id():
