@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -362,10 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     """The command line (`argv`, None: `sys.argv`); returns the exit status (2 bad settings, 1 a
     failed run, 130 Ctrl-C)."""
     args = parse_args(argv)
+    # under torchrun every rank meets the same bad setting: one of them says so (an error that knows its
+    # rank carries is_main)
+    first_rank = os.environ.get("RANK", "0") == "0"
     try:
         cfg = resolve_config(args)
     except (ValueError, TypeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        if first_rank:
+            print(f"error: {err}", file=sys.stderr)
         return 2
     if args.print_config:  # the values this machine would run with: `auto` keys resolved
         try:
@@ -382,14 +387,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{str(err) or 'interrupted'}", file=sys.stderr)
         return 130
     except (TrainingStopped, ckpt.CheckpointError) as err:
-        if getattr(err, "is_main", True):
+        if getattr(err, "is_main", first_rank):
             print(f"error: {err}", file=sys.stderr)
         return 1
     except ValueError as err:  # settings that only fail once used (e.g. run.device=cuda without a GPU)
-        print(f"error: {err}", file=sys.stderr)
+        if first_rank:
+            print(f"error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # the run directory became unwritable (disk full, removed, permissions)
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)  # every rank: it may be one rank's disk
         return 1
     if learner.replicas.is_main:
         print(f"done: {learner.env_steps} env steps, run directory {learner.cfg.run.dir}")

@@ -102,10 +102,14 @@ def load_learner_state(learner: Learner, payload: dict, source: str) -> None:
     """
     saved_world = int(payload.get("world_size", 1))
     if saved_world != learner.replicas.world_size:
+        how = (
+            "python -m agents.train_mappo --resume (without torchrun)"
+            if saved_world == 1
+            else f"torchrun --nproc_per_node={saved_world} (or nnodes x nproc_per_node = {saved_world})"
+        )
         raise ckpt.CheckpointError(
             f"checkpoint {source} was written by {saved_world} rank(s) but this run has "
-            f"{learner.replicas.world_size}: resume with torchrun --nproc_per_node={saved_world} (or nnodes x "
-            f"nproc_per_node = {saved_world}), since every rank's environments are part of the state"
+            f"{learner.replicas.world_size}: resume with {how}, since every rank's environments are part of the state"
         )
     own = payload["ranks"][learner.replicas.rank] if "ranks" in payload else payload
     saved_type = own["rng"].get("device_type", learner.env.device.type) if isinstance(own.get("rng"), dict) else None

@@ -3,6 +3,7 @@ killed run left behind (config.yaml, TensorBoard events) never misleads the next
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from agents import train_mappo
@@ -187,6 +188,34 @@ def test_main_prints_the_interruption_on_the_main_rank_only(tmp_path, monkeypatc
         monkeypatch.setattr(train_mappo, "train", stopped)
         assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 1
         assert ("training stopped" in capsys.readouterr().err) == is_main
+
+
+def test_under_torchrun_a_bad_setting_or_checkpoint_is_said_once(tmp_path, monkeypatch, capsys):
+    # every rank printed the same error line (3 lines for 3 ranks)
+    def refused(*args, **kwargs):
+        raise ckpt.CheckpointError("checkpoint x was written by 2 rank(s) but this run has 3")
+
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    for rank, says in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        assert train_mappo.main([*TINY, "train.gamma=2"]) == 2
+        assert ("train.gamma" in capsys.readouterr().err) == says
+        monkeypatch.setattr(train_mappo, "train", refused)
+        assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 1
+        assert ("written by 2 rank(s)" in capsys.readouterr().err) == says
+
+
+def test_a_single_process_checkpoint_resumed_by_ranks_says_to_resume_without_torchrun():
+    from types import SimpleNamespace
+
+    from agents.run.learner_state import load_learner_state
+
+    learner = SimpleNamespace(replicas=SimpleNamespace(world_size=2, rank=0))
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"resume with python -m agents.train_mappo --resume \(without torchrun\)"
+    ):
+        load_learner_state(learner, {"world_size": 1}, "ckpt_1.pt")  # it said torchrun --nproc_per_node=1
 
 
 def test_launcher_without_torchrun_variables_and_the_overrides_note_only_when_nothing_was_saved(tmp_path, monkeypatch):
