@@ -107,3 +107,13 @@ class TestBadInput:
             env.observation_space("drone_0")
         with pytest.raises(RuntimeError, match="reset"):
             env.state()
+
+
+def test_without_pettingzoo_the_error_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pettingzoo", None)  # as if it were not installed
+    monkeypatch.delitem(sys.modules, "uavsim.adapters.pettingzoo_env")
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[peers\]"'):  # it was a bare ModuleNotFoundError
+        importlib.import_module("uavsim.adapters.pettingzoo_env")

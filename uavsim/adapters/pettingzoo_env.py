@@ -19,7 +19,11 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo import ParallelEnv
+
+try:
+    from pettingzoo import ParallelEnv
+except ImportError as exc:  # an optional dependency: say which extra brings it
+    raise ImportError(f'the PettingZoo adapter needs PettingZoo: pip install -e ".[peers]" ({exc})') from exc
 
 from uavsim.adapters._frames import render_reference
 from uavsim.adapters.spaces import as_config, local_space, state_space

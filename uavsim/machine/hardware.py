@@ -183,7 +183,7 @@ def cuda_unusable_warning() -> str | None:
     return (
         f"warning: an NVIDIA GPU is present ({gpus[0][0]}, driver {gpus[0][1]}) but {why}: everything runs "
         f"on the CPU. Install a CUDA build of torch {torch.__version__.split('+')[0]} first "
-        "(README, 'GPU install')"
+        "(docs/install.md, 'Which torch build': pip uninstall -y torch, then its CUDA line)"
     )
 
 
