@@ -17,6 +17,7 @@ largest group (`agents.config.Config.env_config`) unless `--env` sets the sizes.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -115,7 +116,27 @@ def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Conf
     a ValueError where the actor trained on ``cfg``'s task cannot play the new one."""
     task = with_task(cfg, played_env(cfg, env_items), maps)
     check_actor_fits(cfg.env_config(), task.env_config(), task.model)
+    note = untrained_roles_note(cfg, task)
+    if note:
+        print(note, file=sys.stderr)
     return task
+
+
+def untrained_roles_note(trained: Config, task: Config) -> str | None:
+    """A line where the played team holds `model.agent_roles` roles the run's teams never had (UAV i plays role
+    i mod K: a run of 3- and 5-UAV teams never trained roles 5-7, which a 7-UAV team plays); None elsewhere."""
+    k, m = task.model.agent_roles, task.model
+    if not k or m.agent_id:
+        return None
+    teams = [trained.env.num_uavs] if isinstance(trained.env.num_uavs, int) else list(trained.env.num_uavs)
+    played = task.env.num_uavs if isinstance(task.env.num_uavs, int) else max(task.env.num_uavs)
+    seen, playing = min(max(teams), k), min(played, k)
+    if playing <= seen:
+        return None
+    return (
+        f"note: {played} UAVs play roles 0-{playing - 1} of model.agent_roles={k}, but the run trained teams of "
+        f"{', '.join(map(str, teams))} UAVs: roles {seen}-{playing - 1} were never trained (docs/training.md, roles)"
+    )
 
 
 def episode_maps(env_cfg: EnvConfig, episodes: int, seed: int) -> tuple[MapSet, np.ndarray]:

@@ -14,7 +14,7 @@ import torch
 from agents import evaluate, train_mappo
 from agents.config import load_config
 from agents.config.actor_fit import check_actor_fits
-from agents.evaluate.setup import with_task
+from agents.evaluate.setup import untrained_roles_note, with_task
 from tests.agents.conftest import TINY, tiny_config
 from uavsim.env import UAVSwarmEnv
 from uavsim.maps import load_map_set, map_indices
@@ -63,6 +63,20 @@ def test_env_overrides_are_checked_like_config_overrides():
     with pytest.raises(ValueError, match=r"--env 'num_uavs=\[3,4\]': one value per key .*got a list"):
         with_task(mixed, ["num_uavs=[3,4]"], None)
     assert with_task(mixed, ["num_uavs=7"], None).env.num_uavs == 7
+
+
+def test_roles_the_run_never_trained_are_named():
+    # UAV i plays role i mod K: teams of 3 and 5 never trained roles 5-7, and a 7-UAV team played them silently
+    preset = Path(__file__).resolve().parents[2] / "configs" / "size_agnostic.yaml"
+    small = load_config(preset, ["env.num_uavs=[3,5]"])
+    assert untrained_roles_note(small, with_task(small, ["num_uavs=7"], None)) == (
+        "note: 7 UAVs play roles 0-6 of model.agent_roles=8, but the run trained teams of 3, 5 UAVs: roles 5-6 "
+        "were never trained (docs/training.md, roles)"
+    )
+    assert "roles 5-7 were never trained" in untrained_roles_note(small, with_task(small, ["num_uavs=16"], None))
+    assert untrained_roles_note(small, with_task(small, ["num_uavs=4"], None)) is None
+    preset_cfg = load_config(preset, [])  # teams of 6, 8 and 12: every role of 8 trained
+    assert untrained_roles_note(preset_cfg, with_task(preset_cfg, ["num_uavs=16"], None)) is None
 
 
 def test_the_actor_plays_other_grids_but_not_other_teams_with_its_one_hot_id():
