@@ -10,7 +10,7 @@ from .inventory import DeviceMemory, Inventory, format_bytes, inventory, invento
 from .journal import Journal
 from .oom import free_memory, is_oom_error, oom_backoff
 from .pool import WorkerPool, dp_map
-from .pool.errors import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
+from .pool.errors import BatchShrunkWarning, DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from .stages import Stage, StageError, StagePipeline
 from .streaming import StreamStats, stream_train
 from .tensors import split_batch, to_cpu, to_device
@@ -37,6 +37,7 @@ __all__ = [
     "DPMapError",
     "ItemFailure",
     "WorkerDiedWarning",
+    "BatchShrunkWarning",
     "WorkerInitError",
     "Journal",
     # streaming and out-of-memory back-off

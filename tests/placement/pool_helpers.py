@@ -27,6 +27,19 @@ def make_batch_square(device):
     return run
 
 
+def make_out_of_memory_above_two(device):
+    """Batched: items ``x`` -> ``(x, size of the batch)``; a batch of more than 2 runs out of memory, as a
+    batch_size too big for a GPU."""
+    import torch
+
+    def run(batch):
+        if len(batch) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a stand-in)")
+        return [(x, len(batch)) for x in batch]
+
+    return run
+
+
 def make_short_answer(device):
     """Batched, broken: returns one result fewer than it got items (none for a batch of one)."""
     return lambda batch: [x * x for x in batch[1:]]

@@ -8,7 +8,7 @@ import placement_helpers as h
 import pool_helpers as ph
 import pytest
 
-from agents.placement import DPMapError, ItemFailure, WorkerPool, dp_map
+from agents.placement import BatchShrunkWarning, DPMapError, ItemFailure, WorkerPool, dp_map
 
 CPU2 = ["cpu", "cpu"]
 
@@ -46,6 +46,17 @@ def test_an_answer_of_another_length_is_an_error_naming_the_batch():
         for i in range(3)
     ]
     assert "returned 2 result(s) for a batch of 3" in out[0].traceback and "batch [0, 1, 2]" in out[0].traceback
+
+
+def test_a_batch_out_of_memory_shrinks_the_later_batches_and_says_so():
+    # each batch of 8 ran out of memory and ran again item by item, all map long, without a word
+    with pytest.warns(BatchShrunkWarning, match=r"a batch of 8 items ran out of memory .*batches of 4") as caught:
+        out = dp_map(ph.make_out_of_memory_above_two, list(range(40)), ["cpu"], batch_size=8, progress=False)
+    assert [x for x, _ in out] == list(range(40))
+    sizes = [size for _, size in out]
+    assert sizes[:8] == [1] * 8  # the first batch's items, alone
+    assert sizes[-1] == 2  # halved until a batch fits: 8 -> 4 -> 2
+    assert [str(w.message).split("batches of ")[-1] for w in caught] == ["4", "2"]
 
 
 def test_an_unpicklable_item_fails_alone(batch_pool):

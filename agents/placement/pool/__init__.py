@@ -149,7 +149,8 @@ class WorkerPool:
             batch_size: None: the callable gets one item and returns its result. k: it gets a
                 list of up to k items and returns a list as long (results in order). A batch
                 that raises, answers with another length, or dies with its worker runs again
-                item by item, and only then do items use up their ``retries``.
+                item by item, and only then do items use up their ``retries``; out of memory, the rest
+                of the map takes batches of half as many (:class:`BatchShrunkWarning`).
             retries: How many times a failing item runs again, on another worker when there is one.
             on_error: ``"raise"``: :class:`DPMapError` once every other item is done (its
                 ``results`` keeps their work); ``"collect"``: :class:`ItemFailure` records in place.

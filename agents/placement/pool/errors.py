@@ -62,6 +62,10 @@ class WorkerDiedWarning(RuntimeWarning):
     """A worker process died (killed, crashed, out of memory, or stopped for exceeding item_timeout)."""
 
 
+class BatchShrunkWarning(RuntimeWarning):
+    """A batch ran out of memory: its items run alone, and the rest of the map takes half as many a batch."""
+
+
 def describe_exit(exitcode: int | None) -> str:
     """``"signal SIGKILL"`` / ``"exit code 3"`` / ``"unknown exit"`` for a process exit code."""
     if exitcode is None:

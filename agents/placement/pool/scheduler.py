@@ -27,11 +27,12 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..tensors import to_cpu
-from .errors import ItemFailure, WorkerDiedWarning, WorkerInitError, last_line
+from .errors import BatchShrunkWarning, ItemFailure, WorkerDiedWarning, WorkerInitError, last_line
 from .executor import Executor, Slot, Task
 
 WAIT_S = 0.5  # longest wait for an answer before deaths and timeouts are checked again
 FAIL_PULL = 256  # input items a step fails once no worker is left
+OUT_OF_MEMORY = "OutOfMemoryError"  # torch.OutOfMemoryError's name, as a worker's traceback shows it
 _TASK_IDS = itertools.count()
 
 
@@ -167,8 +168,19 @@ class Scheduler:
         self.out.append((index, value))
 
     def split(self, indices: Iterable[int], summary: str, text: str) -> None:
-        """A task of several items failed as a whole: each item runs alone next, losing no attempt."""
+        """A task of several items failed as a whole: each item runs alone next, losing no attempt. Out of
+        memory, the later batches take half as many items (each such batch failed and ran again item by
+        item, without a word)."""
         indices = list(indices)
+        smaller = max(1, min(self.size, len(indices) // 2))  # half the failed batch (one sent earlier may be larger)
+        if OUT_OF_MEMORY in text and smaller < self.size:
+            self.size = smaller
+            warnings.warn(
+                f"a batch of {len(indices)} items ran out of memory ({summary}): its items run alone, and the "
+                f"rest of this map takes batches of {self.size}",
+                BatchShrunkWarning,
+                stacklevel=2,
+            )
         for index in indices:
             self.last_error[index] = (f"batch {indices}: {summary}", text)
             self.batch_error[index] = f"before that, it ran in batch {indices}, which failed:\n{text}"
