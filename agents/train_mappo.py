@@ -38,7 +38,7 @@ from agents.run.control import (
 )
 from agents.run.distributed import setup as setup_replicas
 from agents.run.learner_state import learner_state, load_learner_state
-from agents.run.logger import Logger, PhaseTimer, device_memory_mb, flatten, host_rss_mb
+from agents.run.logger import Logger, PhaseTimer, flatten, iteration_scalars
 from agents.run.process import pick_device, setup_process
 from agents.run.resume import check_run_dir, resume_config, resume_run_dir
 from uavsim.machine import hardware
@@ -48,52 +48,6 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 
 
 # -- the loop ------------------------------------------------------------------------------------
-def _tb_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: dict[str, float]) -> dict:
-    it_time = t["env"] + t["learn"]
-    steps = learner.steps_per_iteration
-    agent_steps = learner.agent_steps_per_iteration
-    out = {
-        "charts/episodic_return": ep["return"],
-        "charts/episodic_length": ep["length"],
-        "charts/coverage": ep["coverage"],
-        "charts/steps_to_target": ep["steps_to_target"],
-        "charts/target_reached": ep["reached_frac"],
-        "charts/collisions": ep["collisions"],
-        "charts/near_misses": ep["near_misses"],
-        "charts/episodes": ep["episodes"],
-        "charts/SPS": steps / it_time,
-        "charts/agent_SPS": agent_steps / it_time,
-        "charts/learning_rate": learner.optimizer.param_groups[0]["lr"],
-        "charts/critic_learning_rate": learner.optimizer.param_groups[1]["lr"],
-        "perf/env_sps": steps / max(t["env"], 1e-9),
-        "perf/env_time": t["env"],
-        "perf/learn_time": t["learn"],
-        "perf/host_rss_mb": host_rss_mb(),
-        "perf/device_mem_mb": device_memory_mb(learner.env.device),
-        "value_norm/mean": m["value_norm_mean"],
-        "value_norm/std": m["value_norm_std"],
-    }
-    for k in (
-        "value_loss",
-        "policy_loss",
-        "entropy",
-        "approx_kl",
-        "old_approx_kl",
-        "clipfrac",
-        "explained_variance",
-        "actor_grad_norm",
-        "critic_grad_norm",
-        "skipped_updates",
-        "nonfinite_losses",
-    ):
-        out[f"losses/{k}"] = m[k]
-    if "clone_kl" in m:  # train.clone_kl_coef
-        out["losses/clone_kl"] = m["clone_kl"]
-    if learner.scaler.is_enabled():
-        out["amp/loss_scale"] = learner.scaler.get_scale()
-    return out
-
-
 def default_run_dir(cfg: Config) -> Path:
     return Path("runs") / f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -280,7 +234,7 @@ def _loop(
         before = learner.env_steps
         metrics = train_iteration(learner, timer.mark)
         m, ep, t = read_metrics(metrics, replicas), read_episode_stats(learner), timer.seconds()
-        logger.scalars(_tb_scalars(learner, m, ep, t), learner.env_steps)
+        logger.scalars(iteration_scalars(learner, m, ep, t), learner.env_steps)
         bar.update(learner.env_steps - before)
         if ep["episodes"] > 0:
             shown = {"coverage": f"{ep['coverage']:.3f}", "steps_to_target": f"{ep['steps_to_target']:.0f}"}
@@ -364,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     failed run, 130 Ctrl-C)."""
     args = parse_args(argv)
     # under torchrun every rank meets the same bad setting: one of them says so (an error that knows its
-    # rank carries is_main)
+    # rank carries is_main). RANK read as is: read_dist_env refuses malformed variables, which the error may be about
     first_rank = os.environ.get("RANK", "0") == "0"
     try:
         cfg = resolve_config(args)

@@ -56,9 +56,7 @@ class WindowPaths(nn.Module):
 
     def __init__(self, cfg: EnvConfig):
         super().__init__()
-        c = rules.path_search_radius(cfg)  # the square's half side: the window's, or path_radius's
-        if 2 * c + 1 > 63:
-            raise ValueError(f"window_paths searches at most 63 cells across (a radius <= 31), got {2 * c + 1}")
+        c = rules.path_search_radius(cfg)  # the half side, <= 31 (EnvConfig): a row is one int64 bit set
         self.win, self.rounds, self.diagonal = 2 * c + 1, rules.window_path_rounds(cfg), cfg.moves == 8
         w = self.win
         self.row_dtype = torch.int32 if w <= 31 else torch.int64  # the kept rounds: the table's indices

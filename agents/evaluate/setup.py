@@ -125,8 +125,8 @@ def fitted_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Conf
 def untrained_roles_note(trained: Config, task: Config) -> str | None:
     """A line where the played team holds `model.agent_roles` roles the run's teams never had (UAV i plays role
     i mod K: a run of 3- and 5-UAV teams never trained roles 5-7, which a 7-UAV team plays); None elsewhere."""
-    k, m = task.model.agent_roles, task.model
-    if not k or m.agent_id:
+    k = task.model.agent_roles
+    if not k or task.model.agent_id:
         return None
     teams = [trained.env.num_uavs] if isinstance(trained.env.num_uavs, int) else list(trained.env.num_uavs)
     played = task.env.num_uavs if isinstance(task.env.num_uavs, int) else max(task.env.num_uavs)

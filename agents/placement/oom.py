@@ -43,14 +43,18 @@ def is_oom_error(exc: BaseException) -> bool:
         return True
     if not isinstance(exc, RuntimeError):
         return False
-    text = str(exc)
-    if any(m in text for m in _OOM_MESSAGES):
+    if reads_as_oom(str(exc)):
         return True
     try:
         from accelerate.utils.memory import should_reduce_batch_size
     except ImportError:
         return False
     return bool(should_reduce_batch_size(exc))
+
+
+def reads_as_oom(message: str) -> bool:
+    """Whether an error's message (``str(exc)``, or a worker's traceback's last line) is an out-of-memory one."""
+    return "OutOfMemoryError" in message or any(m in message for m in _OOM_MESSAGES)
 
 
 def free_memory() -> None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from uavsim.machine.host_memory import process_rss
+
+if TYPE_CHECKING:
+    from agents.algo.learner import Learner
 
 
 class Logger:
@@ -132,3 +136,51 @@ def host_rss_mb() -> float:
 
 def device_memory_mb(device: torch.device) -> float:
     return torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
+
+
+def iteration_scalars(learner: Learner, m: dict[str, float], ep: dict[str, float], t: dict[str, float]) -> dict:
+    """TensorBoard's scalars of one iteration: its metrics `m`, episode statistics `ep` and phase seconds `t`
+    (docs/training.md names each)."""
+    it_time = t["env"] + t["learn"]
+    steps = learner.steps_per_iteration
+    agent_steps = learner.agent_steps_per_iteration
+    out = {
+        "charts/episodic_return": ep["return"],
+        "charts/episodic_length": ep["length"],
+        "charts/coverage": ep["coverage"],
+        "charts/steps_to_target": ep["steps_to_target"],
+        "charts/target_reached": ep["reached_frac"],
+        "charts/collisions": ep["collisions"],
+        "charts/near_misses": ep["near_misses"],
+        "charts/episodes": ep["episodes"],
+        "charts/SPS": steps / it_time,
+        "charts/agent_SPS": agent_steps / it_time,
+        "charts/learning_rate": learner.optimizer.param_groups[0]["lr"],
+        "charts/critic_learning_rate": learner.optimizer.param_groups[1]["lr"],
+        "perf/env_sps": steps / max(t["env"], 1e-9),
+        "perf/env_time": t["env"],
+        "perf/learn_time": t["learn"],
+        "perf/host_rss_mb": host_rss_mb(),
+        "perf/device_mem_mb": device_memory_mb(learner.env.device),
+        "value_norm/mean": m["value_norm_mean"],
+        "value_norm/std": m["value_norm_std"],
+    }
+    for k in (
+        "value_loss",
+        "policy_loss",
+        "entropy",
+        "approx_kl",
+        "old_approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "actor_grad_norm",
+        "critic_grad_norm",
+        "skipped_updates",
+        "nonfinite_losses",
+    ):
+        out[f"losses/{k}"] = m[k]
+    if "clone_kl" in m:  # train.clone_kl_coef
+        out["losses/clone_kl"] = m["clone_kl"]
+    if learner.scaler.is_enabled():
+        out["amp/loss_scale"] = learner.scaler.get_scale()
+    return out

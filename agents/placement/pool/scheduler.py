@@ -26,13 +26,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..oom import reads_as_oom
 from ..tensors import to_cpu
 from .errors import BatchShrunkWarning, ItemFailure, WorkerDiedWarning, WorkerInitError, last_line
 from .executor import Executor, Slot, Task
 
 WAIT_S = 0.5  # longest wait for an answer before deaths and timeouts are checked again
 FAIL_PULL = 256  # input items a step fails once no worker is left
-OUT_OF_MEMORY = "OutOfMemoryError"  # torch.OutOfMemoryError's name, as a worker's traceback shows it
 _TASK_IDS = itertools.count()
 
 
@@ -173,7 +173,7 @@ class Scheduler:
         item, without a word)."""
         indices = list(indices)
         smaller = max(1, min(self.size, len(indices) // 2))  # half the failed batch (one sent earlier may be larger)
-        if OUT_OF_MEMORY in text and smaller < self.size:
+        if reads_as_oom(last_line(text)) and smaller < self.size:  # the exception's line, not the code shown above it
             self.size = smaller
             warnings.warn(
                 f"a batch of {len(indices)} items ran out of memory ({summary}): its items run alone, and the "
