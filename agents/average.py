@@ -75,6 +75,8 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
     for net in AVERAGED:
         newest[net] = average_weights([p[net] for p in payloads])
     out = Path(out) if out is not None else run_dir / f"averaged-last{last}"
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, expected a run directory to write")
     if out.exists() and ckpt.list_checkpoints(out):
         raise ValueError(f"{out} already holds checkpoints: remove it or pass another --out")
     config = run_dir / "config.yaml"
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the output could not be written (permissions, disk full)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(f"wrote {written}: the mean of the last {args.last} checkpoints' actor and critic")
     return 0
 

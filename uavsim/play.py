@@ -5,8 +5,8 @@
     python -m uavsim.play --policy random --config num_uavs=4 grid_height=16 --steps 50 --out ep.mp4
 
 Prints one line: what the episode reached (coverage, steps, collisions, near misses, return).
-``--config key=value`` overrides `EnvConfig` fields (values parsed as YAML scalars; an unknown key
-is an error). Environment ``--env-index`` of seed ``--seed`` is played: the same episode as
+``--config key=value`` overrides `EnvConfig` fields (values parsed as YAML scalars, ``maps=PATH`` as
+written; an unknown key is an error). Environment ``--env-index`` of seed ``--seed`` is played: the same episode as
 ``ReferenceEnv(cfg, seed, env_index)``'s first one.
 """
 
@@ -34,6 +34,8 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."),
 )
 
+MAX_FRAME_BYTES = 4 * 2**30  # an episode's frames, all held until the video is written
+
 
 def parse_overrides(items: Sequence[str]) -> dict:
     """``{key: value}`` of ``key=value`` items, values as YAML scalars; a ValueError for another form."""
@@ -42,7 +44,9 @@ def parse_overrides(items: Sequence[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--config expects key=value, got {item!r}")
-        out[key.strip()] = yaml.load(value, Loader=_Loader)  # a SafeLoader
+        key = key.strip()
+        # a map path as is, not as YAML: `#`, `: ` and quotes in a path would be read as syntax
+        out[key] = value if key == "maps" else yaml.load(value, Loader=_Loader)  # a SafeLoader
     return out
 
 
@@ -77,10 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--trail must be >= 0 (0: no trail), got {args.trail}")
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         parser.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    if args.cell_px < 2:
+        parser.error(f"--cell-px must be >= 2, got {args.cell_px}")
     try:
         cfg = EnvConfig.from_dict(parse_overrides(args.config))
     except (TypeError, ValueError, yaml.YAMLError) as e:
         parser.error(str(e).splitlines()[0])
+    # every frame is kept until the video is written: refuse what would not fit before building anything
+    frames = 1 + min(cfg.max_steps, cfg.max_steps if args.steps is None else args.steps)
+    frame_bytes = cfg.grid_height * cfg.grid_width * args.cell_px**2 * 3
+    if frames * frame_bytes > MAX_FRAME_BYTES:
+        parser.error(
+            f"--cell-px {args.cell_px}: {frames} frames of {cfg.grid_height * args.cell_px}x"
+            f"{cfg.grid_width * args.cell_px} pixels would take {frames * frame_bytes / 2**30:.1f} GiB "
+            f"(at most {MAX_FRAME_BYTES / 2**30:.0f}): lower --cell-px or --steps"
+        )
 
     from uavsim.env import UAVSwarmEnv  # torch is imported only once the arguments are known to be good
     from uavsim.machine import hardware

@@ -101,7 +101,7 @@ def render_grid(
             for i, (r, c) in enumerate(step):
                 y, x = r * cell_px + half, c * cell_px + half
                 img[y - dot // 2 : y - dot // 2 + dot, x - dot // 2 : x - dot // 2 + dot] = colors[i]
-    m = max(1, cell_px // 6)
+    m = min(max(1, cell_px // 6), (cell_px - 1) // 2)  # the UAV's margin in its cell; at 2 px: none, the whole cell
     for i, (r, c) in enumerate(pos):
         img[r * cell_px + m : (r + 1) * cell_px - m, c * cell_px + m : (c + 1) * cell_px - m] = colors[i]
     return img

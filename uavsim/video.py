@@ -234,6 +234,8 @@ def _check_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
 
 # A GIF frame's delay is a 16-bit count of 1/100 s: at most 655.35 s.
 _GIF_MAX_DELAY = 0xFFFF
+# Browsers (Chromium, Firefox, Safari) show a delay of 0 or 1 as 10 (10 fps), some viewers as no delay at all.
+_GIF_MIN_DELAY = 2
 
 
 def _gif_delay(ms: float) -> int:
@@ -246,6 +248,8 @@ def _check_fps(fps: float, gif: bool = False) -> float:
         raise ValueError(f"fps must be a finite number > 0, got {fps!r}")
     if gif and _gif_delay(1000.0 / fps) > _GIF_MAX_DELAY:  # Pillow would raise an OverflowError
         raise ValueError(f"fps must be > {100 / 65536} for a GIF (a GIF frame lasts at most 655.35 s), got {fps!r}")
+    if gif and _gif_delay(1000.0 / fps) < _GIF_MIN_DELAY:  # a delay of 0 or 1: browsers play 10 fps instead
+        raise ValueError(f"fps must be <= 50 for a GIF (a frame of 0.02 s is the shortest browsers show), got {fps!r}")
     return float(fps)
 
 

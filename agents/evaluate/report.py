@@ -93,7 +93,7 @@ def write_report(
     out.write_text(json.dumps(nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
     gif, png = out.with_suffix(".gif"), out.with_suffix(".png")
     compare, plot = compare_gif_path(out), coverage_plot_path(out)
-    imageio.mimsave(gif, frames["policy"], duration=0.08, loop=0)
+    write_video(frames["policy"], gif, fps=12.5)  # as the comparison; imageio's own `duration` unit changed (s -> ms)
     imageio.imwrite(png, frames["policy"][-1])
     write_video(side_by_side([frames[n] for n in COMPARED], list(COMPARED.values())), compare, fps=12.5)
     plot_coverage(results["coverage_curve"], plot, plot_title, target)

@@ -70,6 +70,10 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
             raise ValueError(f"--env {item!r}: expected KEY=VALUE (e.g. num_uavs=16)")
         if key not in ENV_KEYS:  # env.num_envs too: evaluation plays --episodes environments
             raise ValueError(f"--env {item!r}: unknown env key {key!r}; EnvConfig keys: {', '.join(ENV_KEYS)}")
+    # a map path is set as is, not read as YAML (`#`, `: ` and quotes in a path would be read as syntax)
+    given_maps = [item.split("=", 1)[1] for item in env_items if item.split("=", 1)[0].strip() == "maps"]
+    env_items = [item for item in env_items if item.split("=", 1)[0].strip() != "maps"]
+    maps = maps if maps is not None else (given_maps[-1] if given_maps else None)  # --maps last, as it is applied
     cfg = load_config(None, [f"env.{item}" for item in env_items], base=cfg)
     for item in env_items:  # a list would train groups; an evaluation plays one task (the largest group's, silently)
         key = item.split("=", 1)[0].strip()
@@ -80,7 +84,7 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
             f"the run trained with env.num_walls={cfg.env.num_walls!r} (walls on some maps): say which maps "
             "to evaluate on, e.g. --env num_walls=0 (plain maps)"
         )
-    if maps is not None:  # set as is: a path is no YAML scalar (`#`, `: ` and quotes would be read as syntax)
+    if maps is not None:
         cfg.env.maps = maps
         check_config(cfg)
     return cfg
@@ -175,6 +179,8 @@ def load_setup(args: argparse.Namespace) -> tuple[Path, dict, EnvConfig, Actor, 
     problem = file_problem(out)
     if problem:
         raise ValueError(f"--out: {problem}")
+    if out.suffix.lower() in (".gif", ".png"):  # the episode's GIF and PNG go beside the JSON: <stem>.gif/.png
+        raise ValueError(f"--out {out}: the results' JSON path, not a {out.suffix} (its images are written beside it)")
     overrides = [*played_env(cfg, args.env), *([f"maps={args.maps}"] if args.maps is not None else [])]
     meta = {"env_overrides": overrides, "maps": maps_meta(env_cfg, args.episodes, args.seed)}
     return path, payload, env_cfg, actor, out, meta

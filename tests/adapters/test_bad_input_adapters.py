@@ -165,6 +165,27 @@ def test_gif_identical_frames_merged_into_one_too_long_frame(tmp_path):
         gif_bytes([a, b, b, c], fps=0.0016)
 
 
+@pytest.mark.parametrize("fps", [51, 200, 1e6])
+def test_gif_fps_too_high_for_a_frame_browsers_show(tmp_path, fps):
+    # a GIF frame's delay is in 1/100 s: above 50 fps it is 0 or 1, which browsers play at 10 fps
+    with pytest.raises(ValueError, match="fps must be <= 50 for a GIF"):
+        write_video(distinct_frames(3), tmp_path / "x.gif", fps=fps)
+    assert not (tmp_path / "x.gif").exists()
+
+
+def test_gif_frames_last_what_fps_says(tmp_path):
+    from PIL import Image
+
+    for fps, delay_ms in ((50, 20), (12.5, 80), (8, 120)):  # Pillow reads the delay back in ms (1/100 s steps)
+        path = write_video(distinct_frames(3), tmp_path / f"x{fps}.gif", fps=fps)
+        with Image.open(path) as gif:
+            durations = []
+            for i in range(gif.n_frames):
+                gif.seek(i)
+                durations.append(gif.info["duration"])
+        assert durations == [delay_ms] * 3, (fps, durations)
+
+
 def test_check_video_path_checks_the_fps_for_a_gif(tmp_path):
     from uavsim.video import check_video_path
 
@@ -224,6 +245,9 @@ def test_config_overrides_read_exponents_as_floats():
         "moves": "8",
     }
     assert type(got["max_steps"]) is int
+    # a map path as written: YAML would end it at " #" and read "a: b" as a mapping
+    for path in ("/maps #2/urban.txt", "/x/run: a", "'quoted'"):
+        assert parse_overrides([f"maps={path}"]) == {"maps": path}
 
 
 TINY = ["grid_height=8", "grid_width=8", "num_uavs=2", "num_obstacles=2", "launch_size=2", "max_steps=4"]
@@ -247,6 +271,9 @@ def test_play_takes_an_exponent_float_override(tmp_path):
         (["--fps", "0.001"], "fps must be > 0.00152587890625 for a GIF"),
         (["--trail", "-3"], "--trail must be >= 0"),
         (["--steps", "-1"], "--steps must be >= 0"),
+        (["--fps", "200"], "fps must be <= 50 for a GIF"),
+        (["--cell-px", "1"], "--cell-px must be >= 2"),
+        (["--cell-px", "100000"], "GiB (at most 4): lower --cell-px or --steps"),
     ],
 )
 def test_play_rejects_bad_arguments_in_one_line(tmp_path, args, message):

@@ -71,6 +71,9 @@ def test_errors_name_what_was_wrong(tmp_path, capsys):
         average.average_run(tmp_path / "run", 2)
     assert average.main([str(tmp_path / "run"), "--last", "5"]) == 2
     assert "fewer than --last 5" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert average.main([str(tmp_path / "run"), "--last", "1", "--out", str(tmp_path / "afile")]) == 2
+    assert "afile is a file, expected a run directory" in capsys.readouterr().err
 
 
 def test_checkpoints_of_another_network_are_refused(tmp_path):

@@ -261,3 +261,24 @@ def test_a_bad_evaluate_env_fails_before_training_and_names_the_key(items, messa
     err = capsys.readouterr().err
     assert "run.evaluate_env" in err and message in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_map_path_is_read_as_written_and_the_gif_plays_at_its_pace(tiny_run, tmp_path, capsys):
+    from PIL import Image
+
+    maps = write_maps(tmp_path / "maps #2")  # YAML would read " #2" as a comment: another folder
+    out = tmp_path / "e" / "eval.json"
+    argv = [str(tiny_run), "--episodes", "2", "--seed", "5"]
+    assert evaluate.main([*argv, "--out", str(out), "--env", f"maps={maps}"]) == 0
+    assert json.loads(out.read_text())["meta"]["env"]["maps"] == str(maps)
+    with Image.open(out.with_suffix(".gif")) as gif:  # 12.5 frames a second, as the comparison GIF
+        durations = []
+        for i in range(gif.n_frames):
+            gif.seek(i)
+            durations.append(gif.info["duration"])
+    assert durations[0] == 80 and all(d % 80 == 0 for d in durations)  # Pillow merges identical frames into one
+    capsys.readouterr()
+    for name in ("res.gif", "res.PNG"):  # the images are written beside the JSON, under its stem
+        assert evaluate.main([*argv, "--out", str(tmp_path / name)]) == 2
+        assert "the results' JSON path, not a" in capsys.readouterr().err
+        assert not (tmp_path / name).exists()

@@ -173,3 +173,16 @@ def test_reference_refuses_bools_among_integer_actions():
         with pytest.raises(TypeError, match="integers"):
             ref.step(actions)
     ref.step([np.int64(1), 0, 0, 0])  # NumPy integers are integers
+
+
+@pytest.mark.parametrize("cell_px", [2, 3, 4, 8])
+def test_every_uav_is_drawn_at_every_accepted_cell_size(cell_px):
+    from uavsim import rules
+    from uavsim.render import render_grid, uav_colors
+
+    codes = np.full((6, 6), rules.FREE)
+    pos = np.array([[1, 1], [4, 3]])
+    img = render_grid(SMALL, codes, pos, cell_px=cell_px)
+    for (r, c), color in zip(pos, uav_colors(len(pos))):
+        cell = img[r * cell_px : (r + 1) * cell_px, c * cell_px : (c + 1) * cell_px]
+        assert (cell == color).all(-1).any(), f"UAV at {(r, c)} not drawn at cell_px={cell_px}"
