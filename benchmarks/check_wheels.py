@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-url", default=PYPI)
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
+    if args.out_dir.exists() and not args.out_dir.is_dir():  # found before resolving, not after
+        parser.error(f"--out-dir {args.out_dir} is a file, expected a folder")
     if not re.fullmatch(r"3\.\d+", args.python):
         parser.error(f"--python must look like 3.11, got {args.python!r}")
     bad = [p for p in args.platforms if not (p.startswith("win") or "linux" in p)]

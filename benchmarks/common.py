@@ -90,7 +90,8 @@ def gpu_peak_bandwidth_gbs(props: Any) -> float | None:
 
 def machine_tag(info: dict[str, Any]) -> str:
     """A file-name-safe label: the GPU if any, else the CPU, its class and the core count."""
-    label = info.get("gpu") or f"{info['cpu']}-{info.get('cpu_class', '')}-{info['cpu_count']}cores"
+    cores = info.get("usable_cores") or info["cpu_count"]  # as `cpu_label`: a run under taskset names its cores
+    label = info.get("gpu") or f"{info['cpu']}-{info.get('cpu_class', '')}-{cores}cores"
     return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()[:60]
 
 
@@ -183,6 +184,28 @@ def result_stem(name: str, payload: dict[str, Any], subset: bool = False) -> str
     return f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}{suffix}"
 
 
+def out_file_arg(value: str) -> Path:
+    """argparse `type` for `--out FILE`: a file path that can be written (its folder made if missing),
+    checked before measuring, so that minutes of work are not lost to a path found bad at the end."""
+    from agents.run.paths import file_problem
+
+    problem = file_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(value)
+
+
+def free_stem(out_dir: Path, stem: str, suffixes: tuple[str, ...]) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``, ...: the first whose files (``suffixes``) are all new in
+    ``out_dir``. A second run on a day (other settings, or the same again) never overwrites the first's
+    files, which the docs may cite; the newer is said by its name."""
+    k, candidate = 1, stem
+    while any((out_dir / f"{candidate}{suffix}").exists() for suffix in suffixes):
+        k += 1
+        candidate = f"{stem}-{k}"
+    return candidate
+
+
 def out_dir_arg(value: str) -> Path:
     """argparse `type` for `--out-dir`: a folder that can be written, checked before measuring."""
     from agents.run.paths import dir_problem
@@ -204,7 +227,7 @@ def write_results(
     """Write ``result_stem(...)`` ``.json`` / ``.md`` (and ``.png`` if ``plot``), print the table;
     return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = result_stem(name, payload, subset)
+    stem = free_stem(out_dir, result_stem(name, payload, subset), (".json", ".md") + ((".png",) if plot else ()))
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
     paths["json"].write_text(json.dumps(payload, indent=2) + "\n")
     paths["md"].write_text(table_md)

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None):
         "--minibatch",
         type=int,
         default=None,
-        help="agent-steps of the gradient-sync comparison's minibatch, whole environment steps (4096; quick: 256)",
+        help="agent-steps of the gradient-sync comparison's minibatch, whole environment steps (4000; quick: 250)",
     )
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
@@ -217,11 +217,12 @@ def main(argv: list[str] | None = None):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    minibatch_given = args.minibatch is not None
     for name, quick, full in (
         ("num_envs", 32, 512),
         ("num_steps", 8, 32),
         ("seconds", 0.5, 8.0),
-        ("minibatch", 256, 4096),
+        ("minibatch", 250, 4000),
     ):
         if getattr(args, name) is None:  # what the user gave is kept, --quick or not
             setattr(args, name, quick if args.quick else full)
@@ -234,6 +235,17 @@ def main(argv: list[str] | None = None):
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.seconds > 0:
         p.error(f"--seconds must be > 0, got {args.seconds}")
+    from agents.config import load_config
+
+    uavs = load_config(TRAINER_CONFIG).env.num_uavs  # a minibatch of whole environment steps, within the rollout
+    rollout = args.num_envs * args.num_steps * uavs
+    if not minibatch_given:
+        args.minibatch = min(args.minibatch, rollout)
+    if args.minibatch % uavs or args.minibatch > rollout:
+        p.error(
+            f"--minibatch {args.minibatch}: agent-steps of whole environment steps (a multiple of the {uavs} UAVs) "
+            f"within one rank's rollout ({args.num_envs} x {args.num_steps} x {uavs})"
+        )
     args.ranks = sorted(set(args.ranks))
     rows = [run_ranks(args, k) for k in args.ranks]
     base = rows[0]  # the 1-rank run: the ranks are sorted and include 1

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import machine_info
+from benchmarks.common import machine_info, out_file_arg
 from benchmarks.cost_common import count_calls, stagger
 from benchmarks.step_cost import PRESET, preset_env_config
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--envs", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=1000, help="timed steps a point (after 36 untimed ones)")
-    parser.add_argument("--out", type=Path, help="a JSON file for the points and the machine")
+    parser.add_argument("--out", type=out_file_arg, help="a JSON file for the points and the machine")
     args = parser.parse_args(argv)
     for name in ("envs", "threads"):
         if min(getattr(args, name)) < 1:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -54,6 +53,7 @@ from benchmarks.common import (
 from benchmarks.env_throughput_report import plot, table
 from uavsim import EnvConfig
 from uavsim.compile_compat import prepare_inductor
+from uavsim.machine import hardware
 from uavsim.machine.host_memory import release_free_memory
 from uavsim.reference import ReferenceEnv
 
@@ -302,8 +302,11 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--quick", action="store_true", help="small sizes and short runs (CI smoke)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per point (median reported)")
     parser.add_argument("--seconds", type=float, default=None, help="length of one timed repeat")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch CPU threads")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="AsyncVectorEnv workers")
+    cores = hardware.usable_cores()[0]  # the cores this process may run on (CPU affinity, cgroup quota), as the trainer
+    parser.add_argument(
+        "--threads", type=int, default=cores, help=f"torch CPU threads (default: {cores}, the usable cores)"
+    )
+    parser.add_argument("--workers", type=int, default=cores, help=f"AsyncVectorEnv workers (default: {cores})")
     parser.add_argument("--max-gpu-envs", type=int, default=262144)
     parser.add_argument("--backends", nargs="+", default=None, help="only these backends")
     parser.add_argument("--compile-cpu", action="store_true", help="also time torch.compile on the CPU")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import fmt_rate
+from benchmarks.common import cpu_label, fmt_rate
 
 
 def table(payload: dict[str, Any], *, model_envs: int, episode_length: int, reference_loop_max: int) -> str:
@@ -14,8 +14,7 @@ def table(payload: dict[str, Any], *, model_envs: int, episode_length: int, refe
     lines = [
         f"# Environment throughput ({'quick' if payload['quick'] else 'full'})",
         "",
-        f"CPU: {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}, "
-        f"torch threads {payload['threads']})"
+        f"CPU: {cpu_label(m)}, torch threads {payload['threads']}"
         + (f"; GPU: {m['gpu']}" if "gpu" in m else "; no GPU")
         + f"; torch {m['torch']}; {m['date']}",
         "",

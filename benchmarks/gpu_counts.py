@@ -294,6 +294,15 @@ def learn_counts(config: list[Path], overrides: list[str] = ()) -> dict:
     return out
 
 
+def out_file(value: str) -> Path:
+    """argparse `type` of `--out`, checked before counting (minutes for `learn`); not `benchmarks.common`'s
+    `out_file_arg`: this file imports only what every counted tree has (the module docstring)."""
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory, expected a file path")
+    return path
+
+
 def config_of(paths: list[Path], overrides: list[str] = ()):
     from agents.config import load_config
 
@@ -307,10 +316,12 @@ def main(argv: list[str] | None = None) -> None:
         "--config", type=Path, nargs="+", help="the config counted (trainer, learn); several: laid over in order"
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override (learn)")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=out_file, required=True)
     args = parser.parse_args(argv)
     if args.what != "env" and args.config is None:
         parser.error("--config is needed for trainer and learn")
+    if args.what == "env" and args.config is not None:
+        parser.error("--config is for trainer and learn counts: env counts the env's defaults (EnvConfig())")
     if args.set and args.what != "learn":
         parser.error("--set is for learn counts")
     torch.set_num_threads(1)
@@ -330,6 +341,7 @@ def main(argv: list[str] | None = None) -> None:
         "seconds": round(time.perf_counter() - began, 1),
         "counts": payload,
     }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=1))
     print(f"wrote {args.out} ({payload['seconds']} s, tree {payload['commit']})", file=sys.stderr)
 

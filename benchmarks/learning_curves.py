@@ -83,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if len(labels) != len(args.runs):
             raise ValueError(f"--labels must name each of the {len(args.runs)} runs, got {len(labels)}")
+        repeated = sorted({label for label in labels if labels.count(label) > 1})
+        if repeated:  # the curves are keyed by label: one run would hide another
+            raise ValueError(f"runs share the label(s) {', '.join(repeated)}: give each its own with --labels")
         if args.out.suffix.lower() != ".png" or not args.out.resolve().parent.is_dir():
             raise ValueError(f"--out must be a .png file in a folder that exists, got {str(args.out)!r}")
         curves = {label: read_curves(run) for label, run in zip(labels, args.runs)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -26,6 +27,7 @@ from agents.config import load_config
 from agents.run.machine_defaults import resolve
 
 AGNOSTIC = ["model.size_agnostic=true", "model.agent_id=false"]
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"  # wherever it runs from
 CONFIGS = {
     "default (one-hot id, 10 UAVs, 32x32)": [],
     "size-agnostic, 8 UAVs, 32x32": [*AGNOSTIC, "env.num_uavs=8"],
@@ -45,6 +47,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    for name in ("num_envs", "iterations", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     torch.set_num_threads(1)
     device = torch.device("cpu")
     common = [f"env.num_envs={args.num_envs}", "train.amp=off", "run.torch_threads=1"]
@@ -52,7 +57,7 @@ def main() -> None:
     common += ["env.comm_radius=null", "env.window_paths=false", "imitation.teacher=none", "train.clone_kl_coef=0"]
     learners = {}
     for name, overrides in CONFIGS.items():
-        cfg, _ = resolve(load_config("configs/default.yaml", [*common, *overrides]), device)
+        cfg, _ = resolve(load_config(PRESET, [*common, *overrides]), device)
         learners[name] = build_learner(cfg, device)
         read_metrics(train_iteration(learners[name]))  # warm-up
     rates: dict[str, list[float]] = {name: [] for name in learners}

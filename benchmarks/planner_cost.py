@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,14 +28,21 @@ from benchmarks.op_count import OpCounter
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim.coordinated import CoordinatedFrontierPolicy
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository: its preset, and the planner of before in tests/
+
 
 def tasks() -> dict[str, EnvConfig]:
     from agents.config import load_config
 
-    return {"EnvConfig()": EnvConfig(), "configs/default.yaml": load_config("configs/default.yaml").env_config()}
+    return {
+        "EnvConfig()": EnvConfig(),
+        "configs/default.yaml": load_config(ROOT / "configs" / "default.yaml").env_config(),
+    }
 
 
 def planners(env: UAVSwarmEnv) -> dict[str, Any]:
+    if str(ROOT) not in sys.path:  # the planner of before is a test's reference, not a package's module
+        sys.path.append(str(ROOT))
     from tests.uavsim.coordinated_reference import ReferenceCoordinatedFrontierPolicy
 
     return {"before": ReferenceCoordinatedFrontierPolicy(env, seed=0), "after": CoordinatedFrontierPolicy(env, seed=0)}
@@ -126,6 +135,8 @@ def main(argv: list[str] | None = None):
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0 or min(args.num_envs) < 1:
         parser.error("--warmup must be >= 0 and --num-envs >= 1")
+    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
+        parser.error(f"--device {args.device}: expected cpu, or cuda[:N] where torch ({torch.__version__}) sees a GPU")
     setup_host(args.threads, args.device)
     rows = [
         {"task": task, "num_envs": b, **measure_task(cfg, b, args)}

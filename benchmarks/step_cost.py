@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None):
     for name in ("num_envs", "steps", "episode_length", "threads"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.episode_length > EnvConfig().max_steps:  # the staggered start cannot go past an episode's end
+        parser.error(f"--episode-length must be <= max_steps ({EnvConfig().max_steps}), got {args.episode_length}")
     if not args.launch_us > 0:
         parser.error(f"--launch-us must be > 0, got {args.launch_us}")
     payload = measure(args)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from benchmarks.common import cpu_label
+
 
 def _kib(b: float) -> str:
     return f"{b / 1024:.1f}"
@@ -26,7 +28,7 @@ def table(payload: dict[str, Any], *, baseline: str, gpus: Collection[str], envs
     lines = [
         f"# Step cost model ({'quick' if payload['quick'] else 'full'})",
         "",
-        f"Counted on {m['cpu']} ({m['cpu_count']} cores, {m.get('cpu_class', 'class not recorded')}), "
+        f"Counted on {cpu_label(m)}, "
         f"torch {m['torch']}, {m['date']}: default task, "
         f"{s['num_envs']} environments, {s['steps']} calls per path, episodes staggered to end after "
         f"{s['episode_length']} steps. Counts are deterministic (benchmarks/op_count.py states the rules).",
@@ -65,7 +67,14 @@ def table(payload: dict[str, Any], *, baseline: str, gpus: Collection[str], envs
         "",
         "A model, not a measurement: every counted byte crosses DRAM once at peak bandwidth, kernels run "
         "one after another with a fixed eager launch cost. (The PPO minibatch is left out: its batch is "
-        "the config's, not the environments'.)",
+        "the config's, not the environments'.)"
+        + (
+            f" Counted at {s['num_envs']:,} environments: operands of a fixed size (tables) add their bytes / "
+            f"{s['num_envs']:,} to each env-step, so these ceilings are low for larger batches; count at 1,024 or "
+            "more environments for them."
+            if s["num_envs"] < 1024
+            else ""
+        ),
         "",
     ]
     lines += ["| path | GPU | " + " | ".join(f"{e:,} envs" for e in envs) + " |", "|---|---|" + "---:|" * len(envs)]

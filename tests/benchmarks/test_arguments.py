@@ -38,3 +38,62 @@ def test_env_benchmark_refuses_what_it_cannot_measure(tmp_path, capsys, argv, me
         env_throughput.main(["--quick", "--out-dir", str(tmp_path), *argv])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_second_run_on_a_day_never_overwrites_the_first(tmp_path):
+    from benchmarks.common import write_results
+
+    payload = {"machine": {"cpu": "CPU X", "cpu_class": "AVX2", "cpu_count": 64, "usable_cores": 2, "date": "d"}}
+    first = write_results("bench", payload, "first\n", None, tmp_path)
+    second = write_results("bench", payload, "second\n", None, tmp_path)
+    assert first["md"].name == "bench-cpu-x-avx2-2cores-d.md"  # the cores this process could use, as the report says
+    assert second["md"].name == "bench-cpu-x-avx2-2cores-d-2.md"
+    assert first["md"].read_text() == "first\n" and second["md"].read_text() == "second\n"
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
+        ("placement", ["--quick", "--out-dir", "{file}"]),
+        ("env_ab", ["HEAD", "--out", "{dir}"]),
+        ("gpu_counts", ["--what", "env", "--out", "{dir}"]),
+        ("check_wheels", ["--out-dir", "{file}"]),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_refused_before_measuring(tmp_path, capsys, module, argv):
+    (tmp_path / "file").write_text("x")
+    bench = importlib.import_module(f"benchmarks.{module}")
+    argv = [a.format(file=tmp_path / "file", dir=tmp_path) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and ("directory" in err or "folder" in err or "not a dir" in err), err
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("gpu_counts", ["--what", "env", "--config", "c.yaml", "--out", "{tmp}/x.json"], "--config is for"),
+        ("step_cost", ["--quick", "--env-only", "--episode-length", "1000"], "--episode-length must be <= max_steps"),
+        pytest.param(
+            "planner_cost",
+            ["--device", "cuda"],
+            "--device cuda: expected cpu, or cuda[:N] where torch",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a CUDA device"),
+        ),
+    ],
+)
+def test_settings_a_benchmark_would_ignore_or_misreport_are_refused(tmp_path, capsys, module, argv, message):
+    bench = importlib.import_module(f"benchmarks.{module}")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([*argv, *(["--out-dir", str(tmp_path)] if module != "gpu_counts" else [])])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_planner_benchmark_finds_the_preset_from_any_folder(tmp_path, monkeypatch):
+    from benchmarks import planner_cost
+
+    monkeypatch.chdir(tmp_path)
+    assert planner_cost.tasks()["configs/default.yaml"].window_paths  # the preset's env, not EnvConfig()'s

@@ -63,3 +63,11 @@ def test_scaling_is_against_the_one_rank_run_and_quick_keeps_given_values(tmp_pa
 def test_bad_arguments_are_rejected_before_any_run(tmp_path, argv):
     with pytest.raises(SystemExit):
         distributed.main(["--quick", "--out-dir", str(tmp_path), *argv])
+
+
+@pytest.mark.parametrize("minibatch", ["5", "4096", "99999"])
+def test_a_minibatch_of_part_of_an_env_step_or_beyond_the_rollout_is_refused(tmp_path, capsys, minibatch):
+    # 4096 agent-steps would be 409.6 environment steps of 10 UAVs: it used to become 409 silently
+    with pytest.raises(SystemExit):
+        distributed.main(["--quick", "--out-dir", str(tmp_path), "--minibatch", minibatch])
+    assert f"--minibatch {minibatch}: agent-steps of whole environment steps" in capsys.readouterr().err

@@ -45,3 +45,13 @@ def test_bad_input_is_named(tmp_path, capsys):
     assert "--labels must name each of the 1 runs" in capsys.readouterr().err
     assert main([str(tmp_path / "no_eval"), "--out", str(tmp_path / "c.svg")]) == 2
     assert "--out must be a .png" in capsys.readouterr().err
+
+
+def test_runs_of_one_label_are_refused(tmp_path, capsys):
+    for name in ("a", "b"):  # two runs named alike in different folders: the default labels collide
+        with SummaryWriter(str(tmp_path / name / "run")) as writer:
+            writer.add_scalar("eval/mean_steps_to_target", 50.0, 1)
+    runs = [str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run")]
+    assert main([*runs, "--out", str(tmp_path / "c.png")]) == 2
+    assert "runs share the label(s) run: give each its own with --labels" in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()
