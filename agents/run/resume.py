@@ -21,8 +21,9 @@ from agents.run import checkpoint as ckpt
 from agents.run.logger import flatten
 from agents.run.paths import dir_problem
 
-# What a resumed run cannot change: sections (every key under them) and single keys.
-FROZEN_ON_RESUME = ("seed", "env", "model", "train.num_steps")
+# What a resumed run cannot change: sections (every key under them) and single keys. The imitation and the
+# recipe are what the run did and was laid over before its first checkpoint: an override would be recorded, not done.
+FROZEN_ON_RESUME = ("seed", "env", "model", "train.num_steps", "imitation", "run.recipe")
 
 
 def _frozen(key: str) -> bool:
@@ -44,8 +45,9 @@ def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
     changed = [k for k in now if _frozen(k) and saved.get(k) != now[k]]
     if changed:
         raise ValueError(
-            f"cannot change {changed} when resuming (they define the networks, the env state "
-            "and the length of an iteration); start a new run instead"
+            f"cannot change {changed} when resuming (they define the networks, the env state, the length of "
+            "an iteration, or what the run did before its first checkpoint: its imitation and recipe); start a "
+            "new run instead"
         )
     return cfg
 

@@ -74,10 +74,37 @@ def claim(run_dir: Path) -> tuple[Path, str | None]:
             f"note: {path} was written by a trainer on host {holder.get('host')!r} (pid {holder.get('pid')}); "
             "if it still runs there, two trainers now write into this run directory"
         )
+    if not _create(path, me):  # a lock is there: stale, another host's, or this process's
+        problem = trainer_in(run_dir)  # or a trainer's that claimed it since the check above
+        if problem:
+            raise ValueError(problem)
+        tmp = path.with_name(f".{LOCK_NAME}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(me))
+        os.replace(tmp, path)
+    if not _same_process(_read(path) or {}, me):  # two took over one stale lock at once: the last write holds it
+        raise ValueError(f"run.dir {run_dir}: another trainer claimed it at this moment; train into another run.dir")
+    return path, note
+
+
+def _create(path: Path, me: dict) -> bool:
+    """Write `me` as the lock at `path` if none is there; False if one is. A whole temporary file linked into
+    place: creating is atomic (of two trainers starting together, one wins) and no one reads a half-written lock."""
     tmp = path.with_name(f".{LOCK_NAME}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(me))
-    os.replace(tmp, path)
-    return path, note
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: an exclusive create, written at once
+        try:
+            with open(path, "x", encoding="utf-8") as f:
+                f.write(json.dumps(me))
+            return True
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def release(path: Path | None) -> None:

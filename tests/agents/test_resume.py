@@ -97,6 +97,10 @@ def test_resume_refuses_structural_changes_and_config_files(make_config, tmp_pat
     train(make_config("train.total_env_steps=64", f"run.dir={tmp_path}"))
     with pytest.raises(ValueError, match="cannot change.*model.hidden_size"):
         resolve_config(parse_args(["--resume", str(tmp_path), "model.hidden_size=8"]))
+    # done before the first checkpoint: an override would be written into the run's config, and not done
+    for key in ("imitation.teacher=coordinated", "imitation.epochs=5", "run.recipe=gpu"):
+        with pytest.raises(ValueError, match=rf"cannot change \['{key.split('=')[0]}'\].*its imitation and recipe"):
+            resolve_config(parse_args(["--resume", str(tmp_path), key]))
     with pytest.raises(ValueError, match="--config"):
         resolve_config(parse_args(["--resume", str(tmp_path), "--config", "x.yaml"]))
     cfg = resolve_config(parse_args(["--resume", str(tmp_path), "train.total_env_steps=128"]))

@@ -80,3 +80,34 @@ def test_another_hosts_lock_is_named_and_passed(tmp_path, capsys):
     assert train_mappo.main([*TINY, "train.total_env_steps=32", f"run.dir={run}"]) == 0
     assert "was written by a trainer on host 'node-b' (pid 4321)" in capsys.readouterr().err
     assert not (run / run_lock.LOCK_NAME).exists()
+
+
+def test_a_lock_another_trainer_takes_between_the_check_and_the_claim_is_respected(
+    tmp_path, other_trainer, monkeypatch
+):
+    # two trainers starting together both find no lock; the one that writes second must not overwrite the first's
+    run = tmp_path / "run"
+    run.mkdir()
+    checks = []
+    real = run_lock.trainer_in
+
+    def checked_before_the_other_wrote(run_dir):
+        checks.append(run_dir)
+        if len(checks) == 1:  # the check found the folder free; the other trainer claims it right after
+            write_lock(run, other_trainer.pid, psutil.Process(other_trainer.pid).create_time())
+            return None
+        return real(run_dir)
+
+    monkeypatch.setattr(run_lock, "trainer_in", checked_before_the_other_wrote)
+    with pytest.raises(ValueError, match=f"is in use by a trainer that still runs \\(pid {other_trainer.pid}"):
+        run_lock.claim(run)
+    assert json.loads((run / run_lock.LOCK_NAME).read_text())["pid"] == other_trainer.pid
+    assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_NAME]  # no temporary file left
+
+
+def test_a_claimed_lock_is_whole_and_this_process_s(tmp_path):
+    path, note = run_lock.claim(tmp_path)
+    assert note is None and json.loads(path.read_text()) == run_lock._this_process()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run_lock.LOCK_NAME]
+    run_lock.release(path)
+    assert not path.exists()
