@@ -11,38 +11,41 @@ defaults, resume, the loop with logging, evaluation images and checkpoints, and 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import os
-import sys
-import time
-from pathlib import Path
+from agents.run.startup import interrupt_held  # first: it holds a Ctrl-C during the seconds of imports
 
-import torch
-from tqdm import tqdm
+with interrupt_held():
+    import argparse
+    import dataclasses
+    import os
+    import sys
+    import time
+    from pathlib import Path
 
-from agents.algo.compiled import cpu_rollout_warning
-from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
-from agents.algo.replicas import Replicas
-from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
-from agents.config.recipe import choose_recipe, recipe_paths
-from agents.run import checkpoint as ckpt
-from agents.run import machine_defaults, run_lock
-from agents.run.control import (
-    TrainingInterrupted,
-    TrainingStopped,
-    crossed,
-    iteration_problem,
-    launcher_command,
-    stopped_message,
-)
-from agents.run.distributed import setup as setup_replicas
-from agents.run.learner_state import learner_state, load_learner_state
-from agents.run.logger import Logger, PhaseTimer, flatten, iteration_scalars
-from agents.run.process import pick_device, setup_process
-from agents.run.resume import check_run_dir, resume_config, resume_run_dir
-from uavsim.machine import hardware
-from uavsim.machine.contention import contention_warning
+    import torch
+    from tqdm import tqdm
+
+    from agents.algo.compiled import cpu_rollout_warning
+    from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
+    from agents.algo.replicas import Replicas
+    from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
+    from agents.config.recipe import choose_recipe, recipe_paths
+    from agents.run import checkpoint as ckpt
+    from agents.run import machine_defaults, run_lock
+    from agents.run.control import (
+        TrainingInterrupted,
+        TrainingStopped,
+        crossed,
+        iteration_problem,
+        launcher_command,
+        stopped_message,
+    )
+    from agents.run.distributed import setup as setup_replicas
+    from agents.run.learner_state import learner_state, load_learner_state
+    from agents.run.logger import Logger, PhaseTimer, flatten, iteration_scalars
+    from agents.run.process import pick_device, setup_process
+    from agents.run.resume import check_run_dir, resume_config, resume_run_dir
+    from uavsim.machine import hardware
+    from uavsim.machine.contention import contention_warning
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 
@@ -321,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     # rank carries is_main). RANK read as is: read_dist_env refuses malformed variables, which the error may be about
     first_rank = os.environ.get("RANK", "0") == "0"
     try:
-        cfg = resolve_config(args)
+        with interrupt_held("reading the settings"):  # a --resume reads and checks its checkpoint here
+            cfg = resolve_config(args)
     except (ValueError, TypeError) as err:
         if first_rank:
             print(f"error: {err}", file=sys.stderr)

@@ -237,3 +237,43 @@ def test_an_os_error_during_training_is_one_line_and_exit_1(tmp_path, monkeypatc
     assert train_mappo.main([*TINY, f"run.dir={tmp_path}"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "error: [Errno 28] No space left on device"
+
+
+def test_ctrl_c_while_starting_is_held_and_then_exits_130(capsys):
+    import signal
+    import threading
+
+    from agents.run.startup import interrupt_held
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only")
+    before = signal.getsignal(signal.SIGINT)
+    done = []
+    with pytest.raises(SystemExit) as exit_info:
+        with interrupt_held("importing"):
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C in the middle of the imports: not raised there
+            done.append("the rest of the block")
+    assert exit_info.value.code == 130 and done == ["the rest of the block"]
+    assert capsys.readouterr().err == "interrupted while importing: nothing written\n"
+    assert signal.getsignal(signal.SIGINT) is before
+    with interrupt_held():  # no Ctrl-C: nothing happens
+        pass
+
+
+def test_ctrl_c_while_the_settings_are_read_exits_130(monkeypatch, capsys):
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only")
+
+    def slow_settings(args):  # a --resume reads and checks its checkpoint here
+        signal.raise_signal(signal.SIGINT)
+        return real(args)
+
+    real = train_mappo.resolve_config
+    monkeypatch.setattr(train_mappo, "resolve_config", slow_settings)
+    with pytest.raises(SystemExit) as exit_info:
+        train_mappo.main([*TINY, "train.total_env_steps=32"])
+    assert exit_info.value.code == 130
+    assert "interrupted while reading the settings: nothing written" in capsys.readouterr().err
