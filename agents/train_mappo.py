@@ -147,6 +147,17 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     learner = build_learner(cfg, device, replicas)
     if payload is not None:
         load_learner_state(learner, payload, str(source))
+        finished = payload["config"]["train"]["total_env_steps"] == cfg.train.total_env_steps and (
+            Path(source).resolve().parent == ckpt.checkpoint_dir(run_dir).resolve()  # its own run, not a branch
+        )
+        if learner.iteration >= learner.num_iterations and finished:  # killed after its last checkpoint, resumed
+            if replicas.is_main:  # by a retrying scheduler, say: done, not an error
+                print(
+                    f"run {run_dir} finished at {learner.env_steps} env steps: nothing to do (raise "
+                    f"train.total_env_steps, {cfg.train.total_env_steps}, to continue)",
+                    file=sys.stderr,
+                )
+            return learner
         if learner.iteration >= learner.num_iterations:
             raise ValueError(
                 f"nothing to do: checkpoint {source} already holds {learner.env_steps} env steps, "

@@ -203,8 +203,18 @@ def test_tensorboard_keeps_what_was_logged_at_the_checkpoint_step(make_config, t
 def test_resuming_a_finished_run_without_a_larger_total_says_there_is_nothing_to_do(make_config, tmp_path, capsys):
     train(make_config("train.total_env_steps=64", f"run.dir={tmp_path / 'run'}"))
     newest = ckpt.list_checkpoints(tmp_path / "run")[-1]
+    # a run killed after its last checkpoint, resumed again (by a retrying scheduler, say): done, not a failure
+    assert train_mappo.main(["--resume", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    assert "finished at 64 env steps: nothing to do (raise train.total_env_steps, 64, to continue)" in captured.err
+    assert f"done: 64 env steps, run directory {tmp_path / 'run'}" in captured.out
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == [newest.name]  # nothing written
+    # a branch into a new run.dir with nothing to train is a mistake: nothing is made
     assert train_mappo.main(["--resume", str(newest), f"run.dir={tmp_path / 'branch'}"]) == 2
     assert "nothing to do" in capsys.readouterr().err and not (tmp_path / "branch").exists()
+    # a total below what the checkpoint holds is a mistake, not a finished run
+    assert train_mappo.main(["--resume", str(newest), "train.total_env_steps=32", f"run.dir={tmp_path / 'b2'}"]) == 2
+    assert "nothing to do" in capsys.readouterr().err and not (tmp_path / "b2").exists()
 
 
 def test_config_may_sit_between_overrides():
