@@ -41,6 +41,7 @@ from uavsim.config import EnvConfig
 from uavsim.rng import MAX_KEY, below, hash32
 
 DARK_BELOW = 128  # PNG: a pixel with luminance below this (0-255) is an obstacle
+MAX_SIDE = 4096  # no grid is larger (`EnvConfig`): a larger image is refused before it is decoded
 FORMATS = (".txt", ".npy", ".png")
 OBSTACLE, FREE = "#", "."  # text grids
 
@@ -92,7 +93,8 @@ def _read_text(path: Path) -> np.ndarray:
     except UnicodeDecodeError as err:
         raise ValueError(f"map file {path} is not UTF-8 text: {err}") from None
     rows: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # one row per line: str.splitlines() would also break rows at \v, \f, \x1c-\x1e, \x85 and \u2028-\u2029
+    for number, line in enumerate(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), start=1):
         line = line.rstrip()
         if not line:
             continue  # blank lines are layout, not rows
@@ -132,17 +134,26 @@ def _read_png(path: Path) -> np.ndarray:
         with Image.open(path) as image:
             if image.format != "PNG":
                 raise ValueError(f"map file {path} is not a PNG image (Pillow reads it as {image.format})")
+            if max(image.size) > MAX_SIDE:  # read from the header, before decoding
+                raise ValueError(f"map file {path} is {image.size[0]}x{image.size[1]} pixels: grids are <= {MAX_SIDE}")
             image.load()
-            if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
-                rgba = image.convert("RGBA")  # transparent: free, as on a white page
-                image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
-            if image.mode.startswith("I"):  # 16-bit grey: convert("L") clips to 255 where it should scale
-                luminance = np.asarray(image, dtype=np.float64) * (255 / 65535)
+            if image.mode.startswith("I"):  # 16-bit grey: convert() clips to 255 where it should scale
+                values = np.asarray(image)
+                luminance = values.astype(np.float64) * (255 / 65535)
+                if isinstance(image.info.get("transparency"), int):  # the transparent grey value: free
+                    luminance[values == image.info["transparency"]] = 255
             else:
+                if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+                    rgba = image.convert("RGBA")  # transparent: free, as on a white page
+                    image = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
                 luminance = np.asarray(image.convert("L"))
-    except (UnidentifiedImageError, SyntaxError) as err:  # Pillow raises SyntaxError for broken PNG chunks
+    except (UnidentifiedImageError, SyntaxError, Image.DecompressionBombError) as err:  # SyntaxError: broken chunks
         raise ValueError(f"map file {path} is not a readable PNG image: {err}") from None
     return luminance < DARK_BELOW
+
+
+def _name(path: Path) -> str:
+    return path.name
 
 
 def map_files(source: MapSource) -> list[Path]:
@@ -150,7 +161,9 @@ def map_files(source: MapSource) -> list[Path]:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in FORMATS)
+            # by name in code-point order on every OS (Windows paths compare without case: another map order,
+            # so other maps for a seed); a broken link is kept, for `read_map` to name, not dropped
+            files = sorted((p for p in path.iterdir() if not p.is_dir() and p.suffix.lower() in FORMATS), key=_name)
             if not files:
                 raise ValueError(f"map folder {path} holds no map files (expected {', '.join(FORMATS)})")
             return files

@@ -217,3 +217,41 @@ def test_env_config_takes_a_path_string_or_none():
         EnvConfig(maps=3)
     with pytest.raises(ValueError, match="EnvConfig.maps must be None or a map file or folder"):
         EnvConfig(maps=" ")
+
+
+def test_a_sixteen_bit_png_with_a_transparent_grey_keeps_its_dark_obstacles(tmp_path):
+    # tRNS sent it through convert("RGBA"), which clips 16-bit grey at 255: every obstacle above 255/65535 was lost
+    grey = np.where(SMALL_MAP, 20000, 60000).astype(np.uint16)  # obstacles dark grey (~30 % luminance)
+    Image.fromarray(grey).save(tmp_path / "t16.png", transparency=0)  # grey 0 is transparent: free, as on white
+    with Image.open(tmp_path / "t16.png") as image:
+        assert image.mode.startswith("I") and image.info["transparency"] == 0
+    assert np.array_equal(read_map(tmp_path / "t16.png"), SMALL_MAP)
+    grey[SMALL_MAP] = 0  # obstacles drawn in the transparent grey read as free
+    Image.fromarray(grey).save(tmp_path / "t0.png", transparency=0)
+    assert not read_map(tmp_path / "t0.png").any()
+
+
+def test_rows_split_at_line_ends_only_and_an_image_too_large_for_any_grid_is_refused(tmp_path):
+    # str.splitlines() cut a row at \v, \f, \x1c, \x85, \u2028: a map of the wrong shape, or two rows of one
+    for char in ("\x0b", "\x0c", "\x1c", "\x85", "\u2028"):
+        (tmp_path / "m.txt").write_text(f"..#{char}...\n......\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=r"m\.txt, line 1, column 4: .* is not a map cell"):
+            read_map(tmp_path / "m.txt")
+    (tmp_path / "crlf.txt").write_bytes(as_text(SMALL_MAP).replace("\n", "\r\n").encode())
+    assert np.array_equal(read_map(tmp_path / "crlf.txt"), SMALL_MAP)
+    Image.new("L", (4097, 2), 255).save(tmp_path / "wide.png")
+    with pytest.raises(ValueError, match=r"wide\.png is 4097x2 pixels: grids are <= 4096"):
+        read_map(tmp_path / "wide.png")
+
+
+def test_a_folder_orders_its_maps_by_code_point_and_names_a_broken_link(tmp_path):
+    for name in ("b.txt", "B.txt", "a.txt"):  # Windows' paths sort without case: another order, other maps a seed
+        (tmp_path / name).write_text(as_text(SMALL_MAP))
+    assert [p.name for p in map_files(tmp_path)] == ["B.txt", "a.txt", "b.txt"]
+    try:
+        (tmp_path / "c.txt").symlink_to(tmp_path / "gone.txt")
+    except OSError:  # Windows without the symlink privilege
+        return
+    assert [p.name for p in map_files(tmp_path)][-1] == "c.txt"  # kept: the set's size decides every map pick
+    with pytest.raises(ValueError, match=r"c\.txt does not exist"):
+        load_map_set(tmp_path, SMALL)
