@@ -250,18 +250,18 @@ def _memory_advice(cfg: Config, need: dict[str, int]) -> list[str]:
     """What to lower for each part of `need` (`estimate_memory`) that holds a tenth of it or more, the largest first."""
     e, t, ic = cfg.env, cfg.train, cfg.imitation
     rollout = f"lower env.num_envs (now {e.num_envs}) or train.num_steps (now {t.num_steps})"
-    advice = {
-        "storage": rollout,
-        "env": f"lower env.num_envs (now {e.num_envs})",
-        "update": f"raise train.num_minibatches (now {t.num_minibatches}) for a smaller update, or {rollout}",
-        "imitation": (
+    advice = {  # each part's clauses; parts share some (the rollout's size sizes the update too)
+        "storage": [rollout],
+        "env": [f"lower env.num_envs (now {e.num_envs})"],
+        "update": [f"raise train.num_minibatches (now {t.num_minibatches}) for a smaller update", rollout],
+        "imitation": [
             f"lower imitation.env_steps (now {ic.env_steps}), or imitation.dagger_env_steps (now "
             f"{ic.dagger_env_steps}) or imitation.dagger_rounds (now {ic.dagger_rounds}): the demonstrations are "
             "env_steps + dagger_rounds x dagger_env_steps steps"
-        ),
+        ],
     }
     large = sorted((k for k, v in need.items() if v >= 0.1 * sum(need.values())), key=need.get, reverse=True)
-    return list(dict.fromkeys(advice[k] for k in large))  # one line per advice, the largest part's first
+    return list(dict.fromkeys(c for k in large for c in advice[k]))  # each clause once, the largest part's first
 
 
 def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int | None = None) -> tuple[int, str]:

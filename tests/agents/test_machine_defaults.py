@@ -143,8 +143,9 @@ def test_storage_estimate_is_the_real_allocation(overrides):
 
 def test_an_oversized_run_is_refused_with_the_keys_to_change():
     cfg = tiny_config("env.num_envs=100000", "train.num_steps=512")
-    with pytest.raises(ValueError, match=r"env\.num_envs \(now 100000\).*train\.num_steps \(now 512\)"):
+    with pytest.raises(ValueError, match=r"env\.num_envs \(now 100000\).*train\.num_steps \(now 512\)") as err:
         md.check_memory(cfg, CPU, available=2**30)
+    assert str(err.value).count("lower env.num_envs (now 100000) or train.num_steps") == 1  # each clause once
     md.check_memory(tiny_config(), CPU, available=2**30)  # a small run fits
 
 
