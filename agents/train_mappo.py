@@ -126,12 +126,13 @@ def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -
 
 def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: torch.device) -> Learner:
     # Rank 0 reads the file system and tells the others (ranks on other hosts may not see it).
-    payload, source, run_dir, problem = None, None, None, None
+    payload, source, run_dir, problem, own_run = None, None, None, None, False
     if replicas.is_main:
         try:
             if resume is not None:
                 source, payload = ckpt.load_latest(resume)  # to the CPU; load_state_dict copies to the device
                 run_dir = resume_run_dir(source, payload["config"]["run"]["dir"], cfg)
+                own_run = Path(source).resolve().parent == ckpt.checkpoint_dir(run_dir).resolve()  # not a branch
             else:
                 run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
                 check_run_dir(run_dir)
@@ -140,16 +141,14 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                 raise ValueError(busy)
         except (ValueError, ckpt.CheckpointError) as err:
             problem = err
-    payload, source, run_dir, problem = replicas.broadcast_object((payload, source, run_dir, problem))
+    payload, source, run_dir, problem, own_run = replicas.broadcast_object((payload, source, run_dir, problem, own_run))
     if problem is not None:
         raise problem
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
     learner = build_learner(cfg, device, replicas)
     if payload is not None:
         load_learner_state(learner, payload, str(source))
-        finished = payload["config"]["train"]["total_env_steps"] == cfg.train.total_env_steps and (
-            Path(source).resolve().parent == ckpt.checkpoint_dir(run_dir).resolve()  # its own run, not a branch
-        )
+        finished = own_run and payload["config"]["train"]["total_env_steps"] == cfg.train.total_env_steps
         if learner.iteration >= learner.num_iterations and finished:  # killed after its last checkpoint, resumed
             if replicas.is_main:  # by a retrying scheduler, say: done, not an error
                 print(

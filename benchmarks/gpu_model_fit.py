@@ -70,11 +70,25 @@ def gpu_of(name: str) -> str:
 
 
 # -- the measured rows ---------------------------------------------------------------------------
+def newest_runs(files: list[Path]) -> list[Path]:
+    """Of results files of one benchmark and day, the newest: ``x.json`` and the later runs' ``x-2.json``,
+    ``x-3.json`` (`benchmarks.common.free_stem`) measured one thing; fitting all would weigh it twice."""
+    newest: dict[str, tuple[int, Path]] = {}
+    for f in files:
+        m = re.fullmatch(r"(.*?)(?:-(\d+))?", f.stem)
+        base, k = m.group(1), int(m.group(2) or 1)
+        if k < 2 or not (f.parent / f"{base}{f.suffix}").exists():  # "-26" of a date is not a run's number
+            base, k = f.stem, 1
+        if base not in newest or k > newest[base][0]:
+            newest[base] = (k, f)
+    return sorted(f for _, f in newest.values())
+
+
 def env_rows(folder: Path) -> list[dict[str, Any]]:
     """The env benchmarks' GPU rows at `ENV_SIZES` (ours, VMAS beside ours, the compiled step): from
     their JSON files, or, where a folder has none, from its logs' lines."""
     rows = []
-    files = sorted(folder.glob("env_throughput-*nvidia-*.json"))
+    files = newest_runs(sorted(folder.glob("env_throughput-*nvidia-*.json")))
     for f in files:
         d = json.loads(f.read_text())
         gpu = gpu_of(d["machine"]["gpu"])
@@ -102,7 +116,7 @@ def env_rows(folder: Path) -> list[dict[str, Any]]:
 
 def train_rows(folder: Path) -> list[dict[str, Any]]:
     rows = []
-    for f in sorted(folder.glob("train_throughput-nvidia-*.json")):
+    for f in newest_runs(sorted(folder.glob("train_throughput-nvidia-*.json"))):
         d = json.loads(f.read_text())
         s = d["settings"]
         for r in d["results"]:

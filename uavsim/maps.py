@@ -152,6 +152,13 @@ def _read_png(path: Path) -> np.ndarray:
     return luminance < DARK_BELOW
 
 
+def maps_value(text: str) -> str | None:
+    """A ``maps=`` value from a command line: the path as written (not YAML: ``#``, ``: `` and quotes in a path
+    would be read as syntax), stripped; ``null``, ``~`` or nothing: no map set (generated maps)."""
+    text = text.strip()
+    return None if text in ("", "null", "~", "None") else text
+
+
 def _name(path: Path) -> str:
     return path.name
 

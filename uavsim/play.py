@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from uavsim.config import EnvConfig
+from uavsim.maps import maps_value
 
 
 class _Loader(yaml.SafeLoader):
@@ -46,7 +47,7 @@ def parse_overrides(items: Sequence[str]) -> dict:
             raise ValueError(f"--config expects key=value, got {item!r}")
         key = key.strip()
         # a map path as is, not as YAML: `#`, `: ` and quotes in a path would be read as syntax
-        out[key] = value if key == "maps" else yaml.load(value, Loader=_Loader)  # a SafeLoader
+        out[key] = maps_value(value) if key == "maps" else yaml.load(value, Loader=_Loader)  # a SafeLoader
     return out
 
 
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(e).splitlines()[0])
     # every frame is kept until the video is written: refuse what would not fit before building anything
     frames = 1 + min(cfg.max_steps, cfg.max_steps if args.steps is None else args.steps)
-    frame_bytes = cfg.grid_height * cfg.grid_width * args.cell_px**2 * 3
+    frame_bytes = 2 * cfg.grid_height * cfg.grid_width * args.cell_px**2 * 3  # the frames, and their stack to encode
     if frames * frame_bytes > MAX_FRAME_BYTES:
         parser.error(
             f"--cell-px {args.cell_px}: {frames} frames of {cfg.grid_height * args.cell_px}x"

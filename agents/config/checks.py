@@ -114,6 +114,8 @@ def check_evaluate_env(cfg: Config) -> None:
     naming the key and the item. Checked at load, so a run fails before training, not after."""
     import yaml
 
+    from uavsim.maps import maps_value
+
     changes = {}
     for item in cfg.run.evaluate_env:
         key, value = (part.strip() for part in item.split("=", 1)) if "=" in item else ("", "")
@@ -122,7 +124,7 @@ def check_evaluate_env(cfg: Config) -> None:
                 f"config key 'run.evaluate_env' item {item!r}: expected KEY=VALUE with an EnvConfig key "
                 f"({', '.join(ENV_KEYS)})"
             )
-        changes[key] = yaml.safe_load(value)
+        changes[key] = maps_value(value) if key == "maps" else yaml.safe_load(value)  # as agents.evaluate reads it
     if not changes:
         return
     for trained in cfg.env_configs():

@@ -31,7 +31,7 @@ from agents.run.learner_state import trained_actor
 from agents.run.paths import file_problem
 from agents.run.resume import owning_run_dir
 from uavsim.config import EnvConfig
-from uavsim.maps import MapSet, load_map_set, map_indices
+from uavsim.maps import MapSet, load_map_set, map_indices, maps_value
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,9 +71,8 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
         if key not in ENV_KEYS:  # env.num_envs too: evaluation plays --episodes environments
             raise ValueError(f"--env {item!r}: unknown env key {key!r}; EnvConfig keys: {', '.join(ENV_KEYS)}")
     # a map path is set as is, not read as YAML (`#`, `: ` and quotes in a path would be read as syntax)
-    given_maps = [item.split("=", 1)[1] for item in env_items if item.split("=", 1)[0].strip() == "maps"]
+    given_maps = [maps_value(item.split("=", 1)[1]) for item in env_items if item.split("=", 1)[0].strip() == "maps"]
     env_items = [item for item in env_items if item.split("=", 1)[0].strip() != "maps"]
-    maps = maps if maps is not None else (given_maps[-1] if given_maps else None)  # --maps last, as it is applied
     cfg = load_config(None, [f"env.{item}" for item in env_items], base=cfg)
     for item in env_items:  # a list would train groups; an evaluation plays one task (the largest group's, silently)
         key = item.split("=", 1)[0].strip()
@@ -84,8 +83,8 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
             f"the run trained with env.num_walls={cfg.env.num_walls!r} (walls on some maps): say which maps "
             "to evaluate on, e.g. --env num_walls=0 (plain maps)"
         )
-    if maps is not None:
-        cfg.env.maps = maps
+    if maps is not None or given_maps:  # --maps last; `--env maps=null`: generated maps (a run trained on a map set)
+        cfg.env.maps = maps if maps is not None else given_maps[-1]
         check_config(cfg)
     return cfg
 

@@ -78,17 +78,31 @@ def claim(run_dir: Path) -> tuple[Path, str | None]:
         problem = trainer_in(run_dir)  # or a trainer's that claimed it since the check above
         if problem:
             raise ValueError(problem)
-        tmp = path.with_name(f".{LOCK_NAME}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(me))
-        os.replace(tmp, path)
-    if not _same_process(_read(path) or {}, me):  # two took over one stale lock at once: the last write holds it
-        raise ValueError(f"run.dir {run_dir}: another trainer claimed it at this moment; train into another run.dir")
+        _move_aside(path, me, run_dir)  # of two trainers taking over one stale lock, one moves it: both create
+        if not _create(path, me):
+            raise ValueError(trainer_in(run_dir) or f"run.dir {run_dir}: another trainer claimed it at this moment")
     return path, note
+
+
+def _move_aside(path: Path, me: dict, run_dir: Path) -> None:
+    """Delete the lock at `path`, found stale, by renaming it first: a rename of one file succeeds once. If what
+    was renamed is a running trainer's lock (it took the stale one over since this process looked), put it back."""
+    aside = path.with_name(f".{LOCK_NAME}.old-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return  # another trainer moved it first
+    holder = _read(aside)
+    if holder is not None and not _same_process(holder, me) and holder.get("host") == me["host"] and _running(holder):
+        os.replace(aside, path)
+        raise ValueError(trainer_in(run_dir) or f"run.dir {run_dir}: another trainer claimed it at this moment")
+    aside.unlink(missing_ok=True)
 
 
 def _create(path: Path, me: dict) -> bool:
     """Write `me` as the lock at `path` if none is there; False if one is. A whole temporary file linked into
-    place: creating is atomic (of two trainers starting together, one wins) and no one reads a half-written lock."""
+    place: creating is atomic (of two trainers starting together, one wins) and no one reads a half-written lock
+    (where the file system has hard links)."""
     tmp = path.with_name(f".{LOCK_NAME}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(me))
     try:
@@ -96,8 +110,8 @@ def _create(path: Path, me: dict) -> bool:
         return True
     except FileExistsError:
         return False
-    except OSError:  # a file system without hard links: an exclusive create, written at once
-        try:
+    except OSError:  # a file system without hard links (FAT): an exclusive create, written at once (empty for a
+        try:  # moment, in which a second trainer starting would take it for a torn, stale one)
             with open(path, "x", encoding="utf-8") as f:
                 f.write(json.dumps(me))
             return True

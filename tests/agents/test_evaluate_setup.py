@@ -174,6 +174,10 @@ def test_a_run_trained_on_a_map_set_is_evaluated_on_it(tmp_path):
     assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 0
     meta = json.loads(out.read_text())["meta"]
     assert meta["env"]["maps"] == str(maps) and meta["env_overrides"] == [] and len(meta["maps"]["files"]) == 3
+    cfg = load_config(run / "config.yaml")
+    for generated in ("null", "~", " null "):  # generated maps: what the run never played
+        assert with_task(cfg, [f"maps={generated}"], None).env.maps is None
+    assert with_task(cfg, [f"maps= {maps} "], None).env.maps == str(maps)  # stripped, as a YAML value was
 
 
 def test_the_protocol_splits_fill_what_is_not_given():

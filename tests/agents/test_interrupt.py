@@ -277,3 +277,17 @@ def test_ctrl_c_while_the_settings_are_read_exits_130(monkeypatch, capsys):
         train_mappo.main([*TINY, "train.total_env_steps=32"])
     assert exit_info.value.code == 130
     assert "interrupted while reading the settings: nothing written" in capsys.readouterr().err
+
+
+def test_a_second_ctrl_c_while_starting_ends_the_process_at_once():
+    import subprocess
+    import sys
+
+    code = (
+        "import signal, time\nfrom agents.run.startup import interrupt_held\n"
+        "with interrupt_held('importing'):\n"
+        "    signal.raise_signal(signal.SIGINT)\n    signal.raise_signal(signal.SIGINT)\n"
+        "    time.sleep(60)  # a hung import: the second Ctrl-C does not wait for it\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert result.returncode == 130 and result.stderr == "interrupted while importing: nothing written\n"

@@ -111,3 +111,25 @@ def test_a_claimed_lock_is_whole_and_this_process_s(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_lock.LOCK_NAME]
     run_lock.release(path)
     assert not path.exists()
+
+
+def test_a_stale_lock_another_trainer_took_over_first_is_given_back(tmp_path, other_trainer, monkeypatch):
+    run = tmp_path / "run"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    write_lock(run, gone.pid, 1.0)  # a killed run's lock
+    calls = []
+    real = run_lock.trainer_in
+
+    def looked_before_the_other_took_it(run_dir):
+        calls.append(run_dir)
+        if len(calls) == 2:  # this trainer found the lock stale; the other one takes it over right then
+            write_lock(run, other_trainer.pid, psutil.Process(other_trainer.pid).create_time())
+            return None
+        return real(run_dir)
+
+    monkeypatch.setattr(run_lock, "trainer_in", looked_before_the_other_took_it)
+    with pytest.raises(ValueError, match=f"in use by a trainer that still runs \\(pid {other_trainer.pid}"):
+        run_lock.claim(run)
+    assert json.loads((run / run_lock.LOCK_NAME).read_text())["pid"] == other_trainer.pid  # put back, not ours
+    assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_NAME]

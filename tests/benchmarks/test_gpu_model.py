@@ -160,3 +160,13 @@ def test_the_counter_beside_the_model_counts_kernels_and_flops():
     assert c["flops"] == 2 * 4 * 8 * 2  # the matmul's multiply-adds
     assert c["kernels"] == 2 and c["syncs"] == 1  # mm, sum; the read back
     assert set(gpu_counts.ENV_VARIANTS) == set(fitting.ENV_VARIANTS)
+
+
+def test_only_the_newest_of_a_days_runs_is_fitted(tmp_path):
+    from benchmarks.gpu_model_fit import newest_runs
+
+    names = ["env-2026-11-26.json", "env-2026-11-26-2.json", "env-2026-11-26-3.json", "train-2026-11-26.json"]
+    for name in [*names, "lone-x-2.json"]:
+        (tmp_path / name).write_text("{}")
+    got = [f.name for f in newest_runs(sorted(tmp_path.glob("*.json")))]
+    assert got == ["env-2026-11-26-3.json", "lone-x-2.json", "train-2026-11-26.json"]  # a date's "-26" is no run
