@@ -82,27 +82,31 @@ def test_another_hosts_lock_is_named_and_passed(tmp_path, capsys):
     assert not (run / run_lock.LOCK_NAME).exists()
 
 
-def test_a_lock_another_trainer_takes_between_the_check_and_the_claim_is_respected(
-    tmp_path, other_trainer, monkeypatch
-):
-    # two trainers starting together both find no lock; the one that writes second must not overwrite the first's
+@pytest.mark.parametrize("stale", [False, True])
+def test_a_lock_another_trainer_takes_while_this_one_claims_is_respected(tmp_path, other_trainer, monkeypatch, stale):
+    # two trainers starting together both find the folder free (no lock, or a killed run's): the one that comes
+    # second must not take the first's lock (stale: it is moved aside, seen to be a running trainer's, put back)
     run = tmp_path / "run"
     run.mkdir()
+    if stale:
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        write_lock(run, gone.pid, 1.0)  # a killed run's lock
     checks = []
     real = run_lock.trainer_in
 
-    def checked_before_the_other_wrote(run_dir):
+    def looked_before_the_other_took_it(run_dir):
         checks.append(run_dir)
-        if len(checks) == 1:  # the check found the folder free; the other trainer claims it right after
+        if len(checks) == (2 if stale else 1):  # this trainer found it free; the other one claims it right then
             write_lock(run, other_trainer.pid, psutil.Process(other_trainer.pid).create_time())
             return None
         return real(run_dir)
 
-    monkeypatch.setattr(run_lock, "trainer_in", checked_before_the_other_wrote)
+    monkeypatch.setattr(run_lock, "trainer_in", looked_before_the_other_took_it)
     with pytest.raises(ValueError, match=f"is in use by a trainer that still runs \\(pid {other_trainer.pid}"):
         run_lock.claim(run)
     assert json.loads((run / run_lock.LOCK_NAME).read_text())["pid"] == other_trainer.pid
-    assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_NAME]  # no temporary file left
+    assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_NAME]  # no temporary or moved file left
 
 
 def test_a_claimed_lock_is_whole_and_this_process_s(tmp_path):
@@ -111,25 +115,3 @@ def test_a_claimed_lock_is_whole_and_this_process_s(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_lock.LOCK_NAME]
     run_lock.release(path)
     assert not path.exists()
-
-
-def test_a_stale_lock_another_trainer_took_over_first_is_given_back(tmp_path, other_trainer, monkeypatch):
-    run = tmp_path / "run"
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    write_lock(run, gone.pid, 1.0)  # a killed run's lock
-    calls = []
-    real = run_lock.trainer_in
-
-    def looked_before_the_other_took_it(run_dir):
-        calls.append(run_dir)
-        if len(calls) == 2:  # this trainer found the lock stale; the other one takes it over right then
-            write_lock(run, other_trainer.pid, psutil.Process(other_trainer.pid).create_time())
-            return None
-        return real(run_dir)
-
-    monkeypatch.setattr(run_lock, "trainer_in", looked_before_the_other_took_it)
-    with pytest.raises(ValueError, match=f"in use by a trainer that still runs \\(pid {other_trainer.pid}"):
-        run_lock.claim(run)
-    assert json.loads((run / run_lock.LOCK_NAME).read_text())["pid"] == other_trainer.pid  # put back, not ours
-    assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_NAME]
