@@ -35,7 +35,7 @@ import torch
 
 from agents.placement import inventory_report
 from agents.placement.pool.arguments import check_devices
-from benchmarks.common import out_dir_arg
+from benchmarks.common import free_stem, out_dir_arg
 from benchmarks.placement_accelerate import Accelerate
 from benchmarks.placement_contenders import LocalPool, ProcessPool, RayActorPool, RayBackend, Skip, measure, ray_session
 from benchmarks.placement_pipeline import bench_stage_pipeline
@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"placement-{report['machine']['tag']}-{report['date'].replace('-', '')}" + ("-quick" if args.quick else "")
+    stem = free_stem(out_dir, stem, (".json", ".md", ".png"))  # an earlier run's files of the day are kept
     (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out_dir / f"{stem}.md").write_text(markdown(report))
     plot(report, out_dir / f"{stem}.png")

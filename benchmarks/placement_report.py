@@ -17,16 +17,22 @@ from agents.placement import inventory
 from uavsim.machine import hardware
 
 
+def _cores(m: dict) -> int:
+    """The cores the run could use; files written before 2026-12-05 record the machine's only."""
+    return m.get("usable_cores") or m["cpu_count"]
+
+
 def machine_info(devices: list[str]) -> dict:
     inv = inventory()
     gpus = [d.name for d in inv.devices]
     if gpus:
         tag = f"cuda{len(gpus)}x" + re.sub(r"[^A-Za-z0-9]+", "", gpus[0].replace("NVIDIA", ""))[:16]
     else:
-        tag = f"cpu{os.cpu_count()}"
+        tag = f"cpu{hardware.usable_cores()[0]}"  # the cores this process may use (taskset, quota), as it ran
     return {
         "tag": tag,
         "cpu_count": os.cpu_count(),
+        "usable_cores": hardware.usable_cores()[0],
         "cpu": hardware.cpu_model(),
         "cpu_class": hardware.cpu_class(),
         "torch_build": hardware.torch_build(),
@@ -114,7 +120,7 @@ def markdown(report: dict) -> str:
     lines = [
         f"# agents.placement benchmark — {m['tag']}, {report['date']}" + (" (quick)" if report["quick"] else ""),
         "",
-        f"{m['cpu_count']}-core {m['cpu']} ({m['cpu_class']}), torch {m['torch']} ({m['torch_build']}), "
+        f"{_cores(m)}-core {m['cpu']} ({m['cpu_class']}), torch {m['torch']} ({m['torch_build']}), "
         f"GPUs: {m['gpus'] or 'none'}; workers on {m['devices_used']}, 1 torch thread each unless the row says.",
         f"Load average {load['start']} at start, {load['end']} at end (1, 5, 15 min; it includes this run's own "
         "processes): the figures are what the other processes on this machine left to this run.",
@@ -203,7 +209,7 @@ def plot(report: dict, path: Path) -> None:
     m, load = report["machine"], report["load_average"]["start"]
     ceiling = report["results"]["contenders"]["summary"].get("cpu_parallel_ceiling")
     fig.suptitle(
-        f"agents.placement vs alternatives — {m['cpu_count']}-core {m['cpu']}, {report['date']}, load {load[0]} at "
+        f"agents.placement vs alternatives — {_cores(m)}-core {m['cpu']}, {report['date']}, load {load[0]} at "
         "start"
         + (f", 2 plain processes ran {ceiling:.2f}x one" if ceiling else "")
         + (" (quick)" if report["quick"] else ""),

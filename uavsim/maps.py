@@ -156,7 +156,7 @@ def maps_value(text: str) -> str | None:
     """A ``maps=`` value from a command line: the path as written (not YAML: ``#``, ``: `` and quotes in a path
     would be read as syntax), stripped; ``null``, ``~`` or nothing: no map set (generated maps)."""
     text = text.strip()
-    return None if text in ("", "null", "~", "None") else text
+    return None if text in ("", "null", "~") else text  # YAML's nulls (its "None" is a string, a folder's name)
 
 
 def _name(path: Path) -> str:
