@@ -36,6 +36,8 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from benchmarks.common import free_stem, out_dir_arg
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLATFORMS = ("win_amd64", "manylinux_2_28_x86_64")
 PYPI = "https://pypi.org/simple"
@@ -63,13 +65,14 @@ def marker_environment(platform: str, python: str) -> dict[str, str]:
     }
 
 
-def project_requirements(pyproject: Path, extras: list[str]) -> list[tuple[str, str]]:
+def project_requirements(pyproject: Path, extras: list[str] | None) -> list[tuple[str, str]]:
     """``[(requirement, group)]``: the runtime dependencies (group ``"runtime"``), then those of each
-    extra in ``extras`` that are not already listed."""
+    extra in ``extras`` (None: every extra, in the file's order) that are not already listed."""
     import tomllib  # Python 3.11+
 
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     optional = project.get("optional-dependencies", {})
+    extras = list(optional) if extras is None else extras
     unknown = [e for e in extras if e not in optional]
     if unknown:
         raise ValueError(f"unknown extras {unknown}; pyproject.toml has {sorted(optional)}")
@@ -347,20 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default="3.11", help="target Python version (default 3.11)")
     parser.add_argument(
         "--extras",
-        default="dev,peers,pipelines,video",
-        help="comma-separated extras to check beside the runtime dependencies ('' for none)",
+        default="all",
+        help="comma-separated extras to check beside the runtime ones (default: all of pyproject.toml's; '' for none)",
     )
     parser.add_argument("--index-url", default=PYPI)
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out-dir", type=out_dir_arg, default=ROOT / "benchmarks" / "results")  # checked before asking
     args = parser.parse_args(argv)
-    if args.out_dir.exists() and not args.out_dir.is_dir():  # found before resolving, not after
-        parser.error(f"--out-dir {args.out_dir} is a file, expected a folder")
     if not re.fullmatch(r"3\.\d+", args.python):
         parser.error(f"--python must look like 3.11, got {args.python!r}")
     bad = [p for p in args.platforms if not (p.startswith("win") or "linux" in p)]
     if bad:
         parser.error(f"--platforms takes win_* and *linux* wheel platform tags, got {bad}")
-    requirements = project_requirements(ROOT / "pyproject.toml", [e for e in args.extras.split(",") if e])
+    extras = None if args.extras == "all" else [e for e in args.extras.split(",") if e]
+    requirements = project_requirements(ROOT / "pyproject.toml", extras)
     platforms = []
     for platform in args.platforms:
         print(
@@ -377,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         "platforms": platforms,
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.out_dir / f"check_wheels-{result['date']}"
+    # a second run of the day keeps the first's files (which the docs may cite): check_wheels-<date>-2, ...
+    stem = args.out_dir / free_stem(args.out_dir, f"check_wheels-{result['date']}", (".json", ".md"))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     page = markdown(result)
     stem.with_suffix(".md").write_text(page)

@@ -284,3 +284,28 @@ def test_the_page_has_a_row_per_requirement_and_a_column_per_platform():
         "- manylinux_2_28_x86_64: 2 packages in the tree; **nothing installable: nvidia-nccl-cu13 (for torch)**."
         in page
     )
+
+
+def test_a_second_run_on_a_day_keeps_the_first_report(tmp_path, monkeypatch, capsys):
+    def resolve(requirements, platform, python, index_url):
+        return cw.summarize(platform, requirements, cw.walk(requirements, platform, python, fake_ask(INDEX, [])))
+
+    monkeypatch.setattr(cw, "resolve", resolve)
+    monkeypatch.setattr(cw, "pip_version", lambda: "23.2.1")
+    monkeypatch.setattr(cw, "project_requirements", lambda path, extras: [("filelock", "runtime")])
+    for _ in range(2):
+        assert cw.main(["--extras", "", "--platforms", "win_amd64", "--out-dir", str(tmp_path)]) == 0
+    names = {p.name for p in tmp_path.iterdir()}
+    day = cw.dt.date.today().isoformat()
+    assert names == {f"check_wheels-{day}{n}{s}" for n in ("", "-2") for s in (".json", ".md")}, names
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="reads pyproject.toml with tomllib (3.11+)")
+def test_by_default_every_extra_is_checked(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\nname = "x"\ndependencies = ["numpy"]\n'
+        '[project.optional-dependencies]\ndev = ["pytest>=8"]\nray = ["ray==2.60.0"]\n'
+    )
+    every = [("numpy", "runtime"), ("pytest>=8", "dev"), ("ray==2.60.0", "ray")]
+    assert cw.project_requirements(pyproject, None) == every
