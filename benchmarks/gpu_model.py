@@ -248,7 +248,7 @@ CAVEATS = [
     "show fewer. The iteration's two metric reads are host reads the CPU count does not see "
     "(`.tolist()` of a CPU tensor dispatches no op): 2 x 10 us an iteration, left out.",
     "The 2026-11-27 H100 loan ran host-bound work slower than the other loans (its eager training "
-    "1.6x the model; README). Its rows are shown with the fleet constants, and the note gives the ratio "
+    "1.5x the model; README). Its rows are shown with the fleet constants, and the note gives the ratio "
     "with that loan's launch costs scaled by its own eager training row.",
 ]
 
