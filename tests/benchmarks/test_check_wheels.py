@@ -258,6 +258,8 @@ def test_requirements_are_the_runtime_ones_then_each_extras_new_ones(tmp_path):
     ]
     with pytest.raises(ValueError, match=r"unknown extras \['gpu'\].*\['dev', 'peers'\]"):
         cw.project_requirements(pyproject, ["gpu"])
+    every = [("torch>=2.5", "runtime"), ("numpy", "runtime"), ("pytest>=8", "dev"), ("vmas==1.5.2", "peers")]
+    assert cw.project_requirements(pyproject, None) == every  # None: every extra, in the file's order
     assert cw.project_requirements(cw.ROOT / "pyproject.toml", [])[0][1] == "runtime"  # the real file parses
 
 
@@ -298,14 +300,3 @@ def test_a_second_run_on_a_day_keeps_the_first_report(tmp_path, monkeypatch, cap
     names = {p.name for p in tmp_path.iterdir()}
     day = cw.dt.date.today().isoformat()
     assert names == {f"check_wheels-{day}{n}{s}" for n in ("", "-2") for s in (".json", ".md")}, names
-
-
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="reads pyproject.toml with tomllib (3.11+)")
-def test_by_default_every_extra_is_checked(tmp_path):
-    pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(
-        '[project]\nname = "x"\ndependencies = ["numpy"]\n'
-        '[project.optional-dependencies]\ndev = ["pytest>=8"]\nray = ["ray==2.60.0"]\n'
-    )
-    every = [("numpy", "runtime"), ("pytest>=8", "dev"), ("ray==2.60.0", "ray")]
-    assert cw.project_requirements(pyproject, None) == every
