@@ -36,7 +36,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from benchmarks.common import free_stem, out_dir_arg
+from benchmarks.out_paths import free_stem, out_dir_arg
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLATFORMS = ("win_amd64", "manylinux_2_28_x86_64")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -18,6 +17,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.out_paths import free_stem
 from uavsim.machine import hardware
 from uavsim.machine.host_memory import retain_freed_memory
 
@@ -182,38 +182,6 @@ def result_stem(name: str, payload: dict[str, Any], subset: bool = False) -> str
     some of the benchmark's backends: neither may overwrite the full run's files."""
     suffix = ("-quick" if payload.get("quick") else "") + ("-subset" if subset else "")
     return f"{name}-{machine_tag(payload['machine'])}-{payload['machine']['date']}{suffix}"
-
-
-def out_file_arg(value: str) -> Path:
-    """argparse `type` for `--out FILE`: a file path that can be written (its folder made if missing),
-    checked before measuring, so that minutes of work are not lost to a path found bad at the end."""
-    from agents.run.paths import file_problem
-
-    problem = file_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(value)
-
-
-def free_stem(out_dir: Path, stem: str, suffixes: tuple[str, ...]) -> str:
-    """``stem``, or ``stem-2``, ``stem-3``, ...: the first whose files (``suffixes``) are all new in
-    ``out_dir``. A second run on a day (other settings, or the same again) never overwrites the first's
-    files, which the docs may cite; the newer is said by its name."""
-    k, candidate = 1, stem
-    while any((out_dir / f"{candidate}{suffix}").exists() for suffix in suffixes):
-        k += 1
-        candidate = f"{stem}-{k}"
-    return candidate
-
-
-def out_dir_arg(value: str) -> Path:
-    """argparse `type` for `--out-dir`: a folder that can be written, checked before measuring."""
-    from agents.run.paths import dir_problem
-
-    problem = dir_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(value)
 
 
 def write_results(

@@ -32,11 +32,11 @@ from benchmarks.common import (
     fmt_rate,
     hardware_label,
     machine_info,
-    out_dir_arg,
     setup_host,
     sync,
     write_results,
 )
+from benchmarks.out_paths import out_dir_arg
 
 REPO = Path(__file__).resolve().parent.parent
 

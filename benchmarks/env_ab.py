@@ -35,8 +35,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import machine_info, out_file_arg
+from benchmarks.common import machine_info
 from benchmarks.cost_common import count_calls, stagger
+from benchmarks.out_paths import out_file_arg
 from benchmarks.step_cost import PRESET, preset_env_config
 
 ROOT = Path(__file__).resolve().parents[1]

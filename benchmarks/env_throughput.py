@@ -43,7 +43,6 @@ from benchmarks.common import (
     fmt_rate,
     machine_info,
     median_rate,
-    out_dir_arg,
     peak_rss_mib,
     reset_peak_rss,
     setup_host,
@@ -51,6 +50,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.env_throughput_report import plot, table
+from benchmarks.out_paths import out_dir_arg
 from uavsim import EnvConfig
 from uavsim.compile_compat import prepare_inductor
 from uavsim.machine import hardware

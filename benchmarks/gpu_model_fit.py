@@ -72,7 +72,7 @@ def gpu_of(name: str) -> str:
 # -- the measured rows ---------------------------------------------------------------------------
 def newest_runs(files: list[Path]) -> list[Path]:
     """Of results files of one benchmark and day, the newest: ``x.json`` and the later runs' ``x-2.json``,
-    ``x-3.json`` (`benchmarks.common.free_stem`) measured one thing; fitting all would weigh it twice."""
+    ``x-3.json`` (`benchmarks.out_paths.free_stem`) measured one thing; fitting all would weigh it twice."""
     newest: dict[str, tuple[int, Path]] = {}
     for f in files:
         m = re.fullmatch(r"(.*?)(?:-(\d+))?", f.stem)

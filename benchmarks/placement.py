@@ -35,7 +35,7 @@ import torch
 
 from agents.placement import inventory_report
 from agents.placement.pool.arguments import check_devices
-from benchmarks.common import free_stem, out_dir_arg
+from benchmarks.out_paths import free_stem, out_dir_arg
 from benchmarks.placement_accelerate import Accelerate
 from benchmarks.placement_contenders import LocalPool, ProcessPool, RayActorPool, RayBackend, Skip, measure, ray_session
 from benchmarks.placement_pipeline import bench_stage_pipeline

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, machine_info, out_dir_arg, setup_host, write_results
+from benchmarks.common import RESULTS_DIR, machine_info, setup_host, write_results
 from benchmarks.op_count import OpCounter
+from benchmarks.out_paths import out_dir_arg
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim.coordinated import CoordinatedFrontierPolicy
 

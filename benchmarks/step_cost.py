@@ -48,8 +48,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS_DIR, machine_info, out_dir_arg, write_results
+from benchmarks.common import RESULTS_DIR, machine_info, write_results
 from benchmarks.cost_common import count_calls, graph_breaks, staggered_env, whole_periods
+from benchmarks.out_paths import out_dir_arg
 from benchmarks.step_cost_report import table
 from benchmarks.trainer_cost import captured_paths, fused_paths, trainer_paths
 from uavsim import EnvConfig

@@ -47,12 +47,12 @@ from benchmarks.common import (
     cpu_label,
     fmt_rate,
     machine_info,
-    out_dir_arg,
     profile_ops,
     setup_host,
     sync,
     write_results,
 )
+from benchmarks.out_paths import out_dir_arg
 from benchmarks.torchrl_pipeline import SAME_TASK, torchrl_runner
 
 

@@ -33,10 +33,10 @@ from benchmarks.common import (
     TRAINER_CONFIG,
     cpu_label,
     machine_info,
-    out_dir_arg,
     setup_host,
     write_results,
 )
+from benchmarks.out_paths import out_dir_arg
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:

@@ -5,6 +5,7 @@ page, from canned pip output."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -300,3 +301,9 @@ def test_a_second_run_on_a_day_keeps_the_first_report(tmp_path, monkeypatch, cap
     names = {p.name for p in tmp_path.iterdir()}
     day = cw.dt.date.today().isoformat()
     assert names == {f"check_wheels-{day}{n}{s}" for n in ("", "-2") for s in (".json", ".md")}, names
+
+
+def test_it_runs_before_torch_is_installed():
+    """A wheel check is what one runs before installing: the module and its imports need no torch."""
+    code = "import sys, benchmarks.check_wheels; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=cw.ROOT).returncode == 0
