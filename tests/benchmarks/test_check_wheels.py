@@ -289,18 +289,23 @@ def test_the_page_has_a_row_per_requirement_and_a_column_per_platform():
     )
 
 
-def test_a_second_run_on_a_day_keeps_the_first_report(tmp_path, monkeypatch, capsys):
+def test_a_second_run_on_a_day_keeps_the_first_report(tmp_path, monkeypatch):
     def resolve(requirements, platform, python, index_url):
         return cw.summarize(platform, requirements, cw.walk(requirements, platform, python, fake_ask(INDEX, [])))
 
+    class Day(cw.dt.date):  # both runs on one day, whenever the test runs
+        @classmethod
+        def today(cls):
+            return cls(2026, 12, 5)
+
+    monkeypatch.setattr(cw.dt, "date", Day)
     monkeypatch.setattr(cw, "resolve", resolve)
     monkeypatch.setattr(cw, "pip_version", lambda: "23.2.1")
     monkeypatch.setattr(cw, "project_requirements", lambda path, extras: [("filelock", "runtime")])
     for _ in range(2):
         assert cw.main(["--extras", "", "--platforms", "win_amd64", "--out-dir", str(tmp_path)]) == 0
     names = {p.name for p in tmp_path.iterdir()}
-    day = cw.dt.date.today().isoformat()
-    assert names == {f"check_wheels-{day}{n}{s}" for n in ("", "-2") for s in (".json", ".md")}, names
+    assert names == {f"check_wheels-2026-12-05{n}{s}" for n in ("", "-2") for s in (".json", ".md")}, names
 
 
 def test_it_runs_before_torch_is_installed():
