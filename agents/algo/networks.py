@@ -230,6 +230,8 @@ class Critic(nn.Module):
         form: how its no-grad calls compute the first layers (`Form`).
         state_pool: `P`, the state's pooled map side; with `cfg.size_agnostic` the critic reads the
             state as `team_state` (any `S`: any team size).
+        window_values: the local observation's leading values that are the window's channels; the
+            critic skips them when `cfg.critic_window` is false.
     """
 
     def __init__(
@@ -241,12 +243,16 @@ class Critic(nn.Module):
         generator: torch.Generator | None = None,
         form: Form = Form.chain,
         state_pool: int = 0,
+        window_values: int = 0,
     ):
         super().__init__()
         self.centralized = cfg.critic == CriticKind.mappo
         self.state_pool = state_pool if cfg.size_agnostic else 0  # > 0: the state as `team_state`
         if self.state_pool:
             state_dim = 3 * state_pool**2 + 2
+        # a column slice of the rows, no copy: the first layer's GEMM reads it with the rows' stride
+        self.local_from = 0 if cfg.critic_window else window_values
+        local_dim -= self.local_from
         dims = [state_dim, local_dim] if self.centralized else [local_dim]
         self.net = MLP(dims, num_agents, cfg, 1, 1.0, generator)
         self.net.first.form = Form(form)
@@ -265,6 +271,7 @@ class Critic(nn.Module):
         Returns:
             `value [M]` float32, on the normalized scale when value normalization is on.
         """
+        local = local[:, self.local_from :] if self.local_from else local
         if self.centralized:
             state = team_state(state, self.state_pool) if self.state_pool else state
             value = self.net([state, local], agent, [state_repeat, 1])
@@ -277,7 +284,16 @@ def make_critic(
     env_cfg: EnvConfig, cfg: ModelConfig, generator: torch.Generator | None = None, form: Form = Form.chain
 ) -> Critic:
     """The critic for a task (with `cfg.size_agnostic`, for every task of its `state_pool`)."""
-    return Critic(env_cfg.state_dim, env_cfg.local_obs_dim, env_cfg.num_uavs, cfg, generator, form, env_cfg.state_pool)
+    return Critic(
+        env_cfg.state_dim,
+        env_cfg.local_obs_dim,
+        env_cfg.num_uavs,
+        cfg,
+        generator,
+        form,
+        env_cfg.state_pool,
+        3 * env_cfg.window**2,
+    )
 
 
 def team_state(state: torch.Tensor, pool: int) -> torch.Tensor:

@@ -64,6 +64,9 @@ class ModelConfig:
     num_layers: int = 2  # hidden layers of each MLP
     activation: Activation = Activation.tanh
     critic: CriticKind = CriticKind.mappo
+    # the critic reads the local window's channels (3 w^2 of the local observation's values); false: the rest
+    # of it only (position, time, memory, heading, window paths), a first-layer GEMM on a fifth of the width
+    critic_window: bool = True
     agent_id: bool = True  # one-hot agent id in the actor's and the critic's input
     # K > 0 (with agent_id=false): a one-hot of the index mod K, K wide at any team size; 0: none
     agent_roles: int = 0
