@@ -113,6 +113,32 @@ def test_ippo_critic_ignores_the_global_state_and_mappo_uses_it():
     )
 
 
+def test_a_critic_without_the_window_reads_the_rest_of_the_local_observation_only():
+    local, agent, state = torch.randn(6, 20, requires_grad=True), torch.arange(6) % 3, torch.randn(2, 11)
+    critic = Critic(11, 20, 3, ModelConfig(hidden_size=16, critic_window=False), window_values=12)
+    assert critic.net.first.linear.in_features == 11 + 8 + 3
+    v = critic(state, local, agent, state_repeat=3)
+    other_window = torch.cat([torch.randn(6, 12), local[:, 12:]], 1)
+    assert torch.equal(v, critic(state, other_window, agent, state_repeat=3))
+    other_rest = torch.cat([local[:, :12], torch.randn(6, 8)], 1)
+    assert not torch.equal(v, critic(state, other_rest, agent, state_repeat=3))
+    v.sum().backward()  # the update's path: gradients reach the rest, none the window
+    assert local.grad[:, :12].eq(0).all() and local.grad[:, 12:].ne(0).any()
+    # on by default: the window is read, whatever window_values says
+    assert Critic(11, 20, 3, ModelConfig(hidden_size=16), window_values=12).net.first.linear.in_features == 11 + 20 + 3
+
+
+def test_make_critic_skips_the_tasks_window_channels():
+    from agents.algo.networks import make_critic
+    from uavsim import EnvConfig
+
+    env_cfg = EnvConfig(obs_radius=2, comm_radius=0, window_paths=True)
+    critic = make_critic(env_cfg, ModelConfig(hidden_size=16, critic_window=False))
+    assert critic.local_from == 3 * 5 * 5
+    local_width = env_cfg.local_obs_dim - 3 * 5 * 5  # position, time, memory, heading, window paths
+    assert critic.net.first.linear.in_features == env_cfg.state_dim + local_width + env_cfg.num_uavs
+
+
 def test_gumbel_max_sampling_follows_the_softmax():
     from agents.algo.action_noise import ActionNoise
 
