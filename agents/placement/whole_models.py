@@ -119,6 +119,9 @@ def _capacities(devices, headroom) -> dict[str, int]:
         )
     else:
         wanted = [device_key(d) for d in devices]
+        twice = sorted({d for d in wanted if wanted.count(d) > 1})
+        if twice:  # as for a dict's keys: a typo ("cuda:0" for "cuda:1") would otherwise lose a device silently
+            raise ValueError(f"devices names {twice} more than once ({list(devices)}): 'cuda' is 'cuda:0'")
         inv = inventory()
         known = {d.device: d.free for d in inv.devices}
         known["cpu"] = inv.host_available

@@ -218,6 +218,10 @@ def test_exact_search_keeps_spreading_and_finds_tight_fits(monkeypatch):
 def test_aliases_pins_and_sizes_are_checked():
     with pytest.raises(ValueError, match="name a device twice"):
         place_models({"a": 1}, {"cuda": 10, "cuda:0": 1}, headroom=0.0)
+    # a list as well: ["cpu", "cpu"] used to collapse to one device silently (a typo for another device)
+    with pytest.raises(ValueError, match=r"devices names \['cpu'\] more than once \(\['cpu', 'cpu'\]\)"):
+        place_models({"a": 1}, ["cpu", "cpu"], headroom=0.0)
+    assert place_models({"a": 1}, ["cpu"], headroom=0.0) == {"a": "cpu"}
     with pytest.raises(TypeError, match="pinned must be a"):
         place_models({"a": 1}, {"cuda:0": 10}, headroom=0.0, pinned=["a"])
     with pytest.raises((TypeError, ValueError), match="size of 'a'"):
