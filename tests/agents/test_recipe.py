@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents import train_mappo
-from agents.config import Recipe, load_config
+from agents.config import ModelConfig, Recipe, load_config
 from agents.config.recipe import GPU_RECIPE, choose_recipe, describe_recipe, recipe_paths
 from agents.run import machine_defaults
 from agents.train_mappo import DEFAULT_CONFIG, parse_args, resolve_config
@@ -71,7 +71,7 @@ def test_a_bad_recipe_names_the_key():
 
 
 def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
-    """The preset may change (its epochs did: 3 -> 2); the GPU recipe keeps the PPO and imitation settings its
+    """The preset may change (its epochs did: 3 -> 2); the GPU recipe keeps the PPO, imitation and model settings its
     learning was checked with (benchmarks/results/learning-gpu-recipe-2026-12-02, seed 0's config), but for its
     cloning caps (`imitation.epochs`, `dagger_epochs`), which must not end a fit of the checked seeds before
     the early stop did (learning-gpu-recipe-caps-2026-12-03: each fit's epochs without the caps and with them)."""
@@ -85,6 +85,7 @@ def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
     imitation = {k: v for k, v in asdict(gpu.imitation).items() if k not in caps}
     assert imitation == {k: v for k, v in checked["imitation"].items() if k not in caps}
     assert gpu.env.num_envs == checked["env"]["num_envs"]
+    assert asdict(gpu.model) == with_later_keys(ModelConfig(), checked["model"])  # the networks it was checked with
     capped = json.loads((RESULTS_DIR / "learning-gpu-recipe-caps-2026-12-03" / "runs.json").read_text())["files"]
     for seed in range(3):
         uncapped, with_caps = (fit_epochs(capped[f"{run}-s{seed}/train.log"]) for run in ("uncapped", "capped"))
@@ -107,9 +108,15 @@ def test_the_default_trains_as_its_committed_learning_check_did():
         train = {k: v for k, v in asdict(preset.train).items() if k not in resolved_per_machine}
         assert train == {k: v for k, v in checked["train"].items() if k not in resolved_per_machine}, run
         assert asdict(preset.imitation) == checked["imitation"], run
-        assert asdict(preset.model) == checked["model"], run
+        assert asdict(preset.model) == with_later_keys(ModelConfig(), checked["model"]), run
         env = {k: v for k, v in asdict(preset.env).items() if k != "num_envs"}  # auto: 64 on a CPU
         assert env == {k: v for k, v in checked["env"].items() if k != "num_envs"}, run
+
+
+def with_later_keys(defaults, checked: dict) -> dict:
+    """A committed run's config section with the keys added to the schema since it ran, at their defaults
+    (a new key's default keeps the old behaviour: `model.critic_window`'s true is the critic the run had)."""
+    return {**asdict(defaults), **checked}
 
 
 def fit_epochs(log: str) -> list[int]:
