@@ -36,7 +36,9 @@ def test_the_gpu_recipe_is_wide_and_short_and_keeps_the_preset_task():
     assert recipe_paths(DEFAULT_CONFIG, Recipe.gpu) == [DEFAULT_CONFIG, GPU_RECIPE]
     assert gpu.env.num_envs >= 2048 and gpu.train.num_steps < cpu.train.num_steps
     assert gpu.imitation.steps_per_env * gpu.env.num_envs == gpu.imitation.env_steps  # every env demonstrates
-    assert gpu.env_config() == cpu.env_config() and gpu.model == cpu.model  # the same task and networks
+    assert gpu.env_config() == cpu.env_config()  # the same task
+    # the same networks, but for the critic's window: the recipe keeps the critic its learning was checked with
+    assert asdict(gpu.model) == {**asdict(cpu.model), "critic_window": True}
     assert gpu.train.total_env_steps == cpu.train.total_env_steps
     with pytest.raises(ValueError, match="resolved"):
         recipe_paths(DEFAULT_CONFIG, Recipe.auto)
@@ -98,19 +100,23 @@ def test_the_gpu_recipe_trains_as_its_committed_learning_check_did():
 
 def test_the_default_trains_as_its_committed_learning_check_did():
     """configs/default.yaml's PPO, imitation, model and task are those of the runs that chose and reported it
-    (benchmarks/results/learning-update-epochs2-2026-12-03, seed 0 of each class): a change to the preset's
-    learning needs runs of its own (the epochs' 3 -> 2 had them; the fp32 shortcut of 2026-12-04 stays an override)."""
-    files = json.loads((RESULTS_DIR / "learning-update-epochs2-2026-12-03" / "runs.json").read_text())["files"]
+    (benchmarks/results/learning-critic-window-2026-12-05, seed 0 of the adopted arm, whose other settings were
+    learning-update-epochs2-2026-12-03's): a change to the preset's learning needs runs of its own (the epochs'
+    3 -> 2 and the critic's window had them; the fp32 shortcut of 2026-12-04 stays an override)."""
+    files = json.loads((RESULTS_DIR / "learning-critic-window-2026-12-05" / "runs.json").read_text())["files"]
+    earlier = json.loads((RESULTS_DIR / "learning-update-epochs2-2026-12-03" / "runs.json").read_text())["files"]
     preset = load_config(DEFAULT_CONFIG)
-    for run in ("s0", "avx2/s0"):
-        checked = files[f"{run}/config.yaml"]
-        resolved_per_machine = {"amp"}  # train.amp=auto, resolved to the class's bf16 or fp32 in the run
+    resolved_per_machine = {"amp"}  # train.amp=auto, resolved to the class's bf16 or fp32 in the run
+    for checked in (files["no_window/s0/config.yaml"], earlier["s0/config.yaml"], earlier["avx2/s0/config.yaml"]):
         train = {k: v for k, v in asdict(preset.train).items() if k not in resolved_per_machine}
-        assert train == {k: v for k, v in checked["train"].items() if k not in resolved_per_machine}, run
-        assert asdict(preset.imitation) == checked["imitation"], run
-        assert asdict(preset.model) == with_later_keys(ModelConfig(), checked["model"]), run
+        assert train == {k: v for k, v in checked["train"].items() if k not in resolved_per_machine}
+        assert asdict(preset.imitation) == checked["imitation"]
         env = {k: v for k, v in asdict(preset.env).items() if k != "num_envs"}  # auto: 64 on a CPU
-        assert env == {k: v for k, v in checked["env"].items() if k != "num_envs"}, run
+        assert env == {k: v for k, v in checked["env"].items() if k != "num_envs"}
+    assert asdict(preset.model) == files["no_window/s0/config.yaml"]["model"]
+    # the arms differ in the critic's window only
+    window = files["window/s0/config.yaml"]
+    assert with_later_keys(ModelConfig(), window["model"]) == {**asdict(preset.model), "critic_window": True}
 
 
 def with_later_keys(defaults, checked: dict) -> dict:
