@@ -78,15 +78,15 @@ def choose_cpu_amp(cpu_class: str, probe: Callable[[], float]) -> tuple[Amp, str
 def fp32_update_note(cfg: Config, device: torch.device) -> str | None:
     """A line for the banner where a resolved `cfg` trains in fp32 on the CPU with more than one PPO epoch
     (None elsewhere): there the update is compute-bound, and one epoch of 8 minibatches took a fifth off the
-    default preset's PPO (a 2-core Zen 4 EPYC, its AVX2 class and bf16), level on the test maps but 0.4 steps
-    behind on the validation maps, so it is an override, not the default
+    default preset's PPO (a 2-core Zen 4 EPYC, its AVX2 class and bf16; the critic then read the window), level on
+    the test maps but 0.4 steps behind on the validation maps, so it is an override, not the default
     (benchmarks/results/learning-update-epochs1-2026-12-04, docs/training.md)."""
     if device.type != "cpu" or cfg.train.amp != Amp.off or cfg.train.update_epochs < 2:
         return None
     return (
         "note: fp32 on this CPU, where PPO's update is compute-bound: train.update_epochs=1 train.num_minibatches=8 "
-        "took a fifth off the default preset's PPO on the AVX2 class of a 2-core AMD EPYC (Zen 4), level on the test "
-        "maps, 0.4 steps behind on the validation maps (docs/training.md)"
+        "took a fifth off the default preset's PPO on the AVX2 class of a 2-core AMD EPYC (Zen 4; its critic then read "
+        "the window), level on the test maps, 0.4 steps behind on the validation maps (docs/training.md)"
     )
 
 
