@@ -225,6 +225,12 @@ class EnvConfig:
         return max(1, self.obs_radius, self.sensor_radius)
 
     @property
+    def window_obs_dim(self) -> int:
+        """The window's share of the local observation, its first values: blocked, covered and UAV
+        count channels of the ``window x window`` cells."""
+        return 3 * self.window**2
+
+    @property
     def memory_obs_dim(self) -> int:
         """The memory's share of the local observation: known blocked and known covered per pooled
         block, then the heading to the nearest block not known to be done (`uavsim.heading`)."""
@@ -239,7 +245,7 @@ class EnvConfig:
 
     @property
     def local_obs_dim(self) -> int:
-        return 3 * self.window**2 + 3 + self.memory_obs_dim + self.paths_obs_dim
+        return self.window_obs_dim + 3 + self.memory_obs_dim + self.paths_obs_dim
 
     @property
     def state_dim(self) -> int:

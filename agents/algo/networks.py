@@ -292,7 +292,7 @@ def make_critic(
         generator,
         form,
         env_cfg.state_pool,
-        3 * env_cfg.window**2,
+        env_cfg.window_obs_dim,
     )
 
 

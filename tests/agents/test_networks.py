@@ -134,7 +134,7 @@ def test_make_critic_skips_the_tasks_window_channels():
 
     env_cfg = EnvConfig(obs_radius=2, comm_radius=0, window_paths=True)
     critic = make_critic(env_cfg, ModelConfig(hidden_size=16, critic_window=False))
-    assert critic.local_from == 3 * 5 * 5
+    assert critic.local_from == env_cfg.window_obs_dim == 3 * 5 * 5  # blocked, covered, UAVs of the 5x5 cells
     local_width = env_cfg.local_obs_dim - 3 * 5 * 5  # position, time, memory, heading, window paths
     assert critic.net.first.linear.in_features == env_cfg.state_dim + local_width + env_cfg.num_uavs
 
