@@ -30,7 +30,8 @@ from .checks import check_int, is_real
 # torch builds, the CPU allocator, cuDNN/cuBLAS failing to get a workspace, other backends).
 _OOM_MESSAGES = (
     "out of memory",
-    "DefaultCPUAllocator: can't allocate memory",
+    "DefaultCPUAllocator: can't allocate memory",  # torch's CPU allocator on Linux and macOS (posix_memalign)
+    "DefaultCPUAllocator: not enough memory",  # the same on Windows (_aligned_malloc) and with mimalloc
     "CUDNN_STATUS_NOT_SUPPORTED",
     "CUBLAS_STATUS_ALLOC_FAILED",
     "MPS backend out of memory",

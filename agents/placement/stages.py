@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from .checks import as_device, check_int, check_visible_gpu, device_key
 from .pool.arguments import check_items
+from .pool.errors import PicklableError
 from .tensors import to_device
 
 _POLL_S = 0.1  # how often a blocked thread checks whether the pipeline is stopping
@@ -49,7 +50,7 @@ class Stage:
             raise TypeError(f"Stage name must be a str or None, got {type(self.name).__name__}")
 
 
-class StageError(RuntimeError):
+class StageError(PicklableError):
     """A stage raised on an item; ``stage`` names it and ``index`` is the item's input position."""
 
     def __init__(self, stage: str, index: int, exc: BaseException):

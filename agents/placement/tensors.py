@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .checks import check_int
+from .checks import check_int, check_visible_gpu
 
 
 def _rebuild(obj: Any, values: list) -> Any:
@@ -64,8 +64,11 @@ def to_device(obj: Any, device: str | torch.device, *, non_blocking: bool = Fals
     """Copy every tensor in ``obj`` (nested in dicts/lists/tuples) to ``device``; other leaves unchanged.
 
     Tensors already on ``device`` are returned as they are (``Tensor.to`` does not copy them).
+
+    Raises:
+        TypeError, ValueError: ``device`` is not a CPU or CUDA device, or a GPU this process cannot see.
     """
-    dev = torch.device(device)
+    dev = check_visible_gpu(device, "to_device")  # not torch's AssertionError on a CPU-only build
     return _map_tensors(obj, lambda t: t.to(dev, non_blocking=non_blocking))
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
+import pickle
 import signal
 import time
 import warnings
@@ -14,7 +16,9 @@ import pytest
 import torch
 
 from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError, WorkerPool, dp_map
+from agents.placement.pool import arguments
 from agents.placement.pool.arguments import visible_device_token
+from agents.placement.pool.errors import stream_failure
 from agents.placement.pool.scheduler import FAIL_PULL
 
 CPU2 = ["cpu", "cpu"]
@@ -69,6 +73,15 @@ def test_slow_worker_gets_fewer_items(tmp_path):
     assert counts[slow_pid] < 20
 
 
+def test_a_stream_failure_pickles_and_copies_with_its_own_message():
+    failure = ItemFailure(index=3, device="cpu", attempts=2, error="ValueError: bad", traceback="Traceback ...")
+    with pytest.raises(DPMapError) as info:
+        stream_failure(failure, "raise")
+    for again in (pickle.loads(pickle.dumps(info.value)), copy.copy(info.value)):
+        assert type(again) is DPMapError and again.failures == again.results == [failure]
+        assert str(again) == str(info.value) and "the iteration stops here" in str(again)
+
+
 @pytest.mark.parametrize("on_error", ["raise", "collect"])
 def test_failing_item_retried_on_the_other_worker_then_reported(tmp_path, on_error):
     items = [(x, {5}, str(tmp_path)) for x in range(10)]
@@ -77,6 +90,8 @@ def test_failing_item_retried_on_the_other_worker_then_reported(tmp_path, on_err
             dp_map(h.make_fail_on, items, CPU2, on_error="raise", progress=False)
         failures, results = info.value.failures, info.value.results
         assert "item 5" in str(info.value) and "ValueError: bad item 5" in str(info.value)
+        again = pickle.loads(pickle.dumps(info.value))  # it crosses a process boundary (a job in a process pool)
+        assert (again.failures, again.results, str(again)) == (failures, results, str(info.value))
     else:
         results = dp_map(h.make_fail_on, items, CPU2, on_error="collect", progress=False)
         failures = [r for r in results if isinstance(r, ItemFailure)]
@@ -194,6 +209,16 @@ def test_pool_keeps_its_workers_across_maps_and_refuses_after_close():
         assert len(pool.map(range(2), progress=False)) == 2  # still usable
     with pytest.raises(RuntimeError, match="closed"):
         pool.map([1])
+
+
+@pytest.mark.parametrize("usable, workers, threads", [(1, 2, 1), (4, 2, 2), (7, 3, 2), (64, 1, 64)])
+def test_default_threads_divide_the_cores_this_process_may_use(monkeypatch, usable, workers, threads):
+    # under taskset, Slurm or a container quota the host has more cores than the job: not os.cpu_count()
+    monkeypatch.setattr(arguments, "usable_cores", lambda: (usable, "CPU affinity"))
+    args = arguments.check_pool_args(
+        h.make_identity, ["cpu"] * workers, None, 1, 0, None, False, None, None, None, local=True
+    )
+    assert args.threads_per_worker == threads
 
 
 def test_bad_arguments_are_rejected_before_any_worker_starts():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +19,17 @@ from agents.placement.inventory import format_bytes, process_rss
 from uavsim.machine import host_memory
 
 GiB = 2**30
+
+
+def test_the_package_imports_without_the_simulators_dependencies():
+    # a worker environment (python=) for a VLM or diffusion job need not hold the simulator's packages
+    absent = ["gymnasium", "omegaconf", "tensordict", "torchrl", "tensorboard", "matplotlib", "imageio", "yaml"]
+    code = (
+        f"import sys\nfor name in {absent!r}: sys.modules[name] = None\n"
+        "import agents.placement\n"
+        "assert 'uavsim.env' not in sys.modules, 'the simulator was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_host_memory_is_read_and_reported():

@@ -122,6 +122,13 @@ def test_backoff_arguments_are_checked():
 def test_is_oom_error():
     assert is_oom_error(cuda_oom(1))
     assert is_oom_error(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes"))
+    # the CPU allocator's words on Windows (c10/core/impl/alloc_cpu.cpp, _MSC_VER)
+    assert is_oom_error(
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+            "you tried to allocate 8589934592 bytes."
+        )
+    )
     assert not is_oom_error(RuntimeError("index out of range"))
     assert not is_oom_error(ValueError("out of memory"))  # not a RuntimeError from torch
 
@@ -253,6 +260,13 @@ def test_split_and_move_nested_batches():
     assert pieces[2]["x"].tolist() == [8, 9] and pieces[1]["name"] == "b" and isinstance(pieces[0]["pair"], tuple)
     moved = to_device(batch, "cpu")
     assert moved["x"] is batch["x"] and moved["name"] == "b"
+    with pytest.raises(ValueError, match="to_device's device 'gpu' is not a device string"):
+        to_device(batch, "gpu")
+    with pytest.raises(TypeError, match="to_device's device must be a str, int or torch.device, got float"):
+        to_device(batch, 0.5)
+    if not torch.cuda.is_available():  # a CPU-only build: not torch's "Torch not compiled with CUDA enabled"
+        with pytest.raises(ValueError, match="to_device asks for cuda:0, but CUDA is not available"):
+            to_device(batch, "cuda:0")
     with pytest.raises(ValueError, match="disagree"):
         batch_len({"a": torch.zeros(3), "b": torch.zeros(4)})
     with pytest.raises(TypeError, match="without tensors"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 
@@ -49,6 +50,8 @@ def test_an_error_names_stage_and_item_and_nothing_hangs():
         pipe.run(range(1000))
     assert info.value.stage == "generator" and info.value.index == 7
     assert isinstance(info.value.__cause__, ValueError)
+    again = pickle.loads(pickle.dumps(info.value))  # it crosses a process boundary (a job in a process pool)
+    assert (type(again), again.stage, again.index, str(again)) == (StageError, "generator", 7, str(info.value))
     time.sleep(0.3)
     assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]  # all threads gone
 

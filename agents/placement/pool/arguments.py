@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from uavsim.machine.hardware import usable_cores
+
 from ..checks import check_int, device_key, is_real
 from ..journal import Journal
 
@@ -119,8 +121,8 @@ def check_pool_args(
         specs = worker_specs(devices)
     if not isinstance(stagger, bool):
         raise TypeError(f"stagger must be a bool, got {type(stagger).__name__}")
-    if threads_per_worker is None and specs is not None:
-        threads_per_worker = max(1, (os.cpu_count() or 1) // len(specs))
+    if threads_per_worker is None and specs is not None:  # the cores this process may use, not the host's
+        threads_per_worker = max(1, usable_cores()[0] // len(specs))  # (a Slurm job, a container, taskset)
     return PoolArgs(
         specs=specs,
         threads_per_worker=check_int(threads_per_worker, "threads_per_worker", 1, allow_none=True),

@@ -23,7 +23,27 @@ class ItemFailure:
     traceback: str
 
 
-class DPMapError(RuntimeError):
+def _rebuilt(cls: type[BaseException], args: tuple, state: dict[str, Any]) -> BaseException:
+    """An exception of class ``cls`` with ``args`` and attributes ``state``, not through its ``__init__``."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+class PicklableError(RuntimeError):
+    """A RuntimeError whose ``__init__`` takes other arguments than its message, yet pickles and copies.
+
+    Python rebuilds an exception as ``cls(*self.args)``, which such an ``__init__`` refuses: the error
+    would not cross a process boundary (a job run in a ``ProcessPoolExecutor`` or a Ray task that calls
+    ``dp_map`` would get ``BrokenProcessPool`` instead of the failures).
+    """
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+class DPMapError(PicklableError):
     """Some items failed (``on_error="raise"``), raised after every other item has finished.
 
     ``failures`` lists the :class:`ItemFailure` records by index; ``results`` is the full result
