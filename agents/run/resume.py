@@ -39,9 +39,10 @@ def resume_config(resume: str | Path, overrides: Sequence[str]) -> Config:
         CheckpointError: the checkpoint, or its config, cannot be used.
     """
     source, payload = ckpt.load_latest(resume)
-    saved_config(source, payload)
+    # with the keys added since the checkpoint was written at their defaults, as the run loads them (not "changed")
+    saved = flatten(to_dict(saved_config(source, payload)))
     cfg = load_config(None, overrides, base=payload["config"])
-    saved, now = flatten(payload["config"]), flatten(to_dict(cfg))
+    now = flatten(to_dict(cfg))
     changed = [k for k in now if _frozen(k) and saved.get(k) != now[k]]
     if changed:
         raise ValueError(

@@ -109,6 +109,20 @@ def test_resume_refuses_structural_changes_and_config_files(make_config, tmp_pat
         train(make_config("train.total_env_steps=64", f"run.dir={tmp_path}"))
 
 
+def test_a_run_written_before_a_key_existed_resumes(make_config, tmp_path):
+    # a config key added since (model.critic_window, 2026-12-05) is missing from an older run's checkpoint: the run
+    # loads it at its default, which is no change (it was refused as "cannot change ['model.critic_window']")
+    train(make_config("train.total_env_steps=64", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
+    newest = ckpt.list_checkpoints(tmp_path)[-1]
+    payload = ckpt.load_checkpoint(newest)
+    del payload["config"]["model"]["critic_window"]
+    newest.unlink()
+    ckpt.save_checkpoint(tmp_path, payload, keep=5)
+    args = parse_args(["--resume", str(tmp_path), "train.total_env_steps=128"])
+    resumed = train(resolve_config(args), resume=args.resume)
+    assert resumed.env_steps == 128 and resumed.cfg.model.critic_window is True
+
+
 def test_main_reports_a_corrupt_checkpoint_clearly(make_config, tmp_path, capsys):
     train(make_config("train.total_env_steps=64", "run.checkpoint_interval=32", f"run.dir={tmp_path}"))
     newest = ckpt.list_checkpoints(tmp_path)[-1]
