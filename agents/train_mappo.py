@@ -15,6 +15,7 @@ from agents.run.startup import interrupt_held  # first: it holds a Ctrl-C during
 
 with interrupt_held():
     import argparse
+    import contextlib
     import dataclasses
     import os
     import sys
@@ -51,8 +52,19 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 
 
 # -- the loop ------------------------------------------------------------------------------------
-def default_run_dir(cfg: Config) -> Path:
-    return Path("runs") / f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+def default_run_dir(cfg: Config, root: Path = Path("runs")) -> Path:
+    """A new, empty `root/mappo-SEED-TIME`, made here (then `-2`, `-3`, ... if taken): this run's alone, even
+    when jobs of one seed start in the same second (a sweep), where the second would find it in use."""
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, k = root / base, 1
+    while True:
+        try:
+            path.mkdir()  # atomic: of two processes making one name, one fails
+            return path
+        except FileExistsError:
+            k += 1
+            path = root / f"{base}-{k}"
 
 
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:
@@ -126,7 +138,7 @@ def resolve_for_machine(cfg: Config, device: torch.device, replicas: Replicas) -
 
 def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: torch.device) -> Learner:
     # Rank 0 reads the file system and tells the others (ranks on other hosts may not see it).
-    payload, source, run_dir, problem, own_run = None, None, None, None, False
+    payload, source, run_dir, problem, own_run, reserved = None, None, None, None, False, None
     if replicas.is_main:
         try:
             if resume is not None:
@@ -134,7 +146,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                 run_dir = resume_run_dir(source, payload["config"]["run"]["dir"], cfg)
                 own_run = Path(source).resolve().parent == ckpt.checkpoint_dir(run_dir).resolve()  # not a branch
             else:
-                run_dir = Path(cfg.run.dir) if cfg.run.dir else default_run_dir(cfg)
+                run_dir = Path(cfg.run.dir) if cfg.run.dir else (reserved := default_run_dir(cfg))
                 check_run_dir(run_dir)
             busy = run_lock.trainer_in(run_dir)  # a trainer still writing there (run_lock)
             if busy:
@@ -145,7 +157,13 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     if problem is not None:
         raise problem
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
-    learner = build_learner(cfg, device, replicas)
+    try:
+        learner = build_learner(cfg, device, replicas)
+    except BaseException:
+        if reserved is not None:  # the name this run made and never wrote into
+            with contextlib.suppress(OSError):
+                reserved.rmdir()
+        raise
     if payload is not None:
         load_learner_state(learner, payload, str(source))
         finished = own_run and payload["config"]["train"]["total_env_steps"] == cfg.train.total_env_steps

@@ -115,3 +115,26 @@ def test_a_claimed_lock_is_whole_and_this_process_s(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_lock.LOCK_NAME]
     run_lock.release(path)
     assert not path.exists()
+
+
+def test_runs_of_one_seed_started_in_the_same_second_get_their_own_default_directories(tmp_path, monkeypatch):
+    # a sweep: several configs of one seed launched at once; the second found the first's directory in use
+    monkeypatch.setattr(train_mappo.time, "strftime", lambda fmt: "20261205-084451")
+    cfg = train_mappo.resolve_config(train_mappo.parse_args([*TINY]))
+    made = [train_mappo.default_run_dir(cfg, tmp_path / "runs") for _ in range(3)]
+    assert [p.name for p in made] == [
+        "mappo-0-20261205-084451",
+        "mappo-0-20261205-084451-2",
+        "mappo-0-20261205-084451-3",
+    ]
+    assert all(p.is_dir() and not any(p.iterdir()) for p in made)
+
+
+def test_a_run_that_fails_to_start_leaves_no_default_directory(tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise ValueError("not enough memory for this many environments")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train_mappo, "build_learner", fail)
+    assert train_mappo.main([*TINY, "train.total_env_steps=32"]) == 2
+    assert not list((tmp_path / "runs").iterdir())
