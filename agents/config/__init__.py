@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
-from omegaconf.nodes import BooleanNode, EnumNode
+from omegaconf.nodes import BooleanNode, EnumNode, StringNode
 
 from agents.config.checks import check_config
 from agents.config.env_section import AUTO
@@ -107,6 +107,26 @@ def _fix_yaml_scalars(schema: DictConfig, other: DictConfig, source: str) -> Dic
     return OmegaConf.create(data)
 
 
+_YAML_NULLS = {"", "~", "null", "Null", "NULL"}  # what YAML reads as null: a string key's None (run.dir=null)
+
+
+def _override(cfg: DictConfig, item: str) -> DictConfig:
+    """The override ``key=value`` as a config. YAML 1.1 reads ``2024_01_05`` as an int, ``010`` as 8 and ``1:30``
+    as 90: a string-typed key (``run.dir``, ``env.maps``, ``run.device``) takes the text as written instead,
+    unless it is a YAML null or quoted (then YAML reads it: ``run.dir='"a: b"'``)."""
+    key, text = item.split("=", 1)
+    node = cfg
+    for part in key.split("."):
+        node = node._get_node(part) if isinstance(node, DictConfig) and part in node else None
+    quoted = len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
+    if not isinstance(node, StringNode) or text in _YAML_NULLS or quoted or text.startswith("${"):
+        return OmegaConf.from_dotlist([item])
+    nested: object = text
+    for part in reversed(key.split(".")):
+        nested = {part: nested}
+    return OmegaConf.create(nested)
+
+
 def _merge(base, other, source: str, key_hint: str = "?"):
     try:
         other = _fix_yaml_scalars(base, other, source)
@@ -153,7 +173,7 @@ def load_config(
     for item in overrides:
         if not isinstance(item, str) or "=" not in item or item.startswith("="):
             raise ValueError(f"override {item!r} must look like key=value (e.g. train.amp=bf16)")
-        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}", item.split("=", 1)[0])
+        cfg = _merge(cfg, _override(cfg, item), f"override {item!r}", item.split("=", 1)[0])
     try:
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as err:

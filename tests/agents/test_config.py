@@ -98,7 +98,11 @@ def test_unknown_key_in_yaml_names_key_and_file(tmp_path):
         ("train.adam_eps=inf", ValueError, "train.adam_eps"),
         ("train.vf_coef=inf", ValueError, "train.vf_coef"),
         ("run.device=cuda:x", ValueError, "run.device"),
-        ("run.device=cuda:", TypeError, "run.device"),
+        (
+            "run.device=cuda:",
+            ValueError,
+            "run.device' must be auto, cpu, cuda or cuda:N, got 'cuda:'",
+        ),  # the text, not YAML
         ("train=3", TypeError, "'train'"),
         ("env=5", TypeError, "'env'"),
     ],
@@ -161,6 +165,24 @@ def test_a_bool_key_takes_0_1_and_interpolations():
     assert load_config(None, ["train.anneal_lr=0"]).train.anneal_lr is False
     assert load_config(None, ["train.anneal_lr=1"]).train.anneal_lr is True
     assert load_config(None, ["train.norm_adv=false", "train.anneal_lr=${train.norm_adv}"]).train.anneal_lr is False
+
+
+@pytest.mark.parametrize(
+    "override, key, value",
+    [
+        ("run.dir=2024_01_05", "dir", "2024_01_05"),  # YAML 1.1: the int 20240105
+        ("run.dir=010", "dir", "010"),  # octal 8
+        ("run.dir=1:30", "dir", "1:30"),  # sexagesimal 90
+        ("run.dir=1e5", "dir", "1e5"),
+        ("run.dir=runs/x y", "dir", "runs/x y"),
+        ("run.dir='a: b'", "dir", "a: b"),  # quoted: YAML reads it
+        ("run.dir=null", "dir", None),
+        ("env.maps=no", "maps", "no"),  # the bool False, then "False"
+    ],
+)
+def test_a_string_key_takes_the_text_as_written(override, key, value):
+    cfg = load_config(None, [override])
+    assert (cfg.run.dir if key == "dir" else cfg.env.maps) == value
 
 
 def test_resolved_yaml_round_trips(tmp_path):
