@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agents.config import load_config
 from agents.config.schema import Recipe
 
 GPU_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "recipe_gpu.yaml"
@@ -31,10 +32,14 @@ def choose_recipe(recipe: Recipe, device_type: str, default_preset: bool) -> Rec
 
 
 def recipe_paths(preset: str | Path, recipe: Recipe) -> list[Path]:
-    """The YAML files a run of `preset` under the resolved `recipe` loads, in order."""
+    """The YAML files a run of `preset` under the resolved `recipe` loads, in order: the GPU recipe over the
+    preset, or under it where the preset names `run.recipe: gpu` itself (a run's saved `config.yaml`, which
+    holds the recipe and the run's overrides of it: laid over it, the recipe would undo them)."""
     if recipe == Recipe.auto:
         raise ValueError("run.recipe=auto must be resolved for a device first (choose_recipe)")
-    return [Path(preset), GPU_RECIPE] if recipe == Recipe.gpu else [Path(preset)]
+    if recipe != Recipe.gpu:
+        return [Path(preset)]
+    return [GPU_RECIPE, Path(preset)] if load_config(preset).run.recipe == Recipe.gpu else [Path(preset), GPU_RECIPE]
 
 
 def describe_recipe(recipe: Recipe, device_type: str) -> str:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents import train_mappo
-from agents.config import ModelConfig, Recipe, load_config
+from agents.config import ModelConfig, Recipe, load_config, to_yaml
 from agents.config.recipe import GPU_RECIPE, choose_recipe, describe_recipe, recipe_paths
 from agents.run import machine_defaults
 from agents.train_mappo import DEFAULT_CONFIG, parse_args, resolve_config
@@ -56,6 +56,18 @@ def test_the_command_line_resolves_the_recipe_for_its_device(monkeypatch):
     assert resolve_config(parse_args(["run.recipe=preset"])).env.num_envs == "auto"
     smoke = resolve_config(parse_args(["--config", str(SMOKE)]))
     assert smoke.run.recipe == Recipe.preset and smoke == load_config(SMOKE, ["run.recipe=preset"])
+
+
+def test_a_gpu_recipe_runs_saved_config_repeats_the_run_with_its_overrides(tmp_path):
+    # RUN/config.yaml holds the recipe and the run's overrides of it; laid over it, the recipe undid them
+    shape = ["env.num_envs=16", "train.num_steps=8", "train.update_epochs=1", "train.num_minibatches=2"]
+    first = resolve_config(parse_args(["run.recipe=gpu", "run.device=cpu", *shape]))
+    saved = tmp_path / "config.yaml"
+    saved.write_text(to_yaml(first))
+    assert recipe_paths(saved, Recipe.gpu) == [GPU_RECIPE, saved]
+    again = resolve_config(parse_args(["--config", str(saved)]))
+    assert again == first
+    assert resolve_config(parse_args(["--config", str(saved), "train.update_epochs=2"])).train.update_epochs == 2
 
 
 def test_the_banner_names_the_recipe(restore_threads):
