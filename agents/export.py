@@ -279,7 +279,7 @@ def export_actor(
             _write_onnx(wrapped, example, out, info)
         else:
             torch.jit.trace(wrapped, example).save(str(out))
-    side.write_text(json.dumps(info, indent=2))
+    side.write_text(json.dumps(info, indent=2), encoding="utf-8")
     return out, side
 
 

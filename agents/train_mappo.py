@@ -187,7 +187,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         if note:
             print(note, file=sys.stderr)
         if not ckpt.list_checkpoints(run_dir):  # else config.yaml is the newest checkpoint's, rewritten with each
-            (run_dir / "config.yaml").write_text(to_yaml(cfg))
+            (run_dir / "config.yaml").write_text(to_yaml(cfg), encoding="utf-8")
         print(f"run directory: {run_dir}", file=sys.stderr)
     # TensorBoard: a fresh run hides whatever a run killed before its first checkpoint logged here; a
     # resumed run hides what a killed run logged after its checkpoint, but not *at* its step (the

@@ -292,7 +292,7 @@ def resolve(requirements: list[tuple[str, str]], platform: str, python: str, ind
                 text=True,
                 env=index_only_environment(),
             )
-            return (json.loads(report.read_text()) if proc.returncode == 0 else None), proc.stderr
+            return (json.loads(report.read_text(encoding="utf-8")) if proc.returncode == 0 else None), proc.stderr
 
         return summarize(platform, requirements, walk(requirements, platform, python, ask))
 
@@ -381,9 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     # a second run of the day keeps the first's files (which the docs may cite): check_wheels-<date>-2, ...
     stem = args.out_dir / free_stem(args.out_dir, f"check_wheels-{result['date']}", (".json", ".md"))
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     page = markdown(result)
-    stem.with_suffix(".md").write_text(page)
+    stem.with_suffix(".md").write_text(page, encoding="utf-8")
     print(page)
     return 0 if all(p["installable"] for p in platforms) else 1
 

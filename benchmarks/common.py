@@ -98,14 +98,14 @@ def machine_tag(info: dict[str, Any]) -> str:
 def reset_peak_rss() -> None:
     """Start a new host peak-RSS window (Linux: writing 5 to clear_refs resets VmHWM)."""
     try:
-        Path("/proc/self/clear_refs").write_text("5")
+        Path("/proc/self/clear_refs").write_text("5", encoding="utf-8")
     except OSError:
         pass
 
 
 def peak_rss_mib() -> float | None:
     try:
-        match = re.search(r"VmHWM:\s*(\d+) kB", Path("/proc/self/status").read_text())
+        match = re.search(r"VmHWM:\s*(\d+) kB", Path("/proc/self/status").read_text(encoding="utf-8"))
         return round(int(match.group(1)) / 1024, 1) if match else None
     except OSError:
         return None
@@ -197,8 +197,8 @@ def write_results(
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = free_stem(out_dir, result_stem(name, payload, subset), (".json", ".md") + ((".png",) if plot else ()))
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md"}
-    paths["json"].write_text(json.dumps(payload, indent=2) + "\n")
-    paths["md"].write_text(table_md)
+    paths["json"].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    paths["md"].write_text(table_md, encoding="utf-8")
     if plot is not None:
         paths["png"] = out_dir / f"{stem}.png"
         plot(paths["png"])

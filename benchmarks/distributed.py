@@ -134,7 +134,7 @@ def worker(args) -> None:
             result[key] = elapsed / calls
         del ddp  # its reducer must go before the process group does
     if rank == 0:
-        Path(args.out).write_text(json.dumps(result))
+        Path(args.out).write_text(json.dumps(result), encoding="utf-8")
     replicas.barrier()
     replicas.close()
 
@@ -181,7 +181,7 @@ def run_ranks(args, nproc: int) -> dict[str, Any]:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"torchrun with {nproc} rank(s) failed:\n{proc.stderr[-4000:]}")
-        return json.loads(out.read_text())
+        return json.loads(out.read_text(encoding="utf-8"))
 
 
 def main(argv: list[str] | None = None):

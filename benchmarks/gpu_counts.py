@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         "counts": payload,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=1))
+    args.out.write_text(json.dumps(payload, indent=1), encoding="utf-8")
     print(f"wrote {args.out} ({payload['seconds']} s, tree {payload['commit']})", file=sys.stderr)
 
 

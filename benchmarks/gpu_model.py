@@ -275,7 +275,7 @@ def merge(folder: Path, counts: dict | None = None) -> dict:
             for tree in [t for t in section if t == "today" or t.startswith("today-")]:
                 del section[tree]
     for f in files:
-        d = json.loads(f.read_text())
+        d = json.loads(f.read_text(encoding="utf-8"))
         m = re.search(r"-(today(?:-[\w.-]+)?)$", f.stem)
         tree = m.group(1) if m else d["commit"]
         out[d["what"]][tree] = d["counts"] | ({"commit": d["commit"]} if m else {})
@@ -301,11 +301,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--merge", type=Path, help="fold benchmarks.gpu_counts outputs (DIR/*.json) into COUNTS first")
     args = parser.parse_args(argv)
     if args.merge:
-        old = json.loads(COUNTS.read_text()) if COUNTS.exists() else None
-        COUNTS.write_text(json.dumps(merge(args.merge, old), indent=1) + "\n")
-    payload = run(json.loads(COUNTS.read_text()))
-    OUT.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n")
-    OUT.with_suffix(".md").write_text(report(payload))
+        old = json.loads(COUNTS.read_text(encoding="utf-8")) if COUNTS.exists() else None
+        COUNTS.write_text(json.dumps(merge(args.merge, old), indent=1) + "\n", encoding="utf-8")
+    payload = run(json.loads(COUNTS.read_text(encoding="utf-8")))
+    OUT.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    OUT.with_suffix(".md").write_text(report(payload), encoding="utf-8")
     print(report(payload))
 
 

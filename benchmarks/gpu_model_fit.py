@@ -90,7 +90,7 @@ def env_rows(folder: Path) -> list[dict[str, Any]]:
     rows = []
     files = newest_runs(sorted(folder.glob("env_throughput-*nvidia-*.json")))
     for f in files:
-        d = json.loads(f.read_text())
+        d = json.loads(f.read_text(encoding="utf-8"))
         gpu = gpu_of(d["machine"]["gpu"])
         run = " [beside VMAS]" if "-vmas-" in f.name else " [compile run]" if "-compile-" in f.name else ""
         for r in d["results"]:
@@ -101,7 +101,7 @@ def env_rows(folder: Path) -> list[dict[str, Any]]:
                 )
     if not files:
         for log in sorted(folder.glob("log-*.txt")):
-            text = log.read_text(errors="replace")
+            text = log.read_text(errors="replace", encoding="utf-8")
             gpu = gpu_of(re.search(r"^NVIDIA [^,]+", text, re.M).group(0))
             for m in re.finditer(r"^(batched-cuda\S*)\s+(\d+) envs\s+([\d.]+)([kM]?) env-steps/s", text, re.M):
                 envs = int(m.group(2))
@@ -117,7 +117,7 @@ def env_rows(folder: Path) -> list[dict[str, Any]]:
 def train_rows(folder: Path) -> list[dict[str, Any]]:
     rows = []
     for f in newest_runs(sorted(folder.glob("train_throughput-nvidia-*.json"))):
-        d = json.loads(f.read_text())
+        d = json.loads(f.read_text(encoding="utf-8"))
         s = d["settings"]
         for r in d["results"]:
             rows.append(
@@ -158,7 +158,7 @@ def measured_rows(results: Path = RESULTS_DIR) -> list[dict[str, Any]]:
             rows.append(r)
         if (folder / "learn").is_dir():
             lr = LEARN_ROWS[folder.name]
-            cfg = yaml.safe_load((folder / "learn" / "config.yaml").read_text())
+            cfg = yaml.safe_load((folder / "learn" / "config.yaml").read_text(encoding="utf-8"))
             envs, steps = cfg["env"]["num_envs"], cfg["train"]["num_steps"]
             rows.append(
                 {

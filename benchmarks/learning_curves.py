@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     plot(curves, args.out, args.title)
-    args.out.with_suffix(".json").write_text(json.dumps(curves, indent=1))
+    args.out.with_suffix(".json").write_text(json.dumps(curves, indent=1), encoding="utf-8")
     print(f"wrote {args.out}, {args.out.with_suffix('.json')}")
     return 0
 

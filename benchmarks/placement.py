@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"placement-{report['machine']['tag']}-{report['date'].replace('-', '')}" + ("-quick" if args.quick else "")
     stem = free_stem(out_dir, stem, (".json", ".md", ".png"))  # an earlier run's files of the day are kept
-    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out_dir / f"{stem}.md").write_text(markdown(report))
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out_dir / f"{stem}.md").write_text(markdown(report), encoding="utf-8")
     plot(report, out_dir / f"{stem}.png")
     print(f"wrote {out_dir / stem}.json, .md and .png", flush=True)
     return report

@@ -75,7 +75,7 @@ class Accelerate:
                 raise RuntimeError(
                     f"accelerate launch exited with {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
                 )
-            written = json.loads(out.read_text())
+            written = json.loads(out.read_text(encoding="utf-8"))
         outputs = {"echo": written["outputs"]["echo"], "clip": [torch.tensor(s) for s in written["outputs"]["clip"]]}
         return written["record"], outputs
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         record[f"{job}_s"] = time.perf_counter() - start
     if state.is_main_process:
         outputs["clip"] = [s.tolist() for s in outputs["clip"]]
-        Path(args.out).write_text(json.dumps({"record": record, "outputs": outputs}))
+        Path(args.out).write_text(json.dumps({"record": record, "outputs": outputs}), encoding="utf-8")
     state.wait_for_everyone()
     state.destroy_process_group()
 

@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     parser.add_argument("json", type=Path)
     args = parser.parse_args(argv)
-    report = json.loads(args.json.read_text())
-    args.json.with_suffix(".md").write_text(markdown(report))
+    report = json.loads(args.json.read_text(encoding="utf-8"))
+    args.json.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
     plot(report, args.json.with_suffix(".png"))
     print(f"wrote {args.json.with_suffix('.md')} and .png")
 

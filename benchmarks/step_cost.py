@@ -67,7 +67,7 @@ FITTED_LAUNCH_US = 22.5  # benchmarks/results/gpu_model.json's launch_eager_us w
 def fitted_launch_us() -> float:
     """The model's fitted eager launch cost, read when needed (gpu_model imports this module: not at import)."""
     try:
-        return json.loads((RESULTS_DIR / "gpu_model.json").read_text())["constants"]["launch_eager_us"]
+        return json.loads((RESULTS_DIR / "gpu_model.json").read_text(encoding="utf-8"))["constants"]["launch_eager_us"]
     except (OSError, ValueError, KeyError):
         return FITTED_LAUNCH_US
 
@@ -204,7 +204,7 @@ def baseline_paths(num_envs: int) -> dict[str, dict[str, float]]:
     files = sorted(BASELINE.glob("*.json")) if BASELINE.is_dir() else []
     if not files:
         return {}
-    before = json.loads(files[-1].read_text())
+    before = json.loads(files[-1].read_text(encoding="utf-8"))
     if before["settings"]["num_envs"] != num_envs:
         return {}
     return {

@@ -56,7 +56,7 @@ def main(n=16, batch_size=4, folder="seed002_vlm_scoring"):
     failed = {Path(p).name: s.error for p, s in zip(paths, scores) if isinstance(s, ItemFailure)}
     for name, value in (("scores.json", result), ("failed.json", failed)):
         tmp = Path(folder) / f".{name}.tmp"  # written whole, then renamed: a kill leaves the old file
-        tmp.write_text(json.dumps(value, indent=1))
+        tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
         os.replace(tmp, Path(folder) / name)
     print(f"scored {len(result)} images on {devices} ({len(failed)} failed); first: {next(iter(result.items()), None)}")
     return result

@@ -275,13 +275,40 @@ def scan_source(source: str, path: str = "<string>") -> list[Finding]:
     return scanner.findings
 
 
-def scan_paths(paths: list[Path]) -> list[Finding]:
-    """Findings in every ``*.py`` file under ``paths`` (files or folders), in path order."""
+# Where text files are written or read for the user (run configs, results, reports): on Windows a text file
+# without an encoding is in the locale's code page (cp1252, cp949, cp936), which cannot hold every character of
+# a path or a table and which OmegaConf, reading YAML as UTF-8, does not read back. The tests' own files are ASCII.
+PRODUCT = ("uavsim", "agents", "benchmarks", "examples")
+TEXT_ENCODING_WHY = "text in the locale's code page on Windows: give encoding='utf-8'"
+
+
+def text_without_encoding(source: str, path: str = "<string>") -> list[Finding]:
+    """``Path.read_text`` / ``write_text`` and ``open`` in a text mode (a constant mode without ``b``, or
+    none) called without ``encoding``, in one file's source text."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename=path)):
+        if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("read_text", "write_text"):
+            found.append(Finding(path, node.lineno, f".{func.attr}()", TEXT_ENCODING_WHY))
+        elif (isinstance(func, ast.Name) and func.id == "open") or dotted_name(func) == "io.open":
+            mode = (
+                node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            )
+            if mode is None or isinstance(mode, ast.Constant) and isinstance(mode.value, str) and "b" not in mode.value:
+                found.append(Finding(path, node.lineno, "open() in text mode", TEXT_ENCODING_WHY))
+    return found
+
+
+def scan_paths(paths: list[Path], check=scan_source) -> list[Finding]:
+    """``check``'s findings (``scan_source``: POSIX-only uses) in every ``*.py`` file under ``paths`` (files or
+    folders), in path order."""
     files = sorted({f for p in paths for f in ([p] if p.is_file() else p.rglob("*.py"))})
     found = []
     for f in files:
         label = f.relative_to(ROOT).as_posix() if f.is_relative_to(ROOT) else str(f)
-        found += scan_source(f.read_text(encoding="utf-8"), label)
+        found += check(f.read_text(encoding="utf-8"), label)
     return found
 
 

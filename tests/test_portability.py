@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.portability_scan import ROOT, SCANNED, scan_paths, scan_source
+from tests.portability_scan import PRODUCT, ROOT, SCANNED, scan_paths, scan_source, text_without_encoding
 
 
 def found(source: str) -> list[str]:
@@ -100,3 +100,26 @@ def test_unguarded_uses_are_found(source, api):
 )
 def test_guarded_or_portable_uses_pass(source):
     assert found(source) == []
+
+
+def test_the_product_reads_and_writes_text_as_utf8():
+    findings = scan_paths([ROOT / d for d in PRODUCT], text_without_encoding)
+    assert not findings, "text files without an encoding:\n" + "\n".join(map(str, findings))
+
+
+@pytest.mark.parametrize(
+    ("source", "found_at"),
+    [
+        ("(run / 'config.yaml').write_text(text)", [".write_text()"]),
+        ("data = path.read_text()", [".read_text()"]),
+        ("f = open(name)", ["open() in text mode"]),
+        ("f = open(name, 'w')", ["open() in text mode"]),
+        ("import io\nf = io.open(name, mode='a')", ["open() in text mode"]),
+        ("path.write_text(text, encoding='utf-8')", []),
+        ("f = open(name, 'rb')", []),
+        ("f = open(name, 'w', encoding='utf-8')", []),
+        ("f = open(name, mode)", []),  # a mode not known here
+    ],
+)
+def test_text_without_an_encoding_is_found(source, found_at):
+    assert [f.api for f in text_without_encoding(source)] == found_at

@@ -90,7 +90,8 @@ def write_report(
     as `out`'s GIF and PNG (its last frame), `COMPARED` side by side, and the coverage plot of
     `results["coverage_curve"]` titled `plot_title`. Returns the paths written, the JSON first."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(nan_to_none(results), indent=2, allow_nan=False))  # strict JSON: NaN -> null
+    # strict JSON: NaN -> null
+    out.write_text(json.dumps(nan_to_none(results), indent=2, allow_nan=False), encoding="utf-8")
     gif, png = out.with_suffix(".gif"), out.with_suffix(".png")
     compare, plot = compare_gif_path(out), coverage_plot_path(out)
     write_video(frames["policy"], gif, fps=12.5)  # as the comparison; imageio's own `duration` unit changed (s -> ms)

@@ -28,7 +28,7 @@ def _this_process() -> dict:
 
 def _read(path: Path) -> dict | None:
     try:
-        holder = json.loads(path.read_text())
+        holder = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # none, or a torn write: nothing to respect
         return None
     return holder if isinstance(holder, dict) and isinstance(holder.get("pid"), int) else None
@@ -104,7 +104,7 @@ def _create(path: Path, me: dict) -> bool:
     place: creating is atomic (of two trainers starting together, one wins) and no one reads a half-written lock
     (where the file system has hard links)."""
     tmp = path.with_name(f".{LOCK_NAME}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(me))
+    tmp.write_text(json.dumps(me), encoding="utf-8")
     try:
         os.link(tmp, path)
         return True
