@@ -340,7 +340,7 @@ class UAVSwarmEnv(EnvState):
         else:
             lay.grid_and_pools(buf).scatter_add_(1, torch.cat([cell, moved_to, sidx, slot], 1), delta)
         cell.copy_(moved_to)
-        window = sense_and_share(lay, v, moved_to, read)  # the UAVs' memories, if the config has them (uavsim.memory)
+        window = sense_and_share(lay, v, moved_to, read, restarted)  # the UAVs' memories, if any (uavsim.memory)
         clock_step = self._clock_step  # (1, newly covered): one add advances (t, covered)
         if restarted is not None:
             into(clock_step[:, 0], torch.logical_not, restarted)

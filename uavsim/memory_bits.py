@@ -197,7 +197,9 @@ def sense(bits: BitMemory, v: dict[str, torch.Tensor], cell: torch.Tensor, read:
     gained = new[:, :, 1:] ^ old[:, :, 1:]  # [M, N, 2, win]: bits turned known blocked, known covered
     # the bits in the window's frame, read in their column's table: one index op, no add of a flat row index
     words = bits.count_words[col[..., None], gained >> shift]
-    counts = words.view(bits.counts.dtype).view(m, n, 2, -1)  # [M, N, 2, win * K]
+    # contiguous: with one UAV the index op may lay its size-1 dims out with other strides, which a view of
+    # another width refuses (a no-op, no kernel, otherwise)
+    counts = words.contiguous().view(bits.counts.dtype).view(m, n, 2, -1)  # [M, N, 2, win * K]
     known.scatter_add_(3, field(win + 3, bits.cell_table.shape[0]).unsqueeze(2).expand_as(counts), counts)
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.uavsim.helpers import run_lockstep
 from uavsim import EnvConfig, UAVSwarmEnv, rules
 from uavsim.env import AUTORESET_MODES, RESET_MODES
 from uavsim.memory import SEEN, known_counts
@@ -79,6 +80,15 @@ def test_memory_resets_with_the_episode_in_every_mode(reset_mode, autoreset_mode
         assert torch.equal(env.state["memory"][restarted], fresh[restarted]), t
         starts += int(restarted.sum())
     assert starts >= 5
+
+
+@pytest.mark.parametrize("comm_radius", [1, 2])  # shorter than the launch square's spread: not everyone in range
+@pytest.mark.parametrize("reset_mode", RESET_MODES)
+def test_a_next_step_restart_shares_the_launch_windows_once(reset_mode, comm_radius):
+    # the prepared start holds the launch's share; the restart's hover step shared it a second hop
+    cfg = EnvConfig(comm_radius=comm_radius, max_steps=3)
+    ended = run_lockstep(cfg, num_envs=3, seed=0, steps=12, reset_mode=reset_mode, autoreset_mode="next_step")
+    assert ended >= 6
 
 
 def test_comm_radius_past_the_map_makes_all_memories_equal_after_a_step():

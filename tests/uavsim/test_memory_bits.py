@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.uavsim.helpers import run_lockstep
 from uavsim import EnvConfig, UAVSwarmEnv, memory_bits
 from uavsim.env import AUTORESET_MODES, RESET_MODES
 from uavsim.memory import known_counts
@@ -45,6 +46,14 @@ def test_bit_rows_and_bytes_give_the_same_steps(cfg, reset_mode, autoreset_mode,
             continue
         actions = torch.randint(0, cfg.num_actions, (3, cfg.num_uavs), generator=gen)
         a, b = bits.step(actions)[0], plain.step(actions)[0]
+
+
+@pytest.mark.parametrize("autoreset_mode", AUTORESET_MODES)
+def test_one_uav_with_the_bit_memory_plays_the_reference(autoreset_mode):
+    # with one UAV the sensing's table read came back with strides its byte view refused (a RuntimeError at reset)
+    cfg = EnvConfig(num_uavs=1, comm_radius=0, obs_radius=6, window_paths=True, max_steps=20)
+    assert memory_bits.fits(cfg)
+    assert run_lockstep(cfg, num_envs=3, seed=0, steps=45, reset_mode="prepared", autoreset_mode=autoreset_mode) >= 3
 
 
 def test_a_saved_bit_memory_loads_into_either(monkeypatch):
