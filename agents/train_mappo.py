@@ -157,6 +157,9 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     if problem is not None:
         raise problem
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=str(run_dir)))
+    if payload is None and cfg.env.maps is not None and not Path(cfg.env.maps).is_absolute():
+        # recorded whole: `agents.evaluate RUN` finds the map set from any directory, not only from this one
+        cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, maps=str(Path(cfg.env.maps).resolve())))
     try:
         learner = build_learner(cfg, device, replicas)
     except BaseException:

@@ -180,6 +180,12 @@ def load_setup(args: argparse.Namespace) -> tuple[Path, dict, EnvConfig, Actor, 
         raise ValueError(f"--out: {problem}")
     if out.suffix.lower() in (".gif", ".png"):  # the episode's GIF and PNG go beside the JSON: <stem>.gif/.png
         raise ValueError(f"--out {out}: the results' JSON path, not a {out.suffix} (its images are written beside it)")
+    if args.maps is None and env_cfg.maps is not None and not Path(env_cfg.maps).exists():
+        raise ValueError(
+            f"the run's map set env.maps={env_cfg.maps} is not found from {Path.cwd()}"
+            + (" (a path relative to where the run trained)" if not Path(env_cfg.maps).is_absolute() else "")
+            + ": pass --maps PATH"
+        )
     overrides = [*played_env(cfg, args.env), *([f"maps={args.maps}"] if args.maps is not None else [])]
     meta = {"env_overrides": overrides, "maps": maps_meta(env_cfg, args.episodes, args.seed)}
     return path, payload, env_cfg, actor, out, meta

@@ -15,6 +15,7 @@ from agents import evaluate, train_mappo
 from agents.config import load_config
 from agents.config.actor_fit import check_actor_fits
 from agents.evaluate.setup import untrained_roles_note, with_task
+from agents.run import checkpoint as ckpt
 from tests.agents.conftest import TINY, tiny_config
 from uavsim.env import UAVSwarmEnv
 from uavsim.maps import load_map_set, map_indices
@@ -178,6 +179,31 @@ def test_a_run_trained_on_a_map_set_is_evaluated_on_it(tmp_path):
     for generated in ("null", "~", " null "):  # generated maps: what the run never played
         assert with_task(cfg, [f"maps={generated}"], None).env.maps is None
     assert with_task(cfg, [f"maps= {maps} "], None).env.maps == str(maps)  # stripped, as a YAML value was
+
+
+def test_a_run_trained_on_a_relative_map_path_is_evaluated_from_anywhere(tmp_path, monkeypatch, capsys):
+    write_maps(tmp_path / "maps")
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    assert train_mappo.main([*TINY, "train.total_env_steps=32", "run.dir=run", "env.maps=maps"]) == 0
+    torch.set_num_threads(threads)
+    assert load_config(tmp_path / "run" / "config.yaml").env.maps == str(tmp_path / "maps")  # recorded whole
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "eval.json"
+    assert evaluate.main([str(tmp_path / "run"), "--episodes", "2", "--out", str(out)]) == 0
+    # a run that recorded the path as typed (before 2026-12-05), evaluated from another directory: say so
+    newest = ckpt.list_checkpoints(tmp_path / "run")[-1]
+    payload = ckpt.load_checkpoint(newest)
+    payload["config"]["env"]["maps"] = "maps"
+    newest.unlink()
+    ckpt.save_checkpoint(tmp_path / "run", payload, keep=5)
+    assert evaluate.main([str(tmp_path / "run"), "--episodes", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the run's map set env.maps=maps is not found from" in err and "relative to where the run trained" in err
+    assert "--maps PATH" in err
+    assert evaluate.main([str(tmp_path / "run"), "--episodes", "2", "--out", str(out), "--maps", "../maps"]) == 0
 
 
 def test_the_protocol_splits_fill_what_is_not_given():
