@@ -26,6 +26,7 @@ def main(prompts=PROMPTS, group=4, iterations=2, new_tokens=6, steps=2):
     tok = toy.tiny_tokenizer(padding_side="left")
     policy, sd, clip = toy.tiny_policy_lm(vocab_size=len(tok)), toy.tiny_sd_pipeline(), toy.tiny_clip()
     clip_inputs = toy.tiny_clip_processor()
+    toy.visible_gpus()  # place_models takes the host where there is none: say so
     # the policy trains: its weights, their gradients and AdamW's two moments (4x the weights); the others infer
     where = place_models({"policy": 4 * model_bytes(policy), "sd": model_bytes(sd), "clip": model_bytes(clip)})
     policy.to(where["policy"])

@@ -374,11 +374,16 @@ def save_random_images(folder: str | os.PathLike, n: int, *, size: int = 32, see
     return paths
 
 
-def gpus_or_two_cpus() -> list[str]:
-    """Every GPU torch sees, else two CPU workers, saying why: a CPU-only torch build (pip's default wheel on
-    Windows) would otherwise load a real model into host memory twice without a word."""
+def visible_gpus() -> list[str]:
+    """Every GPU torch sees; with none, says why: a CPU-only torch build (pip's default wheel on Windows) would
+    otherwise load a real model into host memory without a word."""
     gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     if not gpus:
         build = "a CPU-only build: docs/install.md" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
         print(f"no GPU visible to torch {torch.__version__} ({build}): the CPU instead")
-    return gpus or ["cpu", "cpu"]
+    return gpus
+
+
+def gpus_or_two_cpus() -> list[str]:
+    """Every GPU torch sees, else two CPU workers (saying why: `visible_gpus`)."""
+    return visible_gpus() or ["cpu", "cpu"]
