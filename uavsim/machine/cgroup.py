@@ -12,7 +12,7 @@ off). The cgroup's own files say what the process may really use. Both layouts a
                          `memory.stat` `total_inactive_file`
 
 `uavsim.machine.hardware.usable_cores` bounds the cores by `cpu_quota`; `agents.placement`'s host memory is
-bounded by `cgroup_memory`. Memory limits nest, so every level from the process's cgroup up to the
+bounded by `cgroup_memory`. Limits nest, so every level from the process's cgroup up to the
 mount's root is read and the tightest wins. Usage counts the page cache, of which the inactive part
 is reclaimed before the OOM killer acts, so it is left out of what is used (as `docker stats` does).
 """
@@ -40,35 +40,41 @@ def _read_text(path: Path) -> str | None:
 # ------------------------------------------------------------------ CPU quota
 
 
-def cpu_quota(root: str | Path | None = None) -> float | None:
-    """CPUs this process's cgroup may use (v2 `cpu.max`, v1 `cfs_quota_us / cfs_period_us`), or None
-    (no quota, or not Linux). ``root``: the cgroup mount (default `/sys/fs/cgroup` on Linux)."""
+def _quota_at(folder: Path, v1: bool) -> float | None:
+    """CPUs the quota of one cgroup folder allows (v2 `cpu.max` "quota period"; v1 `cpu.cfs_quota_us` and
+    `cpu.cfs_period_us`), or None: no quota there ("max", -1) or no such files."""
+    if v1:
+        quota, period = _read_text(folder / "cpu.cfs_quota_us"), _read_text(folder / "cpu.cfs_period_us")
+        fields = [quota.strip(), period.strip()] if quota is not None and period is not None else []
+    else:
+        text = _read_text(folder / "cpu.max")
+        fields = text.split() if text is not None else []
+    if len(fields) != 2 or fields[0] in ("max", "-1"):
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cpu_quota(root: str | Path | None = None, proc_cgroup: str | Path = "/proc/self/cgroup") -> float | None:
+    """CPUs this process's cgroups may use, the tightest quota from its own cgroup up to the mount (v2
+    `cpu.max`, v1 `cfs_quota_us / cfs_period_us`: a systemd unit's `CPUQuota=` or a Slurm job's sits below
+    the mount's root), or None (no quota, or not Linux). ``root``: the cgroup mount (default `/sys/fs/cgroup`
+    on Linux); ``proc_cgroup``: the file naming this process's cgroups."""
     if root is None:
         if not sys.platform.startswith("linux"):
             return None
         root = Path("/sys/fs/cgroup")
     root = Path(root)
-    for quota_file, period_file in (
-        (root / "cpu.max", None),
-        (root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"),
-    ):
-        text = _read_text(quota_file)
-        if text is None:
-            continue
-        fields = text.split()  # v2: "quota period"
-        if period_file is not None:  # v1: one number a file
-            period = _read_text(period_file)
-            if period is None:
-                continue
-            fields.append(period.strip())
-        if len(fields) == 2 and fields[0] not in ("max", "-1"):
-            try:
-                quota, period = int(fields[0]), int(fields[1])
-            except ValueError:
-                continue
-            if quota > 0 and period > 0:
-                return quota / period
-    return None
+    v2, v1 = _own_paths(Path(proc_cgroup), "cpu")
+    quotas = [_quota_at(d, v1=False) for d in _levels(root, v2)]
+    quotas += [
+        _quota_at(d, v1=True) for m in (root / "cpu", root / "cpu,cpuacct") if m.is_dir() for d in _levels(m, v1)
+    ]
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
 
 
 # ------------------------------------------------------------------ memory limit
@@ -100,8 +106,8 @@ def _stat(path: Path, key: str) -> int:
     return 0
 
 
-def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:
-    """This process's cgroup path in the v2 hierarchy and in the v1 memory controller's."""
+def _own_paths(proc_cgroup: Path, controller: str = "memory") -> tuple[str | None, str | None]:
+    """This process's cgroup path in the v2 hierarchy and in the v1 ``controller``'s."""
     text = _read_text(proc_cgroup)
     if text is None:
         return None, None
@@ -112,7 +118,7 @@ def _own_paths(proc_cgroup: Path) -> tuple[str | None, str | None]:
             continue
         if parts[0] == "0" and parts[1] == "":
             v2 = parts[2]
-        elif "memory" in parts[1].split(","):
+        elif controller in parts[1].split(","):
             v1 = parts[2]
     return v2, v1
 

@@ -16,25 +16,33 @@ import psutil
 BUSY_CORES = 0.8  # others' load, in cores: one busy process (measured slower spinning than passive) reads ~1
 
 
+def affinity_cores(count: int) -> list[int]:
+    """The logical CPUs (of `count`) this process may run on."""
+    try:
+        cores = psutil.Process().cpu_affinity() or range(count)
+    except (AttributeError, OSError):  # macOS has no affinity call
+        cores = range(count)
+    return [c for c in cores if c < count]
+
+
 def others_busy_cores(sample_s: float = 0.2) -> float:
     """The cores of this process's affinity kept busy over `sample_s` seconds, while this process waits
     (so, by others): the sum of their utilisations."""
     percent = psutil.cpu_percent(interval=sample_s, percpu=True)
-    try:
-        cores = psutil.Process().cpu_affinity() or range(len(percent))
-    except (AttributeError, OSError):  # macOS has no affinity call
-        cores = range(len(percent))
-    return sum(percent[c] for c in cores if c < len(percent)) / 100.0
+    return sum(percent[c] for c in affinity_cores(len(percent))) / 100.0
 
 
-def contention_warning(threads: int, busy_cores=others_busy_cores) -> str | None:
-    """A warning for a run of `threads` torch threads when others keep `busy_cores()` cores busy and the user
-    chose no wait policy; None when it would not lose (one thread forms no OpenMP team), without sampling
-    (`busy_cores` takes 0.2 s), or when the user chose a policy."""
+def contention_warning(threads: int, busy_cores=others_busy_cores, cores: int | None = None) -> str | None:
+    """A warning for a run of `threads` torch threads when others keep `busy_cores()` of its `cores` (its
+    affinity's, by default) busy, more than the `cores - threads` it leaves them, and the user chose no wait
+    policy; None when it would not lose (one thread forms no OpenMP team), without sampling (`busy_cores`
+    takes 0.2 s), or when the user chose a policy."""
     if threads < 2 or os.environ.get("OMP_WAIT_POLICY"):
         return None
+    cores = len(affinity_cores(os.cpu_count() or threads)) if cores is None else cores
     busy = busy_cores()
-    if busy < BUSY_CORES:
+    # a run of 2 threads in a 2-CPU container on a 64-core host beside 3 busy cores has 59 idle cores to run on
+    if busy < BUSY_CORES + max(0, cores - threads):
         return None
     return (
         f"warning: other processes keep {busy:.1f} of this run's cores busy; its {threads} torch threads spin at "

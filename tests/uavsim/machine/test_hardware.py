@@ -59,6 +59,24 @@ def test_cgroup_quota_is_read_from_both_layouts(tmp_path):
     assert cpu_quota(tmp_path) is None
 
 
+def test_a_cgroup_quota_below_the_mount_root_is_read(tmp_path):
+    # a systemd unit's CPUQuota=, a Slurm job's or `docker --cgroupns=host`: the quota is the process's own cgroup's
+    proc = tmp_path / "proc_cgroup"
+    proc.write_text("0::/system.slice/train.service\n", encoding="utf-8")
+    unit = tmp_path / "system.slice" / "train.service"
+    unit.mkdir(parents=True)
+    (unit / "cpu.max").write_text("200000 100000\n", encoding="utf-8")
+    assert cpu_quota(tmp_path, proc) == 2.0
+    (tmp_path / "system.slice" / "cpu.max").write_text("150000 100000\n", encoding="utf-8")  # a tighter parent
+    assert cpu_quota(tmp_path, proc) == 1.5
+    v1 = tmp_path / "v1"  # cgroup v1: the cpu controller's own hierarchy
+    (v1 / "cpu,cpuacct" / "slurm" / "job_7").mkdir(parents=True)
+    (v1 / "cpu,cpuacct" / "slurm" / "job_7" / "cpu.cfs_quota_us").write_text("400000\n", encoding="utf-8")
+    (v1 / "cpu,cpuacct" / "slurm" / "job_7" / "cpu.cfs_period_us").write_text("100000\n", encoding="utf-8")
+    proc.write_text("5:cpu,cpuacct:/slurm/job_7\n4:memory:/slurm/job_7\n", encoding="utf-8")
+    assert cpu_quota(v1, proc) == 4.0
+
+
 def test_banner_names_device_class_build_threads_and_the_callers_fields(monkeypatch):
     monkeypatch.setattr(hardware, "nvidia_smi_gpus", lambda: ())
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # tests/conftest.py sets it for the suite
