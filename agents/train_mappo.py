@@ -338,10 +338,20 @@ def resolve_config(args: argparse.Namespace) -> Config:
     if args.resume is None:
         preset = args.config or DEFAULT_CONFIG
         cfg = load_config(preset, args.overrides)
-        recipe = choose_recipe(cfg.run.recipe, pick_device(cfg.run.device).type, default_preset=args.config is None)
+        device = pick_device(cfg.run.device)
+        recipe = choose_recipe(cfg.run.recipe, device.type, default_preset=args.config is None)
+        as_preset = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, recipe=Recipe.preset))
         if recipe == Recipe.preset:
-            return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, recipe=recipe))
-        return load_config(recipe_paths(preset, recipe), [*args.overrides, f"run.recipe={recipe.value}"])
+            return as_preset
+        gpu = load_config(recipe_paths(preset, recipe), [*args.overrides, f"run.recipe={recipe.value}"])
+        # chosen here, not asked for: a GPU too small for the recipe's batch (a 4-6 GiB laptop's) runs the preset;
+        # under torchrun every rank must choose alike, so there a run that does not fit is refused, as ever
+        single = int(os.environ.get("WORLD_SIZE", "1") or 1) == 1
+        shortfall = machine_defaults.recipe_shortfall(gpu, device) if cfg.run.recipe == Recipe.auto and single else None
+        if shortfall:
+            print(f"note: {shortfall}: the preset instead (run.recipe=gpu insists)", file=sys.stderr)
+            return as_preset
+        return gpu
     if args.config is not None:
         raise ValueError("--resume continues with the run's saved config; pass key=value overrides instead of --config")
     return resume_config(args.resume, args.overrides)

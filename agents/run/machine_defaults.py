@@ -238,22 +238,46 @@ def check_memory(cfg: Config, device: torch.device, available: int | None = None
     """
     need = estimate_memory(cfg, cfg.env.num_envs, cfg.train.amp)
     available = available_memory(device) if available is None else available
-    if sum(need.values()) > 0.9 * available:
+    ranks = ranks_sharing(device)  # torchrun's CPU ranks share the host's memory, each with its own demonstrations
+    if ranks * sum(need.values()) > 0.9 * available:
         parts = ", ".join(f"{k} {_gib(v)}" for k, v in need.items())
+        each = f" for each of the {ranks} ranks on this machine" if ranks > 1 else ""
         raise ValueError(
-            f"this run needs about {_gib(sum(need.values()))} on {device} ({parts}) but {_gib(available)} is "
+            f"this run needs about {_gib(sum(need.values()))} on {device}{each} ({parts}) but {_gib(available)} is "
             f"available: {'; or '.join(_memory_advice(cfg, need))}"
         )
+
+
+def ranks_sharing(device: torch.device) -> int:
+    """The torchrun ranks of this machine whose memory `device` is: its CPU ranks (`LOCAL_WORLD_SIZE`), or 1 (a GPU
+    is each rank's own)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)) if device.type == "cpu" else 1
+
+
+def recipe_shortfall(cfg: Config, device: torch.device) -> str | None:
+    """Why the GPU recipe `cfg` (`train.amp` and `env.num_envs` maybe `auto`) would not fit `device`'s free memory
+    (`check_memory`'s 90 %), or None where it fits: `run.recipe=auto` then takes the preset instead."""
+    amp = cfg.train.amp
+    if amp == Amp.auto:
+        amp = choose_cuda_amp(torch.cuda.get_device_capability(device))[0] if device.type == "cuda" else Amp.off
+    resolved = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, amp=amp))
+    num_envs = cfg.env.num_envs
+    if num_envs == AUTO:
+        num_envs = choose_num_envs(resolved, device, amp)[0]
+    need, available = sum(estimate_memory(resolved, num_envs, amp).values()), available_memory(device)
+    if need <= 0.9 * available:
+        return None
+    return f"the GPU recipe needs about {_gib(need)} at {num_envs} environments, {_gib(available)} is free on {device}"
 
 
 def _memory_advice(cfg: Config, need: dict[str, int]) -> list[str]:
     """What to lower for each part of `need` (`estimate_memory`) that holds a tenth of it or more, the largest first."""
     e, t, ic = cfg.env, cfg.train, cfg.imitation
-    rollout = f"lower env.num_envs (now {e.num_envs}) or train.num_steps (now {t.num_steps})"
+    envs, steps = f"lower env.num_envs (now {e.num_envs})", f"lower train.num_steps (now {t.num_steps})"
     advice = {  # each part's clauses; parts share some (the rollout's size sizes the update too)
-        "storage": [rollout],
-        "env": [f"lower env.num_envs (now {e.num_envs})"],
-        "update": [f"raise train.num_minibatches (now {t.num_minibatches}) for a smaller update", rollout],
+        "storage": [envs, steps],
+        "env": [envs],
+        "update": [f"raise train.num_minibatches (now {t.num_minibatches}) for a smaller update", envs, steps],
         "imitation": [
             f"lower imitation.env_steps (now {ic.env_steps}), or imitation.dagger_env_steps (now "
             f"{ic.dagger_env_steps}) or imitation.dagger_rounds (now {ic.dagger_rounds}): the demonstrations are "
@@ -261,17 +285,23 @@ def _memory_advice(cfg: Config, need: dict[str, int]) -> list[str]:
         ],
     }
     large = sorted((k for k, v in need.items() if v >= 0.1 * sum(need.values())), key=need.get, reverse=True)
-    return list(dict.fromkeys(c for k in large for c in advice[k]))  # each clause once, the largest part's first
+    # the GPU recipe's batch is what a small GPU cannot hold: the preset's (64 environments) first
+    first = ["run.recipe=preset (the preset's batch: 64 environments)"] if cfg.run.recipe == Recipe.gpu else []
+    return list(dict.fromkeys([*first, *(c for k in large for c in advice[k])]))  # each clause once
 
 
-def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int | None = None) -> tuple[int, str]:
-    """`env.num_envs=auto`: 64 on the CPU; on a GPU see the module docstring.
+def choose_num_envs(
+    cfg: Config, device: torch.device, amp: Amp, available: int | None = None, world_size: int | None = None
+) -> tuple[int, str]:
+    """`env.num_envs=auto`: 64 on the CPU; on a GPU see the module docstring. Never fewer than the run's size
+    groups (each needs an environment).
 
     Args:
         cfg: the config, `train.amp` resolved.
         device: the run's device.
         amp: the precision.
         available: bytes available on the GPU (None: `available_memory(device)`).
+        world_size: torchrun's ranks, each with `num_envs` environments of the one budget (None: `WORLD_SIZE`, else 1).
 
     Returns:
         `(num_envs, reason)`.
@@ -279,12 +309,18 @@ def choose_num_envs(cfg: Config, device: torch.device, amp: Amp, available: int 
     if device.type != "cuda":
         return CPU_NUM_ENVS, "the CPU default"
     available = available_memory(device) if available is None else available
-    budget = max(1, cfg.train.total_env_steps // (cfg.train.num_steps * MIN_ITERATIONS))
+    world = world_size if world_size is not None else max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    groups = len(cfg.env_configs())
+    budget = max(1, cfg.train.total_env_steps // (cfg.train.num_steps * MIN_ITERATIONS * world))
     num_envs = 1 << (min(GPU_MAX_NUM_ENVS, budget).bit_length() - 1)  # a power of two
     limit = "the GPU maximum" if num_envs == GPU_MAX_NUM_ENVS else f"{MIN_ITERATIONS} iterations of the budget"
-    while num_envs > 1 and sum(estimate_memory(cfg, num_envs, amp).values()) > GPU_MEMORY_SHARE * available:
+    if world > 1 and num_envs < GPU_MAX_NUM_ENVS:
+        limit += f" over {world} ranks"
+    while num_envs > groups and sum(estimate_memory(cfg, num_envs, amp).values()) > GPU_MEMORY_SHARE * available:
         num_envs //= 2
         limit = f"{GPU_MEMORY_SHARE:.0%} of the {_gib(available)} free on {device}"
+    if num_envs < groups:
+        num_envs, limit = groups, f"one environment per size group ({groups})"
     return num_envs, f"on {device}: bounded by {limit}"
 
 

@@ -123,6 +123,42 @@ def test_gpu_environments_keep_a_hundred_iterations_and_a_power_of_two():
     assert md.choose_num_envs(big, CUDA, Amp.bf16, available=80 * 2**30)[0] == md.GPU_MAX_NUM_ENVS
 
 
+def test_gpu_environments_keep_a_hundred_iterations_over_every_rank_and_one_per_size_group():
+    cfg = auto_config("train.total_env_steps=5000000", "train.num_steps=64")
+    num_envs, why = md.choose_num_envs(cfg, CUDA, Amp.bf16, available=80 * 2**30, world_size=8)
+    assert num_envs == 64 and "over 8 ranks" in why  # 5M / (64 x 100 x 8) = 97 -> 64: each rank's share
+    groups = load_config("configs/size_agnostic.yaml", ["train.total_env_steps=100000"])  # 9 size groups
+    amp = dataclasses.replace(groups, train=dataclasses.replace(groups.train, amp=Amp.bf16))
+    num_envs, why = md.choose_num_envs(amp, CUDA, Amp.bf16, available=80 * 2**30, world_size=1)
+    assert num_envs == 9 and "one environment per size group" in why
+
+
+def test_cpu_ranks_of_one_machine_are_checked_against_its_memory_together(monkeypatch):
+    cfg = tiny_config()
+    need = sum(md.estimate_memory(cfg, cfg.env.num_envs, cfg.train.amp).values())
+    md.check_memory(cfg, CPU, available=int(need / 0.9) + 1024)  # one process fits
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun --nproc_per_node=2 ... run.device=cpu
+    with pytest.raises(ValueError, match="for each of the 2 ranks on this machine"):
+        md.check_memory(cfg, CPU, available=int(need / 0.9) + 1024)
+    md.check_memory(cfg, CUDA, available=int(need / 0.9) + 1024)  # each GPU rank has its own
+
+
+def test_the_gpu_recipe_s_shortfall_on_a_small_gpu(monkeypatch):
+    from agents.config.recipe import recipe_paths
+    from agents.train_mappo import DEFAULT_CONFIG
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))  # an RTX 30x0 laptop
+    gpu = load_config(recipe_paths(DEFAULT_CONFIG, md.Recipe.gpu), ["run.recipe=gpu"])
+    monkeypatch.setattr(md, "available_memory", lambda device: 80 * 2**30)
+    assert md.recipe_shortfall(gpu, CUDA) is None
+    monkeypatch.setattr(md, "available_memory", lambda device: 4 * 2**30)
+    assert "the GPU recipe needs about" in md.recipe_shortfall(gpu, CUDA) and "4.00 GiB is free on cuda:0" in (
+        md.recipe_shortfall(gpu, CUDA)
+    )
+    with pytest.raises(ValueError, match=r"available: run\.recipe=preset"):  # refused, the preset's batch first
+        md.check_memory(dataclasses.replace(gpu, train=dataclasses.replace(gpu.train, amp=Amp.bf16)), CUDA)
+
+
 def test_gpu_environments_shrink_to_the_free_memory():
     cfg = auto_config("train.total_env_steps=1000000000", "train.num_steps=32")
     small = 256 * 2**20
@@ -145,7 +181,8 @@ def test_an_oversized_run_is_refused_with_the_keys_to_change():
     cfg = tiny_config("env.num_envs=100000", "train.num_steps=512")
     with pytest.raises(ValueError, match=r"env\.num_envs \(now 100000\).*train\.num_steps \(now 512\)") as err:
         md.check_memory(cfg, CPU, available=2**30)
-    assert str(err.value).count("lower env.num_envs (now 100000) or train.num_steps") == 1  # each clause once
+    assert str(err.value).count("lower env.num_envs (now 100000)") == 1  # each clause once
+    assert str(err.value).count("lower train.num_steps (now 512)") == 1
     md.check_memory(tiny_config(), CPU, available=2**30)  # a small run fits
 
 

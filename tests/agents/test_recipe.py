@@ -51,6 +51,7 @@ def test_the_command_line_resolves_the_recipe_for_its_device(monkeypatch):
     assert on_cpu.run.recipe == Recipe.gpu and on_cpu.env.num_envs == 2048
     assert on_cpu.train.num_minibatches == 4  # an override is laid over the recipe
     monkeypatch.setattr(train_mappo, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(machine_defaults, "recipe_shortfall", lambda cfg, device: None)  # a GPU the recipe fits
     gpu = resolve_config(parse_args([]))
     assert gpu.run.recipe == Recipe.gpu and gpu.env.num_envs == 2048
     assert resolve_config(parse_args(["run.recipe=preset"])).env.num_envs == "auto"
@@ -68,6 +69,20 @@ def test_a_gpu_recipe_runs_saved_config_repeats_the_run_with_its_overrides(tmp_p
     again = resolve_config(parse_args(["--config", str(saved)]))
     assert again == first
     assert resolve_config(parse_args(["--config", str(saved), "train.update_epochs=2"])).train.update_epochs == 2
+
+
+def test_a_gpu_too_small_for_the_recipe_runs_the_preset_unless_the_recipe_is_asked_for(monkeypatch, capsys):
+    monkeypatch.setattr(train_mappo, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(machine_defaults, "recipe_shortfall", lambda cfg, device: "the GPU recipe needs about 5 GiB")
+    small = resolve_config(parse_args([]))
+    assert small.run.recipe == Recipe.preset and small.env.num_envs == "auto"
+    assert (
+        "note: the GPU recipe needs about 5 GiB: the preset instead (run.recipe=gpu insists)" in capsys.readouterr().err
+    )
+    asked = resolve_config(parse_args(["run.recipe=gpu"]))  # asked for: kept (check_memory refuses it if it must)
+    assert asked.run.recipe == Recipe.gpu and asked.env.num_envs == 2048
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun: every rank chooses alike, so no fallback
+    assert resolve_config(parse_args([])).run.recipe == Recipe.gpu
 
 
 def test_the_banner_names_the_recipe(restore_threads):
