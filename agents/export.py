@@ -44,7 +44,7 @@ from uavsim.rules import action_names, move_table
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}  # format -> the default file's suffix
 ONNX_OPSET = 17  # a settled opset (ONNX 1.12), not the newest: a flight computer's onnxruntime may be old
-EXPORT_EXTRA = "pip install 'uavsim[export]' (or: pip install onnx)"
+EXPORT_EXTRA = 'pip install -e ".[export]" in this repository (or: pip install onnx onnxruntime)'
 
 
 class OneUAVActor(nn.Module):

@@ -201,7 +201,7 @@ def test_errors_name_what_was_wrong_and_what_was_expected(tmp_path, monkeypatch,
         export.export_actor(tmp_path / "nothing", "tflite")  # checked before the checkpoint
     with (
         monkeypatch.context() as patch,
-        pytest.raises(ValueError, match=r"onnx package: pip install 'uavsim\[export\]'"),
+        pytest.raises(ValueError, match=r"onnx package: pip install -e \"\.\[export\]\" in this repository"),
     ):
         patch.setitem(sys.modules, "onnx", None)  # as if it were not installed
         export.export_actor(tmp_path / "nothing", "onnx")
