@@ -55,16 +55,19 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 def default_run_dir(cfg: Config, root: Path = Path("runs")) -> Path:
     """A new, empty `root/mappo-SEED-TIME`, made here (then `-2`, `-3`, ... if taken): this run's alone, even
     when jobs of one seed start in the same second (a sweep), where the second would find it in use."""
-    root.mkdir(parents=True, exist_ok=True)
     base = f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, k = root / base, 1
-    while True:
-        try:
-            path.mkdir()  # atomic: of two processes making one name, one fails
-            return path
-        except FileExistsError:
-            k += 1
-            path = root / f"{base}-{k}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                path.mkdir()  # atomic: of two processes making one name, one fails
+                return path
+            except FileExistsError:
+                k += 1
+                path = root / f"{base}-{k}"
+    except OSError as err:  # a read-only working directory, say: the trainer's error, not a traceback
+        raise ValueError(f"cannot make the run directory {path}: {err.strerror or err}; set run.dir=DIR") from None
 
 
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:

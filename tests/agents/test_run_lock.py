@@ -138,3 +138,11 @@ def test_a_run_that_fails_to_start_leaves_no_default_directory(tmp_path, monkeyp
     monkeypatch.setattr(train_mappo, "build_learner", fail)
     assert train_mappo.main([*TINY, "train.total_env_steps=32"]) == 2
     assert not list((tmp_path / "runs").iterdir())
+
+
+def test_a_default_directory_that_cannot_be_made_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "runs"
+    blocker.write_text("a file where the runs folder would be", encoding="utf-8")
+    cfg = train_mappo.resolve_config(train_mappo.parse_args([*TINY]))
+    with pytest.raises(ValueError, match=r"cannot make the run directory .*mappo-0-.*set run.dir=DIR"):
+        train_mappo.default_run_dir(cfg, blocker)
