@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks.common import cpu_label, fmt_rate
 
 
-def table(payload: dict[str, Any], *, model_envs: int, episode_length: int, reference_loop_max: int) -> str:
+def table(payload: dict[str, Any], *, model_envs: int, reference_loop_max: int) -> str:
     """The Markdown report of `payload`; the keywords are the benchmark's settings it explains."""
     m = payload["machine"]
     lines = [
@@ -38,10 +38,11 @@ def table(payload: dict[str, Any], *, model_envs: int, episode_length: int, refe
         "",
         f"Bytes per env step, counted by the cost model of benchmarks.step_cost (its operands counted "
         f"whole; {model_envs} envs): {model}. The bandwidth fraction of a GPU row divides by its variant's. "
-        f"Batched envs start at staggered steps of their first episode, so that about B / {episode_length} "
-        "of them end in every step.",
+        f"Batched envs start at staggered steps of their first episode, so that about B / "
+        f"{payload['config']['max_steps']} of them end in every step (every episode of random moves runs max_steps).",
         f"reference-loop rows of more than {reference_loop_max} envs step {reference_loop_max} of them in turn "
-        "(a Python loop's rate does not depend on the count); peak RSS is the process's peak during each "
+        "(a Python loop's rate does not depend on the count): the 'x reference loop' column divides by the median "
+        "of the reference-loop rows; peak RSS is the process's peak during each "
         "point, after freed memory was returned to the system.",
         "",
     ]
