@@ -19,7 +19,6 @@ with interrupt_held():
     import dataclasses
     import os
     import sys
-    import time
     from pathlib import Path
 
     import torch
@@ -43,6 +42,7 @@ with interrupt_held():
     from agents.run.distributed import setup as setup_replicas
     from agents.run.learner_state import learner_state, load_learner_state
     from agents.run.logger import Logger, PhaseTimer, flatten, iteration_scalars
+    from agents.run.paths import new_run_dir
     from agents.run.process import pick_device, setup_process
     from agents.run.resume import check_run_dir, resume_config, resume_run_dir
     from uavsim.machine import hardware
@@ -52,24 +52,6 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 
 
 # -- the loop ------------------------------------------------------------------------------------
-def default_run_dir(cfg: Config, root: Path = Path("runs")) -> Path:
-    """A new, empty `root/mappo-SEED-TIME`, made here (then `-2`, `-3`, ... if taken): this run's alone, even
-    when jobs of one seed start in the same second (a sweep), where the second would find it in use."""
-    base = f"mappo-{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, k = root / base, 1
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        while True:
-            try:
-                path.mkdir()  # atomic: of two processes making one name, one fails
-                return path
-            except FileExistsError:
-                k += 1
-                path = root / f"{base}-{k}"
-    except OSError as err:  # a read-only working directory, say: the trainer's error, not a traceback
-        raise ValueError(f"cannot make the run directory {path}: {err.strerror or err}; set run.dir=DIR") from None
-
-
 def train(cfg: Config, resume: str | Path | None = None) -> Learner:
     """Train to `cfg.train.total_env_steps`, from scratch or from a checkpoint.
 
@@ -149,7 +131,7 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
                 run_dir = resume_run_dir(source, payload["config"]["run"]["dir"], cfg)
                 own_run = Path(source).resolve().parent == ckpt.checkpoint_dir(run_dir).resolve()  # not a branch
             else:
-                run_dir = Path(cfg.run.dir) if cfg.run.dir else (reserved := default_run_dir(cfg))
+                run_dir = Path(cfg.run.dir) if cfg.run.dir else (reserved := new_run_dir(cfg.seed))
                 check_run_dir(run_dir)
             busy = run_lock.trainer_in(run_dir)  # a trainer still writing there (run_lock)
             if busy:
@@ -349,7 +331,7 @@ def resolve_config(args: argparse.Namespace) -> Config:
         gpu = load_config(recipe_paths(preset, recipe), [*args.overrides, f"run.recipe={recipe.value}"])
         # chosen here, not asked for: a GPU too small for the recipe's batch (a 4-6 GiB laptop's) runs the preset;
         # under torchrun every rank must choose alike, so there a run that does not fit is refused, as ever
-        single = int(os.environ.get("WORLD_SIZE", "1") or 1) == 1
+        single = machine_defaults.launched_ranks() == 1
         shortfall = machine_defaults.recipe_shortfall(gpu, device) if cfg.run.recipe == Recipe.auto and single else None
         if shortfall:
             print(f"note: {shortfall}: the preset instead (run.recipe=gpu insists)", file=sys.stderr)

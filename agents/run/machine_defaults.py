@@ -248,10 +248,15 @@ def check_memory(cfg: Config, device: torch.device, available: int | None = None
         )
 
 
+def launched_ranks(variable: str = "WORLD_SIZE") -> int:
+    """torchrun's ranks: all of them (`WORLD_SIZE`) or this machine's (`LOCAL_WORLD_SIZE`); 1 without torchrun."""
+    return max(1, int(os.environ.get(variable, "1") or 1))
+
+
 def ranks_sharing(device: torch.device) -> int:
     """The torchrun ranks of this machine whose memory `device` is: its CPU ranks (`LOCAL_WORLD_SIZE`), or 1 (a GPU
     is each rank's own)."""
-    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)) if device.type == "cpu" else 1
+    return launched_ranks("LOCAL_WORLD_SIZE") if device.type == "cpu" else 1
 
 
 def recipe_shortfall(cfg: Config, device: torch.device) -> str | None:
@@ -309,7 +314,7 @@ def choose_num_envs(
     if device.type != "cuda":
         return CPU_NUM_ENVS, "the CPU default"
     available = available_memory(device) if available is None else available
-    world = world_size if world_size is not None else max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    world = world_size if world_size is not None else launched_ranks()
     groups = len(cfg.env_configs())
     budget = max(1, cfg.train.total_env_steps // (cfg.train.num_steps * MIN_ITERATIONS * world))
     num_envs = 1 << (min(GPU_MAX_NUM_ENVS, budget).bit_length() - 1)  # a power of two
@@ -347,7 +352,7 @@ def resolve(cfg: Config, device: torch.device, ranks_here: int | None = None) ->
     reasons["recipe"] = describe_recipe(run.recipe, device.type)
     if run.torch_threads == AUTO:
         usable, why = hardware.usable_cores()
-        ranks_here = ranks_here if ranks_here is not None else int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        ranks_here = ranks_here if ranks_here is not None else launched_ranks("LOCAL_WORLD_SIZE")
         threads = choose_threads(usable, ranks_here)
         run = dataclasses.replace(run, torch_threads=threads)
         torch.set_num_threads(threads)

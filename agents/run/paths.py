@@ -6,7 +6,30 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
+
+
+def new_run_dir(seed: int, root: Path = Path("runs")) -> Path:
+    """A new, empty `root/mappo-SEED-TIME` (a run without `run.dir`), made here (then `-2`, `-3`, ... if taken): this
+    run's alone, even when jobs of one seed start in the same second (a sweep), where the second would find it in use.
+
+    Raises:
+        ValueError: it cannot be made (a read-only working directory, say).
+    """
+    base = f"mappo-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, k = root / base, 1
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                path.mkdir()  # atomic: of two processes making one name, one fails
+                return path
+            except FileExistsError:
+                k += 1
+                path = root / f"{base}-{k}"
+    except OSError as err:
+        raise ValueError(f"cannot make the run directory {path}: {err.strerror or err}; set run.dir=DIR") from None
 
 
 def dir_problem(path: str | Path) -> str | None:

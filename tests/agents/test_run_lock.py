@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from agents import train_mappo
-from agents.run import run_lock
+from agents.run import paths, run_lock
 from tests.agents.conftest import TINY
 
 
@@ -119,9 +119,8 @@ def test_a_claimed_lock_is_whole_and_this_process_s(tmp_path):
 
 def test_runs_of_one_seed_started_in_the_same_second_get_their_own_default_directories(tmp_path, monkeypatch):
     # a sweep: several configs of one seed launched at once; the second found the first's directory in use
-    monkeypatch.setattr(train_mappo.time, "strftime", lambda fmt: "20261205-084451")
-    cfg = train_mappo.resolve_config(train_mappo.parse_args([*TINY]))
-    made = [train_mappo.default_run_dir(cfg, tmp_path / "runs") for _ in range(3)]
+    monkeypatch.setattr(paths.time, "strftime", lambda fmt: "20261205-084451")
+    made = [paths.new_run_dir(0, tmp_path / "runs") for _ in range(3)]
     assert [p.name for p in made] == [
         "mappo-0-20261205-084451",
         "mappo-0-20261205-084451-2",
@@ -143,6 +142,5 @@ def test_a_run_that_fails_to_start_leaves_no_default_directory(tmp_path, monkeyp
 def test_a_default_directory_that_cannot_be_made_is_a_clear_error(tmp_path):
     blocker = tmp_path / "runs"
     blocker.write_text("a file where the runs folder would be", encoding="utf-8")
-    cfg = train_mappo.resolve_config(train_mappo.parse_args([*TINY]))
     with pytest.raises(ValueError, match=r"cannot make the run directory .*mappo-0-.*set run.dir=DIR"):
-        train_mappo.default_run_dir(cfg, blocker)
+        paths.new_run_dir(0, blocker)
