@@ -108,18 +108,59 @@ def cpu_class() -> str:
     return classify_cpu(cpu_flags(), os.environ.get("ATEN_CPU_CAPABILITY"), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
 
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def physical_cores(cpus: list[int], sysfs: Path = SYSFS_CPU) -> int:
+    """The physical cores behind the logical CPUs `cpus` (SMT siblings count once).
+
+    Linux: the distinct sibling sets of `cpus` in sysfs (`topology/core_cpus_list`). Elsewhere (Windows,
+    macOS), or where sysfs is not readable, psutil's machine-wide ratio of physical cores to logical CPUs."""
+    sets = set()
+    for cpu in cpus:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        for name in ("core_cpus_list", "thread_siblings_list"):  # the kernel's name since 5.8, then the old one
+            try:
+                sets.add((topology / name).read_text(encoding="ascii").strip())  # the same text for each sibling
+                break
+            except (OSError, UnicodeDecodeError):
+                continue
+        else:
+            sets = None
+            break
+    if sets:
+        return len(sets)
+    try:
+        import psutil
+
+        physical, logical = psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
+    except ImportError:
+        physical = logical = None
+    if physical and logical and physical < logical:
+        return max(1, math.ceil(len(cpus) * physical / logical))
+    return max(1, len(cpus))
+
+
 def usable_cores() -> tuple[int, str]:
-    """`(cores, reason)`: the cores this process may run on (its CPU affinity) within its cgroup's
-    CPU quota. psutil reads the affinity on Linux and Windows; elsewhere all logical CPUs count."""
-    count, reason = os.cpu_count() or 1, "logical CPUs"
+    """`(cores, reason)`: the physical cores this process may run on (its CPU affinity; two SMT threads of
+    a core count once) within its cgroup's CPU quota. psutil reads the affinity on Linux and Windows;
+    elsewhere all logical CPUs count.
+
+    Physical cores, not logical CPUs: torch's own default thread count is MKL's, the physical cores (an
+    8-core 16-thread laptop gets 8); two OpenMP threads spinning on one core's SMT pair share its FMA
+    units, and its barriers wait for the slower."""
+    cpus, reason = list(range(os.cpu_count() or 1)), "logical CPUs"
     try:
         import psutil
 
         affinity = psutil.Process().cpu_affinity()
         if affinity:
-            count, reason = len(affinity), "CPU affinity"
+            cpus, reason = list(affinity), "CPU affinity"
     except (ImportError, AttributeError, OSError):  # macOS has no affinity call
         pass
+    count = physical_cores(cpus)
+    if count < len(cpus):
+        reason = f"{reason}: {len(cpus)} logical CPUs on {count} physical cores"
     quota = cpu_quota()
     if quota is not None and math.ceil(quota) < count:
         count, reason = max(1, math.ceil(quota)), f"cgroup CPU quota {quota:g}"

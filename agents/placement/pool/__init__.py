@@ -50,7 +50,7 @@ class WorkerPool:
             sees no GPU). On Ray the GPU index is not a choice (Ray assigns free GPUs), so
             ``"cuda:3"`` means one GPU, like ``"cuda"``.
         threads_per_worker: Torch (and OpenMP/MKL) threads per worker (on Ray, each actor's
-            ``num_cpus``); default: the CPU cores this process may use (its affinity within its cgroup's
+            ``num_cpus``); default: the physical CPU cores this process may use (its affinity within its cgroup's
             quota; on Ray the cluster's) divided among the workers.
         prefetch: Tasks (items, or batches with ``batch_size``) queued per worker, so that it
             never waits for the parent.

@@ -110,3 +110,48 @@ def test_no_warning_without_nvidia_smi(monkeypatch):
 def test_torch_build_names_cpu_or_cuda():
     build = hardware.torch_build()
     assert build == "CPU" if torch.version.cuda is None else build == f"CUDA {torch.version.cuda}"
+
+
+def _sysfs(tmp_path, siblings: dict[int, str], name: str = "core_cpus_list"):
+    for cpu, text in siblings.items():
+        folder = tmp_path / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / name).write_text(text + "\n", encoding="ascii")
+    return tmp_path
+
+
+def test_physical_cores_counts_smt_siblings_once(tmp_path):
+    # 2 cores, 2 threads each: cpu0 and cpu2 share one core, cpu1 and cpu3 the other
+    sysfs = _sysfs(tmp_path, {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    assert hardware.physical_cores([0, 1, 2, 3], sysfs) == 2
+    assert hardware.physical_cores([0, 2], sysfs) == 1  # an affinity of one core's two threads
+    assert hardware.physical_cores([0, 1], sysfs) == 2
+
+
+def test_physical_cores_reads_the_old_sysfs_name(tmp_path):
+    sysfs = _sysfs(tmp_path, {0: "0-1", 1: "0-1"}, name="thread_siblings_list")
+    assert hardware.physical_cores([0, 1], sysfs) == 1
+
+
+def test_physical_cores_without_sysfs_scales_by_psutils_ratio(tmp_path, monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 16 if logical else 8)
+    assert hardware.physical_cores(list(range(16)), tmp_path) == 8  # no topology files (Windows, macOS)
+    assert hardware.physical_cores([3], tmp_path) == 1
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4 if logical else None)  # unknown: logical
+    assert hardware.physical_cores(list(range(4)), tmp_path) == 4
+
+
+def test_usable_cores_counts_physical_cores_and_says_so(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil.Process, "cpu_affinity", lambda self: list(range(16)))
+    monkeypatch.setattr(hardware, "physical_cores", lambda cpus, sysfs=None: len(cpus) // 2)
+    monkeypatch.setattr(hardware, "cpu_quota", lambda: None)
+    assert hardware.usable_cores() == (8, "CPU affinity: 16 logical CPUs on 8 physical cores")
+    monkeypatch.setattr(hardware, "cpu_quota", lambda: 3.5)  # a container's quota below the cores: the quota
+    assert hardware.usable_cores() == (4, "cgroup CPU quota 3.5")
+    monkeypatch.setattr(hardware, "physical_cores", lambda cpus, sysfs=None: len(cpus))  # no SMT: as before
+    monkeypatch.setattr(hardware, "cpu_quota", lambda: None)
+    assert hardware.usable_cores() == (16, "CPU affinity")
