@@ -166,7 +166,7 @@ def _name(path: Path) -> str:
 def map_files(source: MapSource) -> list[Path]:
     """The files of a map set: a file, a folder's map files (sorted by name), or a sequence of files."""
     if isinstance(source, (str, Path)):
-        path = Path(source)
+        path = Path(source).expanduser()  # `~/maps` in a config or a `key=` argument, which no shell expands
         if path.is_dir():
             # by name in code-point order on every OS (Windows paths compare without case: another map order,
             # so other maps for a seed); a broken link is kept, for `read_map` to name, not dropped
@@ -177,7 +177,7 @@ def map_files(source: MapSource) -> list[Path]:
         if not path.exists():
             raise ValueError(f"map set {path} does not exist: expected a map file or a folder of them")
         return [path]
-    files = [Path(p) for p in source]
+    files = [Path(p).expanduser() for p in source]
     if not files:
         raise ValueError("a map set needs at least one map file, got an empty list")
     return files

@@ -20,6 +20,8 @@ are environment steps: one step of one environment.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -178,8 +180,23 @@ def load_config(
         obj = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as err:
         raise _wrap(err, "the config") from None
+    obj = _expand_home(obj)
     check_config(obj)
     return obj
+
+
+def _expand_home(cfg: Config) -> Config:
+    """`cfg` with a leading `~` of `run.dir` and `env.maps` the user's home: no shell expands one typed after
+    `key=` (bash only in a variable assignment; PowerShell never for a native command's argument)."""
+    home = {
+        name: os.path.expanduser(v) if isinstance(v, str) else v
+        for name, v in (("dir", cfg.run.dir), ("maps", cfg.env.maps))
+    }
+    return dataclasses.replace(
+        cfg,
+        run=dataclasses.replace(cfg.run, dir=home["dir"]),
+        env=dataclasses.replace(cfg.env, maps=home["maps"]),
+    )
 
 
 def to_dict(cfg: Config) -> dict:

@@ -185,6 +185,18 @@ def test_a_string_key_takes_the_text_as_written(override, key, value):
     assert (cfg.run.dir if key == "dir" else cfg.env.maps) == value
 
 
+def test_run_dir_and_maps_may_start_at_the_users_home(tmp_path, monkeypatch):
+    # `run.dir=~/runs/a` reaches Python as typed: bash expands `~` after `=` only in an assignment
+    monkeypatch.setenv("HOME", str(tmp_path))  # os.path.expanduser: HOME on POSIX, USERPROFILE on Windows
+    monkeypatch.setenv("USERPROFILE", str(tmp_path))
+    cfg = load_config(None, ["run.dir=~/runs/a", "env.maps=~/maps"])
+    assert Path(cfg.run.dir) == tmp_path / "runs" / "a" and Path(cfg.env.maps) == tmp_path / "maps"
+    f = tmp_path / "preset.yaml"
+    f.write_text("run:\n  dir: ~/runs/b\n", encoding="utf-8")  # a YAML `~` alone is null; `~/...` is text
+    assert Path(load_config(f).run.dir) == tmp_path / "runs" / "b"
+    assert load_config(None, ["run.dir=a~b"]).run.dir == "a~b"  # only a leading `~` is the home
+
+
 def test_resolved_yaml_round_trips(tmp_path):
     cfg = load_config(None, ["train.amp=fp16", "seed=7", "run.dir=somewhere"])
     f = tmp_path / "config.yaml"

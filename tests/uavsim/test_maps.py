@@ -255,3 +255,13 @@ def test_a_folder_orders_its_maps_by_code_point_and_names_a_broken_link(tmp_path
     assert [p.name for p in map_files(tmp_path)][-1] == "c.txt"  # kept: the set's size decides every map pick
     with pytest.raises(ValueError, match=r"c\.txt does not exist"):
         load_map_set(tmp_path, SMALL)
+
+
+def test_a_map_path_may_start_at_the_users_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # os.path.expanduser: HOME on POSIX, USERPROFILE on Windows
+    monkeypatch.setenv("USERPROFILE", str(tmp_path))
+    (tmp_path / "maps").mkdir()
+    (tmp_path / "maps" / "a.txt").write_text(as_text(SMALL_MAP), encoding="utf-8")
+    assert map_files("~/maps") == [tmp_path / "maps" / "a.txt"]
+    assert map_files(["~/maps/a.txt"]) == [tmp_path / "maps" / "a.txt"]
+    assert len(load_map_set("~/maps/a.txt", SMALL)) == 1
