@@ -72,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.out.lower().endswith((".gif", ".mp4")):
         parser.error(f"--out must end in .gif or .mp4, got {args.out!r}")
-    if not Path(args.out).resolve().parent.is_dir():
-        parser.error(f"--out {args.out!r}: the folder {str(Path(args.out).parent)!r} does not exist")
+    if not Path(args.out).resolve().parent.is_dir():  # before torch loads; `check_video_path` below says the rest
+        parser.error(f"--out {args.out!r}: the folder {str(Path(args.out).parent)!r} is missing or a file")
     if not 0 < args.fps < math.inf:
         parser.error(f"--fps must be a finite number > 0, got {args.fps}")
     if args.steps is not None and args.steps < 0:

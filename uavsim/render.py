@@ -123,6 +123,18 @@ def render_env(env: BatchedEnv, env_index: int = 0, cell_px: int = 8, trail: np.
     return render_grid(env.config, codes, pos, cell_px, trail)
 
 
+def render_envs(env: BatchedEnv, env_indices: Any, cell_px: int = 4) -> list[np.ndarray]:
+    """`render_env` of each of ``env_indices`` (as `render_tiled` takes them), the state read from the
+    device once for all of them (one read each would be thousands of device reads for a whole batch)."""
+    env_indices = _env_index_list(env, env_indices)
+    cfg, p = env.config, env.config.pad
+    cells, pos = env.read_state("cells", "pos")
+    grid = cells[env_indices].view(len(env_indices), cfg.grid_height + 2 * p, -1)  # a list index: a copy
+    codes = grid[:, p : p + cfg.grid_height, p : p + cfg.grid_width].cpu().numpy()
+    pos = pos[env_indices].cpu().numpy().astype(np.int64)  # int64: pixel arithmetic on int16 would wrap
+    return [render_grid(cfg, codes[k], pos[k], cell_px) for k in range(len(env_indices))]
+
+
 def render_tiled(
     env: BatchedEnv, env_indices: Sequence[int], cols: int | None = None, cell_px: int = 4, gap: int = 2
 ) -> np.ndarray:
@@ -141,7 +153,7 @@ def render_tiled(
     env_indices = _env_index_list(env, env_indices)
     cols = int(np.ceil(np.sqrt(len(env_indices)))) if cols is None else check_int("cols", cols, 1)
     gap = check_int("gap", gap, 0)
-    tiles = [render_env(env, i, cell_px) for i in env_indices]
+    tiles = render_envs(env, env_indices, cell_px)
     rows = -(-len(tiles) // cols)
     th, tw = tiles[0].shape[:2]
     out = np.full((rows * (th + gap) - gap, cols * (tw + gap) - gap, 3), 255, dtype=np.uint8)

@@ -226,7 +226,11 @@ def _label_strip(widths: Sequence[int], labels: Sequence[str], gap: int) -> np.n
 def _check_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
     if len(frames) == 0:
         raise ValueError("frames must not be empty")
-    stack = np.stack([np.asarray(f) for f in frames])
+    arrays = [np.asarray(f) for f in frames]
+    shapes = sorted({a.shape for a in arrays})
+    if len(shapes) > 1:  # np.stack would only say that all input arrays must have the same shape
+        raise ValueError(f"frames must be images of one size, got {len(shapes)} shapes: {shapes[:4]}")
+    stack = np.stack(arrays)
     if stack.dtype != np.uint8 or stack.ndim != 4 or stack.shape[-1] != 3:
         raise ValueError(f"frames must be [H, W, 3] uint8 images of one size, got {stack.dtype} {stack.shape[1:]}")
     return stack
@@ -279,8 +283,10 @@ def check_video_path(path: str | Path, fps: float = 8.0) -> Path:
         raise ValueError(f"video path must end in .gif or .mp4, got {path.name!r}")
     if path.is_dir():
         raise ValueError(f"video path {str(path)!r} is a folder, not a file")
-    if not path.resolve().parent.is_dir():
-        raise ValueError(f"video path {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        problem = "is a file, not a folder" if parent.exists() else "does not exist"
+        raise ValueError(f"video path {str(path)!r}: the folder {str(path.parent)!r} {problem}")
     _check_fps(fps, gif=suffix == ".gif")
     return path
 

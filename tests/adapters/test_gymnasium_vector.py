@@ -143,16 +143,40 @@ def test_sync_and_async_modes_run_the_reference_env():
     env.close()
 
 
-def test_render_one_and_tiled():
+def test_render_gives_every_environments_frame_and_render_tiled_one_image():
     one = CoverageVectorEnv(1, SMALL, render_mode="rgb_array", cell_px=3)
     one.reset()
-    assert one.render().shape == (SMALL.grid_height * 3, SMALL.grid_width * 3, 3)
+    (frame,) = one.render()
+    assert frame.shape == (SMALL.grid_height * 3, SMALL.grid_width * 3, 3)
     many = CoverageVectorEnv(5, SMALL, render_mode="rgb_array", cell_px=2, render_envs=4)
     many.reset()
-    tiled = many.render()
+    many.step(many.action_space.sample())
+    frames = many.render()  # Gymnasium's vector contract: a tuple, one frame per environment
+    assert isinstance(frames, tuple) and len(frames) == 5
+    for i, f in enumerate(frames):
+        assert np.array_equal(f, many.render_env(i)) and f.dtype == np.uint8  # as each is drawn alone
+    tiled = many.render_tiled()
     assert tiled.dtype == np.uint8 and tiled.shape == (2 * 24 + 2, 2 * 24 + 2, 3)  # 2 x 2 tiles, 2 px gaps
+    assert np.array_equal(tiled[24 + 2 :, :24], frames[2])  # the third tile: environment 2
     assert many.render_env(4).shape == (24, 24, 3)
     assert CoverageVectorEnv(1, SMALL).render() is None  # render_mode=None
+
+
+def test_gymnasiums_vector_video_wrapper_records_the_env(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from gymnasium.wrappers.vector import RecordVideo
+
+    monkeypatch.setitem(sys.modules, "moviepy", sys.modules.get("moviepy") or types.ModuleType("moviepy"))
+    env = CoverageVectorEnv(2, SMALL, render_mode="rgb_array", cell_px=2)
+    env = RecordVideo(env, str(tmp_path), episode_trigger=lambda episode: True)
+    saved = []  # moviepy is not a dependency: what the wrapper would write is its frames
+    monkeypatch.setattr(type(env), "stop_recording", lambda self: saved.append(list(self.recorded_frames)))
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    env.stop_recording()
+    assert len(saved[0]) == 2 and saved[0][0].shape == (24, 2 * 24, 3)  # the two environments side by side
 
 
 @pytest.mark.parametrize(
@@ -172,7 +196,7 @@ def test_bad_render_arguments_fail_when_built_not_at_render(kwargs, error, name)
 def test_numpy_integers_size_the_drawings():
     env = CoverageVectorEnv(2, SMALL, render_mode="rgb_array", cell_px=np.int64(2), render_envs=np.int32(1))
     env.reset()
-    assert env.render().shape == env.render_env(0, cell_px=np.int64(2)).shape == (24, 24, 3)
+    assert env.render()[0].shape == env.render_tiled().shape == env.render_env(0, cell_px=np.int64(2)).shape
     assert type(env.cell_px) is int and type(env.render_envs) is int
 
 
@@ -225,3 +249,36 @@ class TestBadInput:
             gym.make_vec("uavsim/Coverage-v0", num_envs=2, config={"num_drones": 3})
         with pytest.raises(ValueError, match="render_mode"):
             CoverageVectorEnv(2, SMALL, render_mode="human")
+
+
+@pytest.mark.parametrize("output", ["torch", "numpy"])
+@pytest.mark.parametrize(
+    "autoreset_mode, reset_mode", [("next_step", "prepared"), ("same_step", "sparse"), ("same_step", "prepared")]
+)
+def test_writing_into_the_returned_observation_leaves_the_infos_as_they_were(output, autoreset_mode, reset_mode):
+    env = CoverageVectorEnv(3, SMALL, output=output, reset_mode=reset_mode, autoreset_mode=autoreset_mode)
+    env.reset(seed=0)
+    obs, _, _, _, infos = env.step(np.zeros((3, SMALL.num_uavs), np.int64))  # no episode ends in one step
+    coverage = np.array(infos["coverage"]).copy()
+    final = {k: np.array(v).copy() for k, v in infos.get("final_obs", {}).items()}
+    for x in obs.values():
+        x[:] = 0  # a user normalizing the observation in place
+    assert coverage.min() > 0 and np.array_equal(np.array(infos["coverage"]), coverage)
+    for k, x in final.items():
+        assert np.array_equal(np.array(infos["final_obs"][k]), x)
+
+
+def test_flipped_and_read_only_numpy_arrays_are_taken_as_any_other():
+    import warnings
+
+    env, same = CoverageVectorEnv(3, SMALL), CoverageVectorEnv(3, SMALL)
+    env.reset(seed=0)
+    same.reset(seed=0)
+    actions = np.arange(3 * SMALL.num_uavs).reshape(3, SMALL.num_uavs) % 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns on a read-only array it would share
+        got = env.step(np.flip(actions, 1))  # negative strides, which torch cannot view
+        want = same.step(np.ascontiguousarray(np.flip(actions, 1)))
+        assert all(torch.equal(a, b) for a, b in zip(got[1:4], want[1:4]))
+        env.step(np.broadcast_to(np.int64(1), (3, SMALL.num_uavs)))  # read-only
+        env.reset(options={"reset_mask": np.array([False, True, True])[::-1]})

@@ -89,6 +89,13 @@ def test_write_video_rejects_bad_input(tmp_path):
         write_video([], tmp_path / "x.gif")
     with pytest.raises(ValueError, match="uint8"):
         write_video([frame.astype(np.float32)], tmp_path / "x.gif")
+    with pytest.raises(
+        ValueError, match=r"frames must be images of one size, got 2 shapes: \[\(8, 8, 3\), \(8, 9, 3\)\]"
+    ):
+        write_video([frame, np.zeros((8, 9, 3), dtype=np.uint8)], tmp_path / "x.gif")
+    (tmp_path / "a_file").write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match="a_file' is a file, not a folder"):
+        write_video([frame], tmp_path / "a_file" / "x.gif")
     for fps in (0, -1, float("nan"), float("inf")):
         for write in (
             lambda fps=fps: write_video([frame], tmp_path / "x.gif", fps=fps),
@@ -162,7 +169,7 @@ def test_play_command_rejects_unknown_config_key(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--out", "{tmp}/missing/x.gif"], "does not exist"),
+        (["--out", "{tmp}/missing/x.gif"], "is missing or a file"),
         (["--fps", "0"], "--fps"),
         (["--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
         (["--config", "num_uavs=[1"], "error"),

@@ -52,7 +52,8 @@ from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.checks import check_int
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv, mean_return
-from uavsim.render import check_cell_px, render_tiled
+from uavsim.render import check_cell_px, render_envs
+from uavsim.render import render_tiled as tiled_image
 
 
 def to_numpy(x: Any) -> Any:
@@ -78,7 +79,8 @@ def as_action_tensor(actions: Any, device: torch.device, num_actions: int) -> An
         if a.dtype.kind == "u" and a.size and a.max() > _INT64_MAX:  # int64 would wrap these to negatives
             bad = np.unique(a[a > _INT64_MAX])[:8].tolist()
             raise ValueError(f"actions must be in [0, {num_actions}), got values {bad}")
-        return torch.as_tensor(a.astype(np.int64, copy=False), device=device)
+        # a copy: torch takes no negative strides (`np.flip`, `a[::-1]`) and warns on read-only arrays (`broadcast_to`)
+        return torch.from_numpy(np.array(a, dtype=np.int64)).to(device)
     raise TypeError(f"actions must be a torch.Tensor or a NumPy array of integers, got {type(actions).__name__}")
 
 
@@ -106,8 +108,8 @@ class CoverageVectorEnv(VectorEnv):
         seed, first_env_index, device, check_action_range, reset_mode: as `UAVSwarmEnv`.
         autoreset_mode: ``"same_step"`` or ``"next_step"`` (or Gymnasium's `AutoresetMode`); see the module docstring.
         output: ``"torch"`` (tensors on ``device``) or ``"numpy"``.
-        render_mode: None or ``"rgb_array"``; ``render()`` draws environment 0 alone when
-            ``num_envs == 1``, else the first ``render_envs`` environments tiled.
+        render_mode: None or ``"rgb_array"``: ``render()`` returns a frame of each environment, as
+            Gymnasium's vector envs do; ``render_tiled()`` the first ``render_envs`` of them in one image.
         cell_px: pixels per grid cell in rendered images.
     """
 
@@ -186,7 +188,7 @@ class CoverageVectorEnv(VectorEnv):
                         f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
                         f"got a {mask.dtype} array"
                     )
-                mask = torch.as_tensor(mask, device=self.device)
+                mask = torch.from_numpy(mask.copy()).to(self.device)  # a copy: see `as_action_tensor`
             obs = self.swarm.reset(mask)  # checks dtype, shape and device
         else:
             obs = self.swarm.reset()
@@ -199,7 +201,7 @@ class CoverageVectorEnv(VectorEnv):
         everywhere = torch.ones_like(done)
         step_info = {
             "uav_rewards": reward,
-            "coverage": info["coverage"],
+            "coverage": info["coverage"].clone(),  # the core env's is a view of the observation: a user may write there
             "collisions": info["collisions"],
             "near_misses": info["near_misses"],
         }
@@ -219,7 +221,9 @@ class CoverageVectorEnv(VectorEnv):
             # the single env's names (its info at an episode's end), as SyncVectorEnv's final_info has them
             final_info = {**step_info, **ended}
             final_info.update({f"_{k}": done for k in list(final_info)})
-            infos.update(final_obs=info["final_obs"], _final_obs=done, final_info=final_info, _final_info=done)
+            final_obs = info["final_obs"]  # the sparse mode's is `obs` itself where no episode ended
+            final_obs = {k: x.clone() if x is obs[k] else x for k, x in final_obs.items()}
+            infos.update(final_obs=final_obs, _final_obs=done, final_info=final_info, _final_info=done)
         return (
             self._out(obs),
             self._out(mean_return(reward)),  # summed in float64, as the single env's: the same bits whatever the order
@@ -228,12 +232,16 @@ class CoverageVectorEnv(VectorEnv):
             self._out(infos),
         )
 
-    def render(self) -> np.ndarray | None:
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """Gymnasium's vector contract: a frame of every environment (what `gymnasium.wrappers.vector.RecordVideo`
+        and `HumanRendering` read), the state read once for all. One picture of many: `render_tiled`."""
         if self.render_mode is None:
             return None
-        if self.num_envs == 1:
-            return self.swarm.render(0, self.cell_px)
-        return render_tiled(self.swarm, list(range(min(self.num_envs, self.render_envs))), cell_px=self.cell_px)
+        return tuple(render_envs(self.swarm, range(self.num_envs), self.cell_px))
+
+    def render_tiled(self) -> np.ndarray:
+        """One RGB uint8 image: the first ``render_envs`` environments side by side, whatever ``render_mode`` is."""
+        return tiled_image(self.swarm, range(min(self.num_envs, self.render_envs)), cell_px=self.cell_px)
 
     def render_env(self, env_index: int = 0, cell_px: int | None = None) -> np.ndarray:
         """RGB uint8 image of one environment, whatever ``render_mode`` is."""
