@@ -123,7 +123,7 @@ def render_env(env: BatchedEnv, env_index: int = 0, cell_px: int = 8, trail: np.
     return render_grid(env.config, codes, pos, cell_px, trail)
 
 
-def render_envs(env: BatchedEnv, env_indices: Any, cell_px: int = 4) -> list[np.ndarray]:
+def render_frames(env: BatchedEnv, env_indices: Any, cell_px: int = 4) -> list[np.ndarray]:
     """`render_env` of each of ``env_indices`` (as `render_tiled` takes them), the state read from the
     device once for all of them (one read each would be thousands of device reads for a whole batch)."""
     env_indices = _env_index_list(env, env_indices)
@@ -153,7 +153,7 @@ def render_tiled(
     env_indices = _env_index_list(env, env_indices)
     cols = int(np.ceil(np.sqrt(len(env_indices)))) if cols is None else check_int("cols", cols, 1)
     gap = check_int("gap", gap, 0)
-    tiles = render_envs(env, env_indices, cell_px)
+    tiles = render_frames(env, env_indices, cell_px)
     rows = -(-len(tiles) // cols)
     th, tw = tiles[0].shape[:2]
     out = np.full((rows * (th + gap) - gap, cols * (tw + gap) - gap, 3), 255, dtype=np.uint8)

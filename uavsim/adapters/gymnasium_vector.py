@@ -52,7 +52,7 @@ from uavsim.adapters.spaces import as_config, observation_space
 from uavsim.checks import check_int
 from uavsim.config import EnvConfig
 from uavsim.env import UAVSwarmEnv, mean_return
-from uavsim.render import check_cell_px, render_envs
+from uavsim.render import check_cell_px, render_frames
 from uavsim.render import render_tiled as tiled_image
 
 
@@ -237,7 +237,7 @@ class CoverageVectorEnv(VectorEnv):
         and `HumanRendering` read), the state read once for all. One picture of many: `render_tiled`."""
         if self.render_mode is None:
             return None
-        return tuple(render_envs(self.swarm, range(self.num_envs), self.cell_px))
+        return tuple(render_frames(self.swarm, range(self.num_envs), self.cell_px))
 
     def render_tiled(self) -> np.ndarray:
         """One RGB uint8 image: the first ``render_envs`` environments side by side, whatever ``render_mode`` is."""
