@@ -157,6 +157,18 @@ def test_map_ends_when_no_worker_is_left():
     assert all("no live worker" in r.error for r in out[1:])
 
 
+def test_a_bad_item_does_not_use_up_the_restarts_of_a_working_worker():
+    # one worker, the default restarts=1 and retries=1: item 0 kills it twice; it had answered items before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WorkerDiedWarning)
+        with WorkerPool(h.make_always_die, ["cpu"]) as pool:
+            out = pool.map([1, 2, 0, 3, 4], on_error="collect", progress=False)
+            assert isinstance(out[2], ItemFailure) and "died while running" in out[2].error
+            assert [out[i] for i in (0, 1, 3, 4)] == [1, 2, 3, 4]  # it was given up with "no live worker"
+            again = pool.map([0, 5], on_error="collect", progress=False)  # a trainer's next call, the same pool
+            assert isinstance(again[0], ItemFailure) and again[1] == 5
+
+
 def test_an_endless_stream_ends_with_the_error_once_no_worker_is_left():
     pulled = itertools.count()
 

@@ -54,7 +54,9 @@ class WorkerPool:
             quota; on Ray the cluster's) divided among the workers.
         prefetch: Tasks (items, or batches with ``batch_size``) queued per worker, so that it
             never waits for the parent.
-        restarts: How many times each worker is restarted after it dies.
+        restarts: How many times in a row each worker is restarted after it dies without answering a
+            task (a broken device, a crashing ``make_worker``); a worker that answered tasks and then
+            died on an item is restarted whatever this says, the item's ``retries`` bounding those deaths.
         startup_timeout: Seconds a worker may take from its start to ``make_worker`` returning;
             past it, the worker is killed and reported with its device (locally as if
             make_worker had raised; on Ray, where no node may have room yet, as a death). None waits.

@@ -34,7 +34,8 @@ class Slot:
     started_at: float = 0.0
     running_since: float | None = None
     inflight: deque[Task] = field(default_factory=deque)  # oldest (running) first
-    restarts_used: int = 0
+    restarts_used: int = 0  # deaths in a row without an answered task (the `restarts` budget)
+    answered: bool = False  # this worker (since its last start) answered a task: it can run items
     init_error: str | None = None  # make_worker raised, or (local) did not return within startup_timeout
     kill_reason: str | None = None
     timed_out_task: int | None = None  # the id of the task the worker was killed for
@@ -46,6 +47,7 @@ class Slot:
         """A new worker process or actor is starting in this slot."""
         self.state, self.started_at, self.running_since = "starting", time.monotonic(), None
         self.kill_reason, self.init_error, self.timed_out_task, self.where = None, None, None, ""
+        self.answered = False
 
     def name(self) -> str:
         return f"worker {self.index} on {self.device}" + (f" ({self.where})" if self.where else "")

@@ -237,6 +237,7 @@ class Scheduler:
             raise RuntimeError(f"internal error: worker {slot.index} answered task {task_id} it does not hold")
         task = slot.inflight.popleft()
         slot.running_since = now if slot.inflight else None
+        slot.answered, slot.restarts_used = True, 0  # a working worker: its next death starts a new count
         if task.run is not self:
             return  # sent by a run that ended early: no one waits for it
         if kind == "ok":
@@ -293,12 +294,21 @@ class Scheduler:
             note += f" while running {_what(blamed)}"
             text = f"{slot.name()} died while running this item: {reason}"
             self.fail(blamed.indices, slot, text.splitlines()[0], text)
-        restart = slot.restarts_used < self.executor.restarts
+        # A worker that answered tasks and then died on one: the item's `retries` bound such deaths, so a bad item
+        # does not use up the budget and leave the pool without workers; deaths in a row without an answer (a
+        # broken device, a make_worker that crashes) are what `restarts` counts.
+        charged = blamed is None or not slot.answered
+        restart = not charged or slot.restarts_used < self.executor.restarts
         note += f"; {len(queued)} queued item(s) requeued" if queued else ""
-        note += f"; restarting ({slot.restarts_used + 1}/{self.executor.restarts})" if restart else "; not restarted"
+        if not restart:
+            note += "; not restarted"
+        elif charged:
+            note += f"; restarting ({slot.restarts_used + 1}/{self.executor.restarts} in a row)"
+        else:
+            note += "; restarting (blamed on the item, whose retries count it)"
         warnings.warn(WorkerDiedWarning(note), stacklevel=2)
         if restart:
-            slot.restarts_used += 1
+            slot.restarts_used += charged
             self.executor.start(slot)
         else:
             slot.state = "dead"
