@@ -1,7 +1,7 @@
 """A durable record of finished items, so that a map interrupted by a crash resumes where it stopped.
 
 File format: an 8-byte magic, then records, each ``[8-byte length][4-byte CRC-32][payload]``
-(little-endian). The first record's payload is the pickled header ``{"format": 1, "job_key":
+(little-endian). The first record's payload is the pickled header ``{"format": 2, "job_key":
 ...}``; every other payload is ``[8-byte item index][32-byte item digest][pickled result]``.
 Each record is written with one ``write``, flushed and fsynced before :meth:`Journal.put` returns,
 so a crash can leave at most the last record torn; reopening drops it (the file is truncated
@@ -23,6 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .checks import check_int
@@ -31,19 +32,27 @@ from .tensors import to_cpu
 _MAGIC = b"AGJRNL1\n"
 _PREFIX = struct.Struct("<QI")  # payload length, CRC-32 of the payload
 _ITEM = struct.Struct("<Q32s")  # item index, SHA-256 digest of the item
-_FORMAT = 1
+_FORMAT = 2  # 1: digests that depended on which equal objects were the same object (pickle's memo)
 _PROTOCOL = 5  # fixed, so that digests do not change with Python's default protocol
 
 
 class _DigestPickler(pickle.Pickler):
-    """A pickler whose bytes depend on tensors' contents only.
+    """A pickler whose bytes depend on values only, not on memory addresses or object identity.
 
     Plain pickling of a tensor embeds its storage's memory address, so the same tensor pickles to
     different bytes in every process; here a tensor is written as its dtype, shape and contiguous
-    CPU bytes instead (its device, strides and autograd state do not count).
+    CPU bytes instead (its device, strides and autograd state do not count; a NumPy array's layout
+    neither). A set is written as its elements' digests in order (its iteration order follows string
+    hashes, salted per process). And
+    pickle's memo is off (`fast`): with it, a string met twice as one object is written as a reference,
+    as two equal objects in full, so equal items (one built in code, one read back from a file) differed.
     """
 
     def persistent_id(self, obj: Any) -> Any:
+        if type(obj) in (set, frozenset):
+            return (type(obj).__name__, sorted(item_digest(x) for x in obj))
+        if type(obj) is np.ndarray and not obj.dtype.hasobject:  # a transposed view pickles in Fortran order
+            return ("ndarray", obj.dtype.str, obj.shape, np.ascontiguousarray(obj).tobytes())
         if not isinstance(obj, torch.Tensor):
             return None
         t = obj.detach()
@@ -56,7 +65,15 @@ class _DigestPickler(pickle.Pickler):
 def item_digest(item: Any) -> bytes:
     """SHA-256 of ``item`` pickled with tensors written by their contents (see :class:`Journal`)."""
     buf = io.BytesIO()
-    _DigestPickler(buf, protocol=_PROTOCOL).dump(item)
+    pickler = _DigestPickler(buf, protocol=_PROTOCOL)
+    pickler.fast = True  # no memo (class docstring)
+    try:
+        pickler.dump(item)
+    except ValueError as exc:  # fast mode refuses a cyclic object: the memo then, which cycles need
+        if "cyclic" not in str(exc):
+            raise
+        buf = io.BytesIO()
+        _DigestPickler(buf, protocol=_PROTOCOL).dump(item)
     return hashlib.sha256(buf.getvalue()).digest()
 
 
@@ -314,6 +331,11 @@ def _read_header(payload: bytes, path: Path) -> dict:
         header = pickle.loads(payload)
     except Exception as exc:
         raise ValueError(f"journal {path} has a damaged header ({exc}); delete it to start over") from exc
+    if isinstance(header, dict) and header.get("format") == 1:
+        raise ValueError(
+            f"journal {path} was written before 2026-12-05, when the digests that recognise its items changed "
+            "(equal items could differ); delete it to start over (its items run again)"
+        )
     if not isinstance(header, dict) or header.get("format") != _FORMAT:
         raise ValueError(f"journal {path} has an unknown header {header!r}; delete it to start over")
     return header

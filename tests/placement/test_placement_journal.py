@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import warnings
@@ -63,6 +64,54 @@ def test_tensor_items_match_by_value_in_a_new_process(tmp_path):
         assert j.get(0, item) == (True, "done")
     assert item_digest(torch.zeros(2)) != item_digest(torch.zeros(2, dtype=torch.float64))
     assert item_digest(torch.zeros(2)) != item_digest(torch.zeros(1, 2))
+
+
+def test_equal_items_have_one_digest_whatever_objects_they_share():
+    # one string object met twice pickles as a back-reference, two equal ones in full: items built in code
+    # and the same items read back from a file must still be recognised
+    shared = "a photo of nothing"
+    built = {"prompt": "x", "negatives": [shared, shared]}
+    read_back = {"prompt": "x", "negatives": ["a photo of nothing", "".join(["a photo ", "of nothing"])]}
+    assert built == read_back and item_digest(built) == item_digest(read_back)
+    assert item_digest(built) != item_digest({"prompt": "x", "negatives": [shared]})
+    grid = np.arange(6).reshape(2, 3)
+    assert item_digest(grid.T) == item_digest(np.ascontiguousarray(grid.T))  # Fortran order pickles otherwise
+    assert item_digest(grid) != item_digest(grid.astype(np.int32))
+    cyclic = [1]
+    cyclic.append(cyclic)  # pickled with the memo, which cycles need
+    assert item_digest(cyclic) == item_digest(cyclic)
+
+
+def test_sets_digest_alike_in_every_process():
+    # a set's order follows string hashes, salted per process (PYTHONHASHSEED)
+    code = (
+        "import functools\n"
+        "from agents.placement.journal import item_digest\n"
+        "print(item_digest({'cat', 'dog', 'bird', 'fish'}).hex(), item_digest(frozenset({'a', 'b', 'c'})).hex())\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1
+
+
+def test_a_journal_of_the_old_digests_says_so(tmp_path):
+    import pickle
+
+    from agents.placement import journal
+
+    path = tmp_path / "j.bin"
+    payload = pickle.dumps({"format": 1, "job_key": KEY}, 5)
+    path.write_bytes(journal._MAGIC + journal._record(payload))
+    with pytest.raises(ValueError, match=r"j\.bin was written before 2026-12-05.*delete it to start over"):
+        Journal(path, KEY)
 
 
 def test_torn_last_record_is_ignored_and_truncated(tmp_path):
