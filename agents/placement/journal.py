@@ -166,7 +166,10 @@ class Journal:
             raise ValueError(f"journal {self.path} is a folder; pass a file's path (e.g. {self.path / 'run.journal'})")
         self.job_key = job_key
         self._entries: dict[int, tuple[bytes, int, int]] = {}  # index -> (digest, result offset, size)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):  # a file where a folder of the path should be
+            raise ValueError(f"journal {self.path}: a part of its folder {self.path.parent} is a file") from None
         created = not self.path.exists()
         self._file = open(self.path, "a+b")  # held open until close()
         try:

@@ -35,6 +35,16 @@ def test_pump_prefixes_every_segment_and_finishes_the_last_line(capsys):
     assert woken == [True] and source.closed
 
 
+def test_a_narrow_parent_stream_gets_every_line_with_escapes(monkeypatch):
+    # Windows: `python job.py > log.txt` gives the parent a cp1252 stdout; workers write UTF-8
+    cp1252 = io.TextIOWrapper(io.BytesIO(), encoding="cp1252", newline="\n")
+    monkeypatch.setattr("sys.stdout", cp1252)
+    pump(io.BytesIO("loading shard 1\nloss 0.5 \u2713\nsaved shard 1\n".encode()), "[cpu:0] ", "stdout")
+    cp1252.flush()
+    text = cp1252.buffer.getvalue().decode("cp1252")
+    assert text == "[cpu:0] loading shard 1\n[cpu:0] loss 0.5 \\u2713\n[cpu:0] saved shard 1\n"
+
+
 def test_workers_lines_arrive_whole_and_prefixed(capsys):
     with WorkerPool(ph.make_chatty, ["cpu", "cpu"], threads_per_worker=1) as pool:
         # until both workers have answered: on a loaded machine one may start seconds after the

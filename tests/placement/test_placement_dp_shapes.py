@@ -46,7 +46,7 @@ def test_single_gpu_workers_may_share_a_gpu_and_are_told_apart(four_gpus):
         ([["cuda:0", "cuda"]], r"names cuda:0 more than once"),
         (["cpu", []], r"devices\[1\] is an empty list"),
         ([["cuda:0", "gpu:1"]], r"devices\[0\]\[1\] 'gpu:1' is not a device string"),
-        (["cuda:0", "meta"], r"device 'meta' has type 'meta'"),
+        (["cuda:0", "meta"], r"devices\[1\] 'meta' has type 'meta'"),
         ([["cuda:0", "cuda:4"]], r"cuda:4 requested but only 4"),
         ("cuda:0", r"non-empty list"),
         ([], r"non-empty list"),
@@ -60,6 +60,8 @@ def test_bad_worker_shapes_are_refused_naming_the_entry(four_gpus, devices, mess
 def test_a_bad_device_type_is_a_type_error():
     with pytest.raises(TypeError, match=r"devices\[0\]\[0\] must be a str, int or torch.device"):
         worker_specs([[1.5]])
+    with pytest.raises(TypeError, match=r"devices\[1\] must be a str, int or torch.device, got NoneType"):
+        worker_specs(["cpu", None])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a host without CUDA")

@@ -196,6 +196,8 @@ def test_other_job_key_and_other_file_are_refused(tmp_path):
     with pytest.raises(ValueError, match="notes.txt is not a journal"):
         Journal(text, KEY)
     assert text.read_text().startswith("some unrelated")
+    with pytest.raises(ValueError, match=r"a part of its folder .*notes\.txt is a file"):  # was a FileExistsError
+        Journal(text / "run.journal", KEY)
 
 
 def test_other_item_at_an_index_is_refused(tmp_path):

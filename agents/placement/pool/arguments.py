@@ -177,7 +177,7 @@ class WorkerSpec:
 def _entry_keys(entry: Any, position: int) -> list[str]:
     """The device keys of ``devices[position]``, checked on its own."""
     if not isinstance(entry, Sequence) or isinstance(entry, (str, bytes)):
-        return [device_key(entry)]
+        return [device_key(entry, what=f"devices[{position}]")]
     if not entry:
         raise ValueError(f"devices[{position}] is an empty list; a worker needs at least one device")
     keys = [device_key(d, what=f"devices[{position}][{j}]") for j, d in enumerate(entry)]

@@ -202,7 +202,11 @@ def _write(stream_name: str, text: str) -> None:
     if target is None:  # pythonw: no console
         return
     with _WRITE_LOCK, contextlib.suppress(OSError, ValueError):  # a closed or broken stream must not kill the pump
-        target.write(text)
+        try:
+            target.write(text)
+        except UnicodeEncodeError:  # workers write UTF-8; a narrow parent stream (cp1252 redirected) gets `\u2713`
+            encoding = target.encoding or "ascii"
+            target.write(text.encode(encoding, "backslashreplace").decode(encoding))
         target.flush()
 
 
