@@ -20,6 +20,7 @@ import re
 import struct
 import warnings
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -288,20 +289,34 @@ class Journal:
             ValueError: ``index`` is already recorded for a different item.
             TypeError: ``item`` or ``result`` cannot be pickled.
         """
-        index = check_int(index, "index", 0)
+        self.put_many([(index, item, result)])
+
+    def put_many(self, entries: Sequence[tuple[int, Any, Any]]) -> None:
+        """`put` of each ``(index, item, result)``, written and synced to disk once (a batch's results: one
+        fsync per item cost ~0.3 ms each on a 2-core VM's disk); durable when this returns. A crash during
+        the write keeps the whole records before it, as `put`'s. Raises as `put`, before writing any."""
         self._check_open()
-        digest = _digest_of(item, index)
-        old = self._entries.get(index)
-        if old is not None and old[0] != digest:
-            raise ValueError(f"journal {self.path} was written for other items: item {index} differs")
-        try:
-            blob = pickle.dumps(to_cpu(result), protocol=_PROTOCOL)
-        except Exception as exc:
-            raise TypeError(f"result of item {index} cannot be pickled for the journal: {exc}") from exc
+        records, placed = [], []
+        for index, item, result in entries:
+            index = check_int(index, "index", 0)
+            digest = _digest_of(item, index)
+            old = self._entries.get(index)
+            if old is not None and old[0] != digest:
+                raise ValueError(f"journal {self.path} was written for other items: item {index} differs")
+            try:
+                blob = pickle.dumps(to_cpu(result), protocol=_PROTOCOL)
+            except Exception as exc:
+                raise TypeError(f"result of item {index} cannot be pickled for the journal: {exc}") from exc
+            records.append(_record(_ITEM.pack(index, digest) + blob))
+            placed.append((index, digest, len(blob)))
+        if not records:
+            return
         self._file.seek(0, os.SEEK_END)
         start = self._file.tell()
-        self._append(_record(_ITEM.pack(index, digest) + blob))
-        self._entries[index] = (digest, start + _PREFIX.size + _ITEM.size, len(blob))
+        self._append(b"".join(records))
+        for (index, digest, size), record in zip(placed, records):
+            self._entries[index] = (digest, start + _PREFIX.size + _ITEM.size, size)
+            start += len(record)
 
     def __len__(self) -> int:
         """The number of items recorded as finished."""

@@ -274,3 +274,22 @@ def test_job_key_names_the_factory_and_what_it_carries():
     # what cannot be pickled counts by its repr without memory addresses: the same key in another process
     local = _factory_for(lambda x: x)
     assert " at 0x" not in job_key_for(local) and job_key_for(local) == job_key_for(_factory_for(lambda x: x))
+
+
+def test_a_batch_of_results_is_written_with_one_sync(tmp_path, monkeypatch):
+    from agents.placement import journal
+
+    syncs = []
+    real_fsync = journal.os.fsync
+    monkeypatch.setattr(journal.os, "fsync", lambda fd: (syncs.append(fd), real_fsync(fd)))
+    path = tmp_path / "j.bin"
+    with Journal(path, KEY) as j:
+        before = len(syncs)
+        j.put_many([(i, f"item {i}", torch.full((2,), float(i))) for i in range(5)])
+        assert len(syncs) - before == 1 and len(j) == 5
+        with pytest.raises(ValueError, match="item 2 differs"):  # checked before anything is written
+            j.put_many([(7, "item 7", 7), (2, "another item", 2)])
+        assert len(j) == 5
+    with Journal(path, KEY) as j:
+        assert [j.get(i, f"item {i}")[1].tolist() for i in range(5)] == [[float(i)] * 2 for i in range(5)]
+        assert j.get(7, "item 7") == (False, None)

@@ -152,13 +152,16 @@ class Scheduler:
             (self.retry if index in self.last_error else self.pending).appendleft(index)
 
     # ------------------------------------------------------------------ results out
-    def finish(self, index: int, value: Any, slot: Slot | None, *, journaled: bool = False) -> None:
-        """``index`` has its result (read from the journal, when ``journaled``) or failure record."""
+    def finish(
+        self, index: int, value: Any, slot: Slot | None, *, journaled: bool = False, journaled_here: bool = False
+    ) -> None:
+        """``index`` has its result (read from the journal, when ``journaled``; just written to it, when
+        ``journaled_here``) or failure record."""
         if not journaled:
             if index not in self.items:  # cannot happen by the invariants; guard them anyway
                 raise RuntimeError(f"internal error: item {index} finished twice")
             stored = self.items.pop(index)
-            if self.journal is not None and not isinstance(value, ItemFailure):
+            if self.journal is not None and not journaled_here and not isinstance(value, ItemFailure):
                 self.journal.put(index, stored, value)
         for state in (self.attempts, self.avoid, self.last_error, self.batch_error):
             state.pop(index, None)  # a stream of millions keeps nothing per finished item
@@ -247,8 +250,11 @@ class Scheduler:
                 summary = f"result cannot be unpickled here: {type(exc).__name__}: {exc}"
                 self.unrunnable(task.indices, slot, summary, ran=True)
                 return
+            if self.journal is not None:  # a batch's results: one write and one fsync for all of them
+                done = [(i, self.items[i], v) for i, v in zip(task.indices, values) if i in self.items]
+                self.journal.put_many([d for d in done if not isinstance(d[2], ItemFailure)])
             for index, value in zip(task.indices, values):
-                self.finish(index, value, slot)
+                self.finish(index, value, slot, journaled_here=True)
         elif kind == "error":
             summary = last_line(payload) + (f" (batch {list(task.indices)})" if self.batched else "")
             self.fail(task.indices, slot, summary, payload)
