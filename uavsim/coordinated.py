@@ -129,7 +129,7 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
         cells, pos = env.read_state("cells", "pos")
         here = env._flat(pos.long())  # [B, N]
         b, n = here.shape
-        order = self._noise(b, n, self.step_offsets.shape[0], cells.device)  # [B, N, A - 1]
+        order = self._noise(env.env_index, n, self.step_offsets.shape[0])  # [B, N, A - 1]
         self.calls += 1
         search = self.search
         searched = cells.index_select(1, search.search_to_cell[search.lo : search.hi]).t()  # [hi - lo, B]
@@ -234,8 +234,9 @@ class CoordinatedFrontierPolicy(GreedyFrontierPolicy):
             keep = keep & (row >= 0) & (row < self.hp) & (col >= 0) & (col < self.wp)
         return self.map_position[torch.where(keep, cells, self.num_cells)].view(b, -1)
 
-    def _noise(self, b: int, n: int, a: int, device: torch.device) -> torch.Tensor:
-        """``[b, n, a]`` float32 in [0, 1): a pure function of (seed, row, call count, UAV, move)."""
-        row = torch.arange(b, device=device)[:, None, None]
+    def _noise(self, env_index: torch.Tensor, n: int, a: int) -> torch.Tensor:
+        """``[B, n, a]`` float32 in [0, 1): a pure function of (seed, environment index, call count, UAV, move),
+        so that an environment plays the same moves in any batch (a shard's `first_env_index` too)."""
+        device = env_index.device
         draw = (torch.arange(n, device=device)[:, None] * a + torch.arange(a, device=device))[None]
-        return hash32(self.hash_key, row, self.calls % MAX_KEY, draw).to(torch.float32) / 2**32
+        return hash32(self.hash_key, env_index[:, None, None], self.calls % MAX_KEY, draw).to(torch.float32) / 2**32

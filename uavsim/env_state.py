@@ -34,7 +34,8 @@ class EnvState:
         """
         if self._buf is None:
             raise RuntimeError("call reset() before reading the state")
-        return tuple(rules_state(self._lay, self._v, self._pending, keys).values())
+        state = rules_state(self._lay, self._v, self._pending, keys)
+        return tuple(state[k] for k in keys)  # a key named twice: twice
 
     def state_spec(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """``{key: (dtype, shape)}`` of each tensor of ``state`` (and of checkpoints)."""

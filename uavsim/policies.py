@@ -54,6 +54,10 @@ class GreedyFrontierPolicy:
     would move as one forever, which would make this baseline a strawman. There is no other
     coordination, which is the weakness a learned team should beat.
 
+    The tie-breaks are one generator's draws over the whole batch, so an environment's moves depend on the
+    batch's size and its row (`agents.evaluate` plays a map set in one batch from row 0; the committed
+    baselines are those). The coordinated planner hashes each environment's index instead.
+
     Args:
         env: the env it plays (any env of the same layout; checked at every call).
         seed: its tie-breaks' generator seed.

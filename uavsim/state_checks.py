@@ -84,6 +84,9 @@ def rules_state(
     }
     if lay.memory is not None:  # the map cells of each UAV's memory (its border is always known blocked)
         fields[MEMORY_KEY] = lambda: codes(lay, v["memory"]).reshape(b, n, -1)
+    not_text = [k for k in keys or () if not isinstance(k, str)]
+    if not_text:
+        raise TypeError(f"state keys are strings, got {not_text[0]!r}; this env's state has {', '.join(fields)}")
     unknown = [k for k in keys or () if k not in fields]
     if unknown:
         raise ValueError(f"no state key {unknown[0]!r}; this env's state has {', '.join(fields)}")
@@ -187,7 +190,8 @@ def _check_ranges(env: StateOwner, state: dict[str, torch.Tensor]) -> None:
                 & (pos[..., 1] < cfg.grid_width)
             ).all()
         ),
-        "t": bool(((state["t"] >= 0) & (state["t"] <= cfg.max_steps)).all()),
+        # max_steps only where the ended episode waits for its restart (next_step): a step would advance it past
+        "t": bool(((state["t"] >= 0) & (state["t"] < cfg.max_steps + state["reset_pending"].long())).all()),
         "episode": bool(((state["episode"] >= 0) & (state["episode"].long() < MAX_KEY)).all()),
         "covered": bool(((state["covered"] >= 0) & (state["covered"] <= state["free"])).all()),
         # only next_step autoreset leaves an ended episode waiting for the next step
@@ -197,7 +201,8 @@ def _check_ranges(env: StateOwner, state: dict[str, torch.Tensor]) -> None:
     if bad:
         raise ValueError(
             f"env state holds values out of range in {bad} (cells codes in [{FREE}, {BLOCKED}], "
-            f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}], "
+            f"pos on the {cfg.grid_height}x{cfg.grid_width} grid, t in [0, {cfg.max_steps}) "
+            f"({cfg.max_steps} awaiting a next_step restart), "
             "episode in [0, 2**31), covered in [0, free], no reset pending unless "
             "autoreset_mode='next_step'): not a state this env wrote"
         )

@@ -89,7 +89,7 @@ def first_episode_frames(
     """RGB frames `[H, W, 3]` uint8 of episode 0 of environment 0 of `seed` (the first map
     `run_episodes` plays), played by `act_for(env) -> act` on a one-environment batch on `device`,
     each with the whole trail (`uavsim.video.record_episode`). The trained actor plays its batch's
-    episode; a scripted planner's tie-breaks depend on the batch, so its episode may differ by a tie."""
+    episode; the greedy planner's tie-breaks depend on the batch, so its episode may differ by a tie."""
     env = UAVSwarmEnv(env_cfg, num_envs=1, device=device, seed=seed)  # not reset: record_episode plays episode 0
     act = act_for(env)
     return record_episode(env, lambda e: act(e.observe()), env_index=0, trail=env_cfg.max_steps).frames

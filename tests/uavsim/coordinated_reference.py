@@ -152,7 +152,7 @@ class ReferenceCoordinatedFrontierPolicy(GreedyFrontierPolicy):
         cells = env.state["cells"]
         here = env._flat(env.state["pos"].long())  # [B, N]
         b, n = here.shape
-        order = self._noise(b, n, self.step_offsets.shape[0], cells.device)  # [B, N, A - 1]
+        order = self._noise(env.env_index, n, self.step_offsets.shape[0])  # [B, N, A - 1]
         self.calls += 1
         avail, wall = cells == FREE, self.walls(cells)
         todo = torch.ones(b, n, dtype=torch.bool, device=cells.device)
@@ -215,8 +215,9 @@ class ReferenceCoordinatedFrontierPolicy(GreedyFrontierPolicy):
         step = nbrs.gather(2, torch.where(on_path, order, -1.0).argmax(2, keepdim=True)).squeeze(2)
         return torch.where(on_path.any(2), step, here)  # none on the path (never for a reached bid): stay
 
-    def _noise(self, b: int, n: int, a: int, device: torch.device) -> torch.Tensor:
-        """``[b, n, a]`` float32 in [0, 1): a pure function of (seed, row, call count, UAV, move)."""
-        row = torch.arange(b, device=device)[:, None, None]
+    def _noise(self, env_index: torch.Tensor, n: int, a: int) -> torch.Tensor:
+        """``[B, n, a]`` float32 in [0, 1): a pure function of (seed, environment index, call count, UAV, move),
+        so that an environment plays the same moves in any batch (a shard's `first_env_index` too)."""
+        device = env_index.device
         draw = (torch.arange(n, device=device)[:, None] * a + torch.arange(a, device=device))[None]
-        return hash32(self.hash_key, row, self.calls % MAX_KEY, draw).to(torch.float32) / 2**32
+        return hash32(self.hash_key, env_index[:, None, None], self.calls % MAX_KEY, draw).to(torch.float32) / 2**32

@@ -140,6 +140,21 @@ def test_load_state_dict_rejects_a_pending_reset_where_autoreset_is_same_step():
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
 
 
+def test_load_state_dict_rejects_a_clock_at_max_steps_unless_a_restart_waits():
+    # a same_step env never holds t == max_steps (the truncated episode restarts in the step); next_step does,
+    # with the restart pending. Taken otherwise, a step advanced the clock past max_steps (a uint8 clock at 255
+    # wrapped to 0, the episode never truncated).
+    cfg = SMALL.replace(max_steps=255)
+    env = UAVSwarmEnv(cfg, num_envs=2, seed=1, autoreset_mode="next_step")
+    env.reset()
+    saved = env.state_dict()
+    saved["state"]["t"][0] = cfg.max_steps
+    with pytest.raises(ValueError, match="out of range in \\['t'\\]"):
+        UAVSwarmEnv(cfg, num_envs=2, seed=1, autoreset_mode="next_step").load_state_dict(saved)
+    saved["state"]["reset_pending"][0] = True
+    UAVSwarmEnv(cfg, num_envs=2, seed=1, autoreset_mode="next_step").load_state_dict(saved)
+
+
 def grid_of(state, b):
     p = SMALL.pad
     return state["cells"][b].view(SMALL.grid_height + 2 * p, -1), p
@@ -199,3 +214,7 @@ def test_read_state_computes_only_the_keys_asked_for(monkeypatch):
     assert torch.equal(cells, whole["cells"]) and torch.equal(pos, whole["pos"])
     with pytest.raises(ValueError, match="'cover'.*covered"):
         env.read_state("cells", "cover")
+    a, b = env.read_state("pos", "pos")  # a key named twice: twice, as a tuple unpacking expects
+    assert torch.equal(a, b)
+    with pytest.raises(TypeError, match=r"state keys are strings, got \['cells'\]"):  # was "unhashable type"
+        env.read_state(["cells"])

@@ -66,17 +66,19 @@ def test_same_seed_same_moves_other_seed_other_moves():
     assert not torch.equal(runs[0], runs[2])  # tie-breaks differ somewhere in 20 steps of 6 envs
 
 
-def test_environment_b_plays_the_same_moves_whatever_the_batch_size():
-    # Tie-breaks hash (seed, row, call count, ...), and an environment's auction never looks at
-    # another's (they stop relaxing at different rounds): the first 3 rows of a batch of 7 play
-    # what a batch of 3 plays, through episode ends and resets.
-    small, large = (UAVSwarmEnv(SMALL, num_envs=b, seed=4) for b in (3, 7))
+@pytest.mark.parametrize("first", [0, 4])
+def test_environment_b_plays_the_same_moves_whatever_the_batch_size(first):
+    # Tie-breaks hash (seed, environment index, call count, ...), and an environment's auction never looks at
+    # another's (they stop relaxing at different rounds): a batch of 3 plays what rows `first`.. of a batch
+    # of 7 play, through episode ends and resets; a shard (`first_env_index`) too (it hashed the row once).
+    small = UAVSwarmEnv(SMALL, num_envs=3, seed=4, first_env_index=first)
+    large = UAVSwarmEnv(SMALL, num_envs=7, seed=4)
     small.reset(), large.reset()
     a, b = CoordinatedFrontierPolicy(small, seed=9), CoordinatedFrontierPolicy(large, seed=9)
     ended = 0
     for _ in range(45):
         actions_small, actions_large = a(small), b(large)
-        assert torch.equal(actions_small, actions_large[:3])
+        assert torch.equal(actions_small, actions_large[first : first + 3])
         _, _, terminated, truncated, _ = small.step(actions_small)
         large.step(actions_large)
         ended += int((terminated | truncated).sum())
