@@ -124,7 +124,10 @@ class EnvConfig:
         count_fits("num_obstacles")
         need(self.max_steps >= 1, "max_steps", ">= 1")
         need(self.max_steps < 2**31, "max_steps", "< 2**31 (step counts are compared on the device as int64)")
-        sizes_fit("obstacle_min_size", "obstacle_max_size", "obstacles")
+        if (
+            self.num_obstacles > 0
+        ):  # as for walls: sizes of nothing drawn (a map set's, a narrow corridor's) need not fit
+            sizes_fit("obstacle_min_size", "obstacle_max_size", "obstacles")
         count_fits("num_walls")
         if self.num_walls > 0:
             sizes_fit("wall_min_length", "wall_max_length", "walls")
@@ -160,8 +163,10 @@ class EnvConfig:
         # A UAV's reward per step lies within +-(the sum of the four); its episode return, a float32
         # sum of max_steps rewards, must stay finite.
         per_step = self.coverage_reward + self.time_penalty + self.collision_penalty + self.near_miss_penalty
+        # float32 rounds each reward and each partial sum by up to 2**-24 of it: a relative margin of the adds' count
+        rounding = 1 + (self.max_steps + 4) * 2.0**-23
         need(
-            per_step * self.max_steps <= FLOAT32_MAX,
+            per_step * self.max_steps * rounding <= FLOAT32_MAX,
             "coverage_reward",
             f"such that (coverage_reward + time_penalty + collision_penalty + near_miss_penalty) x max_steps "
             f"<= {FLOAT32_MAX:.4g}, or an episode's return overflows float32 (the sum is {per_step:.4g}, "
@@ -199,7 +204,7 @@ class EnvConfig:
         if not isinstance(values, Mapping):
             raise TypeError(f"EnvConfig.from_dict expects a mapping, got {type(values).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known, key=repr)  # repr: keys of several types do not compare
         if unknown:
             raise ValueError(f"unknown EnvConfig field(s) {unknown}; known fields: {sorted(known)}")
         return cls(**dict(values))

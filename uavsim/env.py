@@ -31,6 +31,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import numpy as np
 import torch
 
 from uavsim.config import EnvConfig
@@ -74,11 +75,13 @@ class UAVSwarmEnv(EnvState):
         check_action_range: validate that actions lie in ``[0, num_actions)``: a host read per
             step, so trainers that sample valid actions turn it off. Off, a negative action indexes
             the move table from its end (-1 moves like the last action), a larger one raises an
-            IndexError (a device-side assert on a GPU). Shape, dtype and device are always checked.
+            IndexError (a device-side assert on a GPU) from a step left half done: reset before going on.
+            Shape, dtype and device are always checked.
         reset_mode: ``"prepared"``, ``"dense"``, ``"sparse"`` or ``None`` (the default).
         autoreset_mode: ``"same_step"`` (default) or ``"next_step"``.
         obs_dtype: observations in float32 (default), bfloat16 or float16: each value the
-            float32 value of the rules cast to it (the 0/1/count channels are exact in all three).
+            float32 value of the rules cast to it (the 0/1 channels are exact in all three, the UAV counts
+            up to 256 in bfloat16 and 2,048 in float16).
     """
 
     def __init__(
@@ -100,8 +103,9 @@ class UAVSwarmEnv(EnvState):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         num_envs, seed, first_env_index = int(num_envs), int(seed), int(first_env_index)  # NumPy ints too
-        if not isinstance(check_action_range, bool):  # a string such as "no" would be truthy
+        if not isinstance(check_action_range, (bool, np.bool_)):  # a string such as "no" would be truthy
             raise TypeError(f"check_action_range must be a bool, got {type(check_action_range).__name__}")
+        check_action_range = bool(check_action_range)
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if not 0 <= seed < MAX_KEY:

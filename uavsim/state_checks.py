@@ -152,8 +152,18 @@ def checked_state(env: StateOwner, lay: Layout, d: Any) -> dict[str, torch.Tenso
         "first_env_index": int(env.env_index[0]),
     }
     for key, value in mine.items():
-        if d.get(key) != value:
-            raise ValueError(f"env state mismatch in {key!r}: checkpoint has {d.get(key)!r}, this env has {value!r}")
+        theirs = d.get(key)
+        if theirs == value:
+            continue
+        if key == "config" and isinstance(theirs, dict):  # 24 fields each: name the ones that differ
+            differ = sorted(set(theirs) | set(value), key=str)
+            differ = [
+                f"{k}: checkpoint {theirs.get(k, '(none)')!r}, this env {value.get(k, '(none)')!r}"
+                for k in differ
+                if theirs.get(k, "(none)") != value.get(k, "(none)")
+            ]
+            raise ValueError(f"env state mismatch in the config: {'; '.join(differ)}")
+        raise ValueError(f"env state mismatch in {key!r}: checkpoint has {theirs!r}, this env has {value!r}")
     state = d.get("state")
     keys = state_keys(env.config)
     if not isinstance(state, dict) or set(state) != set(keys):

@@ -121,6 +121,34 @@ def test_the_new_bounds_sit_exactly_where_they_say():
             EnvConfig(**kwargs)
 
 
+def test_the_return_bound_leaves_room_for_float32_rounding():
+    # (penalty x max_steps) <= float32's max in float64 was not enough: float32 rounds each partial sum up as often
+    # as down, and -FLOAT32_MAX / 10 added ten times reached -inf
+    from uavsim.config import FLOAT32_MAX
+
+    with pytest.raises(ValueError, match="EnvConfig.coverage_reward"):
+        EnvConfig(max_steps=10, time_penalty=FLOAT32_MAX / 10, coverage_reward=0.0)
+    cfg = EnvConfig(max_steps=10, time_penalty=FLOAT32_MAX / 10 / (1 + 14 * 2**-23), coverage_reward=0.0, **NO_RISK)
+    env = UAVSwarmEnv(cfg, num_envs=1)
+    env.reset()
+    for _ in range(10):
+        info = env.step(torch.zeros(1, cfg.num_uavs, dtype=torch.int64))[-1]
+    assert torch.isfinite(info["episode_return"]).all()
+
+
+NO_RISK = dict(collision_penalty=0.0, near_miss_penalty=0.0)
+
+
+def test_obstacle_sizes_need_not_fit_where_no_obstacle_is_drawn():
+    # a 3-cell corridor without obstacles, as without walls: the default sizes are not a reason to refuse it
+    cfg = EnvConfig(grid_height=3, grid_width=40, num_obstacles=0, launch_size=2, num_uavs=2, state_pool=3)
+    env = UAVSwarmEnv(cfg, num_envs=2)
+    env.reset()
+    env.step(torch.zeros(2, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="EnvConfig.obstacle_max_size"):
+        cfg.replace(num_obstacles=1)
+
+
 def test_numpy_floats_are_floats():
     cfg = EnvConfig(coverage_reward=np.float32(2.5), time_penalty=np.float64(0.02))
     assert cfg == EnvConfig(coverage_reward=2.5, time_penalty=0.02) and type(cfg.coverage_reward) is float
@@ -129,6 +157,8 @@ def test_numpy_floats_are_floats():
 def test_unknown_config_field_is_named():
     with pytest.raises(ValueError, match="num_drones"):
         EnvConfig.from_dict({"num_drones": 3})
+    with pytest.raises(ValueError, match=r"unknown EnvConfig field\(s\) \['b', 1\]"):  # keys that do not compare
+        EnvConfig.from_dict({1: 2, "b": 3})
     with pytest.raises(TypeError):
         EnvConfig(num_drones=3)  # the dataclass itself refuses it too
 
@@ -146,6 +176,9 @@ def test_bad_constructor_arguments():
         UAVSwarmEnv(EnvConfig(), num_envs=1, obs_dtype=torch.uint8)
     with pytest.raises(TypeError, match="config"):
         UAVSwarmEnv({"num_uavs": 3})
+    assert UAVSwarmEnv(EnvConfig(), num_envs=1, check_action_range=np.bool_(False)).check_action_range is False
+    with pytest.raises(TypeError, match="check_action_range must be a bool, got str"):
+        UAVSwarmEnv(EnvConfig(), num_envs=1, check_action_range="no")
 
 
 def test_reference_bad_actions():

@@ -56,6 +56,8 @@ def test_load_state_dict_rejects_mismatch():
         UAVSwarmEnv(SMALL, num_envs=2, seed=2).load_state_dict(saved)
     with pytest.raises(ValueError, match="num_envs"):
         UAVSwarmEnv(SMALL, num_envs=3, seed=1).load_state_dict(saved)
+    with pytest.raises(ValueError, match=r"mismatch in the config: max_steps: checkpoint 30, this env 31$"):
+        UAVSwarmEnv(SMALL.replace(max_steps=31), num_envs=2, seed=1).load_state_dict(saved)  # named, not 24 fields
     saved["state"]["pos"] = saved["state"]["pos"][:, :2]
     with pytest.raises(ValueError, match="'pos'"):
         UAVSwarmEnv(SMALL, num_envs=2, seed=1).load_state_dict(saved)
