@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 
 import uavsim
@@ -50,10 +51,11 @@ def default_cache_dir(checkpoint: Path) -> Path:
     `runs/NAME/checkpoints/ckpt_*.pt`), or beside a checkpoint kept outside a run: every run of a
     folder shares it, and it goes where the runs go (scratch space, not a home quota). A run inside
     another run (`agents.average`'s `RUN/averaged-lastK/`) shares the outer run's folder's."""
+    checkpoint = checkpoint.resolve()  # `agents.evaluate .` from inside a run: `.`'s parent is `.`
     run = owning_run_dir(checkpoint)
     if run is None:
         return checkpoint.parent / CACHE_NAME
-    while (run.parent / "checkpoints").is_dir():  # the parent is a run directory itself
+    while run.parent != run and (run.parent / "checkpoints").is_dir():  # the parent is a run directory itself
         run = run.parent
     return run.parent / CACHE_NAME
 
@@ -151,7 +153,11 @@ def read_entry(path: Path, key: dict, need_frames: bool) -> Played | None:
         ValueError: it holds another key, or arrays of the wrong names, types or shapes.
         OSError, KeyError, EOFError, zipfile.BadZipFile, zlib.error: it is no readable `.npz`.
     """
-    with np.load(path, allow_pickle=False) as z:
+    with contextlib.ExitStack() as closing:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):  # a `.npy` loads as one array
+            raise ValueError("it holds no .npz archive")
+        closing.enter_context(z)
         if json.loads(str(z["key"])) != json.loads(json.dumps(key)):
             raise ValueError("it holds another key")
         episodes, steps = key["episodes"], key["env"]["max_steps"] + 1
@@ -186,6 +192,11 @@ def write_entry(path: Path, key: dict, raw: dict[str, np.ndarray], frames: list[
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+    for orphan in path.parent.glob(f".{path.stem}-*-*.tmp"):  # of writers killed mid-write
+        pid = orphan.name[len(path.stem) + 2 :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):
+                orphan.unlink()
 
 
 def add_cache_arguments(p: argparse.ArgumentParser) -> None:

@@ -53,7 +53,7 @@ import sys
 from agents.evaluate.baseline_cache import add_cache_arguments, cache_from_args
 from agents.evaluate.episodes import POLICIES, evaluate_all
 from agents.evaluate.report import summary_lines, write_report
-from agents.evaluate.setup import SPLITS, add_protocol_arguments, add_task_arguments, load_setup, split_defaults
+from agents.evaluate.setup import add_protocol_arguments, add_task_arguments, load_setup, split_defaults, split_of
 from uavsim.machine import hardware
 
 
@@ -105,14 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         "env_steps": payload["env_steps"],
         "episodes": args.episodes,
         "seed": args.seed,
-        "split": args.split if (args.seed, args.episodes) == SPLITS[args.split] else None,
+        "split": split_of(args.seed, args.episodes),  # --seed 20261126 --episodes 512 are the test maps too
         "env": env_cfg.to_dict(),
         "temperature": args.temperature,  # of policy_sampled
         **task,  # env_overrides, maps
     }
     title = f"{args.episodes} maps, seed {args.seed}, {payload['env_steps']} env steps of training"
+    replaced = out.is_file()  # a validation's eval.json under a test run's, say: said, not silent
     written = write_report(out, results, frames, title, env_cfg.target_coverage)
     print("\n".join(summary_lines(results, POLICIES, args.episodes, env_cfg.target_coverage)))
     print("\n".join(cache.lines()) if cache is not None else "baselines played (--no-baseline-cache)")
-    print(f"wrote {', '.join(map(str, written))}")
+    print(f"{'replaced' if replaced else 'wrote'} {', '.join(map(str, written))}")
     return 0

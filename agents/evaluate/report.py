@@ -14,6 +14,7 @@ from pathlib import Path
 import imageio.v2 as imageio
 import numpy as np
 
+from agents.run.paths import write_text_atomically
 from uavsim.video import side_by_side, write_video
 
 COMPARED = {
@@ -91,7 +92,8 @@ def write_report(
     `results["coverage_curve"]` titled `plot_title`. Returns the paths written, the JSON first."""
     out.parent.mkdir(parents=True, exist_ok=True)
     # strict JSON: NaN -> null
-    out.write_text(json.dumps(nan_to_none(results), indent=2, allow_nan=False), encoding="utf-8")
+    # whole or not at all: a full disk or a kill leaves the results of the run before (`write_text_atomically`)
+    write_text_atomically(out, json.dumps(nan_to_none(results), indent=2, allow_nan=False))
     gif, png = out.with_suffix(".gif"), out.with_suffix(".png")
     compare, plot = compare_gif_path(out), coverage_plot_path(out)
     write_video(frames["policy"], gif, fps=12.5)  # as the comparison; imageio's own `duration` unit changed (s -> ms)

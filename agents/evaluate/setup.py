@@ -95,6 +95,11 @@ def with_task(cfg: Config, env_items: Sequence[str], maps: str | None) -> Config
 SPLITS = {"validation": (12345, 256), "test": (20261126, 512)}  # split: (env seed, maps)
 
 
+def split_of(seed: int, episodes: int) -> str | None:
+    """The split whose maps ``(seed, episodes)`` are, however they were named (``--split`` or the numbers)."""
+    return next((name for name, maps in SPLITS.items() if maps == (seed, episodes)), None)
+
+
 def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
     """``--split``, ``--episodes`` and ``--seed``: which maps a policy is scored on."""
     p.add_argument(
@@ -180,11 +185,15 @@ def load_setup(args: argparse.Namespace) -> tuple[Path, dict, EnvConfig, Actor, 
         raise ValueError(f"--out: {problem}")
     if out.suffix.lower() in (".gif", ".png"):  # the episode's GIF and PNG go beside the JSON: <stem>.gif/.png
         raise ValueError(f"--out {out}: the results' JSON path, not a {out.suffix} (its images are written beside it)")
+    if out.resolve() == path.resolve() or (out.is_file() and out.suffix.lower() != ".json"):
+        raise ValueError(f"--out {out}: an existing file that is not a results' JSON (the checkpoint?); name another")
     if args.maps is None and env_cfg.maps is not None and not Path(env_cfg.maps).exists():
+        given = any(item.split("=", 1)[0].strip() == "maps" for item in args.env or ())
+        if given:  # the user's own --env, not the run's set
+            raise ValueError(f"--env maps={env_cfg.maps} is not found from {Path.cwd()}")
+        relative = " (a path relative to where the run trained)" if not Path(env_cfg.maps).is_absolute() else ""
         raise ValueError(
-            f"the run's map set env.maps={env_cfg.maps} is not found from {Path.cwd()}"
-            + (" (a path relative to where the run trained)" if not Path(env_cfg.maps).is_absolute() else "")
-            + ": pass --maps PATH"
+            f"the run's map set env.maps={env_cfg.maps} is not found from {Path.cwd()}{relative}: pass --maps PATH"
         )
     overrides = [*played_env(cfg, args.env), *([f"maps={args.maps}"] if args.maps is not None else [])]
     meta = {"env_overrides": overrides, "maps": maps_meta(env_cfg, args.episodes, args.seed)}

@@ -29,6 +29,8 @@ from typing import Any
 import psutil
 import torch
 
+from agents.run.paths import write_text_atomically
+
 MAGIC = b"UAVCKPT1"
 FORMAT_VERSION = 2  # 2: the action noise is a counter (agents.algo.action_noise), not a generator state
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
@@ -104,7 +106,7 @@ def save_checkpoint(
             raise
         _fsync_folder(d)
         for name, text in (beside or {}).items():
-            _write_text_atomically(Path(run_dir) / name, text)
+            write_text_atomically(Path(run_dir) / name, text)
         for old in list_checkpoints(run_dir)[:-keep]:
             old.unlink(missing_ok=True)
         _remove_orphaned_temporaries(d)
@@ -123,16 +125,6 @@ def _fsync_folder(d: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _write_text_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 @contextlib.contextmanager
@@ -264,6 +256,8 @@ def resolve_checkpoint(path_or_run: str | Path) -> Path:
         return p
     if p.is_dir():
         found = list_checkpoints(p)
+        if not found and p.name == "checkpoints" and list_checkpoints(p.parent):  # RUN/checkpoints: RUN's
+            found = list_checkpoints(p.parent)
         if not found:
             raise CheckpointError(
                 f"run directory {p} has no checkpoints in {checkpoint_dir(p)}: nothing to resume, evaluate or "

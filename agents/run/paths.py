@@ -66,3 +66,14 @@ def file_problem(path: str | Path) -> str | None:
     except OSError as err:
         return f"{p} cannot be used: {err.strerror or err}"
     return dir_problem(p.parent)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """`path` holds `text` (UTF-8) whole, or what it held before: written beside it, then moved over it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -47,6 +47,7 @@ def test_round_trip_keeps_last_k_and_leaves_no_temporaries(tmp_path):
     loaded = ckpt.load_checkpoint(files[-1])
     assert loaded["env_steps"] == 400 and torch.equal(loaded["actor"]["w"], torch.arange(6.0).view(2, 3))
     assert ckpt.resolve_checkpoint(tmp_path) == files[-1]
+    assert ckpt.resolve_checkpoint(tmp_path / "checkpoints") == files[-1]  # RUN/checkpoints for RUN
 
 
 def test_temporaries_of_a_killed_writer_are_removed_at_the_next_save(tmp_path):

@@ -3,6 +3,8 @@ episode's own end, and the drawn episode is the evaluated one, ending on its ter
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -119,7 +121,7 @@ def test_coverage_curve_follows_each_first_episode_and_then_holds_its_final_valu
     assert all(np.all(curve[i, length[i] :] == curve[i, length[i]]) for i in range(5))
 
 
-def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_paths(tmp_path, capsys):
+def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_paths(tmp_path, capsys, monkeypatch):
     import hashlib
     import io
 
@@ -139,6 +141,20 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
         err = capsys.readouterr().err
         assert "error: --out: " in err and problem in err
     assert not (run / "eval.json").exists()
+    before = newest.read_bytes()
+    for out in (newest, run / "config.yaml"):  # the checkpoint it evaluates was overwritten with JSON
+        assert evaluate.main([str(run), "--episodes", "2", "--out", str(out)]) == 2
+        assert f"error: --out {out}: an existing file that is not a results' JSON" in capsys.readouterr().err
+    assert newest.read_bytes() == before
+
+    # from inside the run, as `.` (the default baseline cache's search looped forever), twice: said when replaced
+    monkeypatch.chdir(run)
+    assert evaluate.main([".", "--episodes", "2", "--seed", "20261126"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"wrote {Path('eval.json')}")
+    assert evaluate.main([".", "--episodes", "2", "--seed", "20261126"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"replaced {Path('eval.json')}")
+    assert (run.parent / ".baseline-cache").is_dir()
+    monkeypatch.chdir(tmp_path)
 
     payload = ckpt.load_checkpoint(newest)
     payload["config"]["env"]["num_uavs"] += 1  # the saved actor no longer fits the saved config

@@ -160,6 +160,9 @@ def corrupt(path: Path, how: str) -> None:
     elif how == "another key":  # a file of another key under this name
         other = next(p for p in path.parent.iterdir() if p != path and p.name.startswith("greedy-"))
         shutil.copyfile(other, path)
+    elif how == "an .npy":  # np.load gives one array, no archive to close
+        np.save(path.with_suffix(".npy"), np.zeros(3))
+        path.with_suffix(".npy").replace(path)
     elif how == "wrong shape":
         with np.load(path) as z:
             arrays = dict(z)
@@ -167,7 +170,7 @@ def corrupt(path: Path, how: str) -> None:
         np.savez_compressed(path, **arrays)
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncated", "another key", "wrong shape"])
+@pytest.mark.parametrize("how", ["garbage", "truncated", "another key", "wrong shape", "an .npy"])
 def test_a_broken_file_is_played_again_with_a_warning_and_replaced(tmp_path, planner_calls, how):
     fresh, fresh_frames = evaluate()
     evaluate(BaselineCache(tmp_path))
@@ -229,6 +232,26 @@ def test_the_default_folder_is_beside_the_run_directories(tmp_path):
     (tmp_path / "runs" / "mappo-0" / "checkpoints").mkdir(parents=True)
     averaged = tmp_path / "runs" / "mappo-0" / "averaged-last3" / "checkpoints" / "ckpt_000000001024.pt"
     assert default_cache_dir(averaged) == tmp_path / "runs" / ".baseline-cache"
+
+
+def test_the_default_folder_of_a_run_given_as_dot_is_beside_it(tmp_path, monkeypatch):
+    # `agents.evaluate .` from inside a run: the checkpoint's run is `.`, whose parent is `.` (it looped forever)
+    (tmp_path / "runs" / "mappo-0" / "checkpoints").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "runs" / "mappo-0")
+    assert default_cache_dir(Path("checkpoints") / "ckpt_000000001024.pt") == tmp_path / "runs" / ".baseline-cache"
+
+
+def test_a_writer_killed_mid_write_leaves_no_file_for_long(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    key = baseline_key("greedy", CFG.env_config(), 6, 3, CPU)
+    path = BaselineCache(tmp_path).path(key)
+    orphan = tmp_path / f".{path.stem}-{dead.stdout.strip()}-0123456789ab.tmp"  # a pid that no longer runs
+    orphan.write_bytes(b"half an archive")
+    evaluate(BaselineCache(tmp_path))
+    assert not orphan.exists() and path.is_file()
 
 
 @pytest.fixture(scope="module")

@@ -163,6 +163,8 @@ def test_evaluate_refuses_tasks_the_actor_cannot_play_and_bad_maps(tiny_run, tmp
     assert not (tmp_path / "nowhere").exists()
     assert evaluate.main([*argv, "--maps", str(tmp_path / "nowhere")]) == 2
     assert "does not exist: expected a map file or a folder" in capsys.readouterr().err
+    assert evaluate.main([*argv, "--env", f"maps={tmp_path / 'nowhere'}"]) == 2  # the user's path, not the run's
+    assert f"error: --env maps={tmp_path / 'nowhere'} is not found" in capsys.readouterr().err
 
 
 def test_a_run_trained_on_a_map_set_is_evaluated_on_it(tmp_path):
@@ -211,7 +213,7 @@ def test_the_protocol_splits_fill_what_is_not_given():
     reported); an explicit --seed or --episodes wins."""
     import argparse
 
-    from agents.evaluate.setup import SPLITS, add_protocol_arguments, split_defaults
+    from agents.evaluate.setup import SPLITS, add_protocol_arguments, split_defaults, split_of
 
     p = argparse.ArgumentParser()
     add_protocol_arguments(p)
@@ -225,6 +227,8 @@ def test_the_protocol_splits_fill_what_is_not_given():
         split_defaults(args)
         assert (args.seed, args.episodes) == want, argv
     assert SPLITS["test"][1] >= 512 and SPLITS["test"][0] != SPLITS["validation"][0]
+    assert split_of(20261126, 512) == "test" and split_of(12345, 256) == "validation"  # named by numbers too
+    assert split_of(20261126, 64) is None
     with pytest.raises(SystemExit):
         p.parse_args(["--split", "train"])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +45,22 @@ def test_a_folder_that_cannot_be_looked_into_is_a_reason_not_an_exception(tmp_pa
         dir_problem(tmp_path / "locked" / "run") == f"{tmp_path / 'locked' / 'run'} cannot be used: Permission denied"
     )
     assert file_problem(tmp_path / "locked" / "out.json").endswith("cannot be used: Permission denied")
+
+
+def test_a_failed_write_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    # `agents.evaluate --out` wrote in place: a full disk halfway left half a JSON where the last results were
+    from agents.run.paths import write_text_atomically
+
+    out = tmp_path / "eval.json"
+    write_text_atomically(out, '{"old": 1}')
+    real = Path.write_text
+
+    def half_then_full_disk(self, text, *args, **kwargs):
+        real(self, text[:3], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half_then_full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write_text_atomically(out, '{"new": 2}')
+    monkeypatch.undo()
+    assert out.read_text(encoding="utf-8") == '{"old": 1}' and [p.name for p in tmp_path.iterdir()] == ["eval.json"]
