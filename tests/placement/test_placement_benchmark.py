@@ -160,7 +160,7 @@ def test_devices_naming_no_device_is_rejected(tmp_path):
 @pytest.mark.parametrize(
     "devices, match",
     [
-        ("gpu,gpu", "--devices 'gpu,gpu': device 'gpu' is not a device string"),
+        ("gpu,gpu", "--devices 'gpu,gpu': devices[0] 'gpu' is not a device string"),
         ("cpu,mps", "only 'cpu' and 'cuda' are supported"),
     ],
 )

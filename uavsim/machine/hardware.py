@@ -25,6 +25,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +109,30 @@ def cpu_class() -> str:
     return classify_cpu(cpu_flags(), os.environ.get("ATEN_CPU_CAPABILITY"), os.environ.get("ONEDNN_MAX_CPU_ISA"))
 
 
-SYSFS_CPU = Path("/sys/devices/system/cpu")
-
-
-def physical_cores(cpus: list[int], sysfs: Path = SYSFS_CPU) -> int:
+def physical_cores(cpus: list[int], sysfs: Path | None = None) -> int:
     """The physical cores behind the logical CPUs `cpus` (SMT siblings count once).
 
-    Linux: the distinct sibling sets of `cpus` in sysfs (`topology/core_cpus_list`). Elsewhere (Windows,
-    macOS), or where sysfs is not readable, psutil's machine-wide ratio of physical cores to logical CPUs."""
+    Linux: the distinct sibling sets of `cpus` in sysfs (`topology/core_cpus_list` under `sysfs`, by default
+    `/sys/devices/system/cpu`). Elsewhere (Windows, macOS), or where sysfs is not readable, psutil's
+    machine-wide ratio of physical cores to logical CPUs."""
+    if sysfs is None and sys.platform.startswith("linux"):
+        sysfs = Path("/sys/devices/system/cpu")
+    counted = _sibling_sets(cpus, sysfs) if sysfs is not None else None
+    if counted:
+        return counted
+    try:
+        import psutil
+
+        physical, logical = psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
+    except ImportError:
+        physical = logical = None
+    if physical and logical and physical < logical:
+        return max(1, math.ceil(len(cpus) * physical / logical))
+    return max(1, len(cpus))
+
+
+def _sibling_sets(cpus: list[int], sysfs: Path) -> int | None:
+    """How many distinct SMT sibling sets `cpus` fall in (sysfs); None where one cannot be read."""
     sets = set()
     for cpu in cpus:
         topology = sysfs / f"cpu{cpu}" / "topology"
@@ -126,19 +143,8 @@ def physical_cores(cpus: list[int], sysfs: Path = SYSFS_CPU) -> int:
             except (OSError, UnicodeDecodeError):
                 continue
         else:
-            sets = None
-            break
-    if sets:
-        return len(sets)
-    try:
-        import psutil
-
-        physical, logical = psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
-    except ImportError:
-        physical = logical = None
-    if physical and logical and physical < logical:
-        return max(1, math.ceil(len(cpus) * physical / logical))
-    return max(1, len(cpus))
+            return None
+    return len(sets)
 
 
 def usable_cores() -> tuple[int, str]:

@@ -56,7 +56,8 @@ class WorkerPool:
             never waits for the parent.
         restarts: How many times in a row each worker is restarted after it dies without answering a
             task (a broken device, a crashing ``make_worker``); a worker that answered tasks and then
-            died on an item is restarted whatever this says, the item's ``retries`` bounding those deaths.
+            died on an item is restarted whatever this says (the item's ``retries`` bound those deaths),
+            unless it is 0: then no worker is restarted.
         startup_timeout: Seconds a worker may take from its start to ``make_worker`` returning;
             past it, the worker is killed and reported with its device (locally as if
             make_worker had raised; on Ray, where no node may have room yet, as a death). None waits.

@@ -300,11 +300,11 @@ class Scheduler:
             note += f" while running {_what(blamed)}"
             text = f"{slot.name()} died while running this item: {reason}"
             self.fail(blamed.indices, slot, text.splitlines()[0], text)
-        # A worker that answered tasks and then died on one: the item's `retries` bound such deaths, so a bad item
-        # does not use up the budget and leave the pool without workers; deaths in a row without an answer (a
-        # broken device, a make_worker that crashes) are what `restarts` counts.
+        # A worker that answered tasks and then died on one (restarts > 0; 0 never restarts): the item's `retries`
+        # bound such deaths, so a bad item does not use up the budget and leave the pool without workers; deaths
+        # in a row without an answer (a broken device, a make_worker that crashes) are what `restarts` counts.
         charged = blamed is None or not slot.answered
-        restart = not charged or slot.restarts_used < self.executor.restarts
+        restart = self.executor.restarts > 0 and (not charged or slot.restarts_used < self.executor.restarts)
         note += f"; {len(queued)} queued item(s) requeued" if queued else ""
         if not restart:
             note += "; not restarted"
