@@ -167,6 +167,9 @@ def test_a_bad_item_does_not_use_up_the_restarts_of_a_working_worker():
             assert [out[i] for i in (0, 1, 3, 4)] == [1, 2, 3, 4]  # it was given up with "no live worker"
             again = pool.map([0, 5], on_error="collect", progress=False)  # a trainer's next call, the same pool
             assert isinstance(again[0], ItemFailure) and again[1] == 5
+    with pytest.warns(WorkerDiedWarning, match="not restarted"):  # restarts=0: none, answered or not
+        out = dp_map(h.make_always_die, [1, 0, 2], ["cpu"], restarts=0, on_error="collect", progress=False)
+    assert out[0] == 1 and "no live worker" in out[2].error
 
 
 def test_an_endless_stream_ends_with_the_error_once_no_worker_is_left():
