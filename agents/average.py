@@ -52,14 +52,16 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
         out: the directory written (default: `RUN_DIR/averaged-lastK`); it must hold no checkpoint.
 
     Raises:
-        ValueError: `last` < 1, fewer checkpoints than `last`, checkpoints of other networks or
-            configs, or an unusable `out`.
+        ValueError: `last` < 1, fewer checkpoints than `last`, checkpoints of other networks, tasks or
+            seeds, or an unusable `out` (empty, a file, or a folder that holds files).
     """
     if isinstance(last, bool) or not isinstance(last, int) or last < 1:
         raise ValueError(f"--last must be an integer >= 1, got {last!r}")
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir} is not a run directory")
+    if run_dir.name == "checkpoints" and ckpt.list_checkpoints(run_dir.parent):  # RUN/checkpoints names RUN
+        run_dir = run_dir.parent
     found = ckpt.list_checkpoints(run_dir)
     if len(found) < last:
         raise ValueError(
@@ -70,19 +72,24 @@ def average_run(run_dir: str | Path, last: int, out: str | Path | None = None) -
     payloads = [ckpt.load_checkpoint(p) for p in paths]
     newest = payloads[-1]
     for path, payload in zip(paths, payloads):
-        if payload["config"]["model"] != newest["config"]["model"]:
-            raise ValueError(f"{path} has another model config than {paths[-1]}: not one run's checkpoints")
+        for key in ("model", "env", "seed"):  # one run's: its networks, task and seed (a resume keeps them)
+            if payload["config"][key] != newest["config"][key]:
+                raise ValueError(f"{path} has another {key} config than {paths[-1]}: not one run's checkpoints")
     for net in AVERAGED:
         newest[net] = average_weights([p[net] for p in payloads])
+    if out is not None and not str(out).strip():  # an unset shell variable: it wrote into the current directory
+        raise ValueError("--out is empty: name the run directory to write")
     out = Path(out) if out is not None else run_dir / f"averaged-last{last}"
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, expected a run directory to write")
     if out.exists() and ckpt.list_checkpoints(out):
         raise ValueError(f"{out} already holds checkpoints: remove it or pass another --out")
+    if out.is_dir() and any(out.iterdir()):  # its config.yaml would be replaced by the run's
+        raise ValueError(f"--out {out} is a folder that holds files: name a new or empty one")
     config = run_dir / "config.yaml"
     beside = {"config.yaml": config.read_text(encoding="utf-8")} if config.is_file() else None
     written = ckpt.save_checkpoint(out, newest, keep=1, beside=beside)
-    sources = {"averaged": [str(p) for p in paths], "env_steps": [p["env_steps"] for p in payloads]}
+    sources = {"averaged": [str(p.resolve()) for p in paths], "env_steps": [p["env_steps"] for p in payloads]}
     (out / "averaged.json").write_text(json.dumps(sources, indent=1) + "\n", encoding="utf-8")
     return written
 

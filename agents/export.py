@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -36,7 +38,7 @@ from torch import nn
 from agents.algo.networks import Actor
 from agents.evaluate.setup import fitted_task, played_env
 from agents.run.learner_state import trained_actor
-from agents.run.paths import file_problem
+from agents.run.paths import file_problem, write_text_atomically
 from agents.run.resume import owning_run_dir
 from uavsim import rules
 from uavsim.config import EnvConfig
@@ -45,6 +47,7 @@ from uavsim.rules import action_names, move_table
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}  # format -> the default file's suffix
 ONNX_OPSET = 17  # a settled opset (ONNX 1.12), not the newest: a flight computer's onnxruntime may be old
 EXPORT_EXTRA = 'pip install -e ".[export]" in this repository (or: pip install onnx onnxruntime)'
+_NOT_AN_EXPORT = re.compile(r"^ckpt_\d+\.pt$")  # a checkpoint's name: a TorchScript export must not take it
 
 
 class OneUAVActor(nn.Module):
@@ -203,7 +206,7 @@ def sidecar(wrapped: OneUAVActor, env_cfg: EnvConfig, fmt: str, out: Path, path:
         "policy": "the most likely action is argmax(logits); a sampled one is drawn from softmax(logits)",
         "observation": {"local": observation_layout(env_cfg)},
         "onnx_opset": ONNX_OPSET if fmt == "onnx" else None,
-        "checkpoint": str(path),
+        "checkpoint": str(path.resolve()),  # whole: where the command ran is not recorded
         "env_steps": payload["env_steps"],
         "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
         "env": env_cfg.to_dict(),
@@ -261,9 +264,15 @@ def export_actor(
             f"--out {out}: a {out.suffix} name for --format {fmt}; expected a name ending in {FORMATS[fmt]}"
         )
     side = sidecar_path(out)
-    problem = file_problem(out)
+    problem = file_problem(out) or file_problem(side)
     if problem:
         raise ValueError(f"--out: {problem}")
+    if (
+        out.resolve() == path.resolve()
+        or _NOT_AN_EXPORT.match(out.name)
+        or (out.is_file() and out.suffix != FORMATS[fmt])
+    ):
+        raise ValueError(f"--out {out}: an existing file that is not an exported actor (the checkpoint?); name another")
     env_cfg = cfg.env_config()
     has_id = cfg.model.id_width(env_cfg.num_uavs) > 0
     wrapped = OneUAVActor(actor.float(), has_id).eval()  # fp32 whatever the run trained in
@@ -271,15 +280,21 @@ def export_actor(
     info["env_overrides"] = played_env(cfg, env)  # the observation layout is the run's env with these
     example = example_inputs(info["inputs"], rows=2)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad(), warnings.catch_warnings():
-        # torch 2.13 calls the TorchScript tracer and the TorchScript-based ONNX exporter deprecated;
-        # they still work, and for one step of plain ops they need nothing more (docs/export.md)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        if fmt == "onnx":
-            _write_onnx(wrapped, example, out, info)
-        else:
-            torch.jit.trace(wrapped, example).save(str(out))
-    side.write_text(json.dumps(info, indent=2), encoding="utf-8")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")  # both files whole, or neither changed
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch 2.13 calls the TorchScript tracer and the TorchScript-based ONNX exporter deprecated;
+            # they still work, and for one step of plain ops they need nothing more (docs/export.md)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            if fmt == "onnx":
+                _write_onnx(wrapped, example, tmp, info)
+            else:
+                torch.jit.trace(wrapped, example).save(str(tmp))
+        write_text_atomically(side, json.dumps(info, indent=2))
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return out, side
 
 
@@ -305,7 +320,8 @@ def _write_onnx(wrapped: OneUAVActor, example: tuple[torch.Tensor, ...], out: Pa
     for key in ("checkpoint", "config_sha256"):
         model.metadata_props.add(key=key, value=str(info[key]))
     model.metadata_props.add(key="sidecar", value=json.dumps(info))  # the file alone still says what to feed
-    onnx.save(model, str(out))
+    # the exporter leaves a recurrent actor's next_hidden [batch, ?]: inference gives it the hidden input's width
+    onnx.save(onnx.shape_inference.infer_shapes(model), str(out))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,12 +342,16 @@ def main(argv: list[str] | None = None) -> int:
         help="the task played onboard, as agents.evaluate's --env (e.g. path_radius=12): the sidecar describes it",
     )
     args = p.parse_args(argv)
+    existed = args.out is not None and Path(args.out).is_file()
     try:
         out, side = export_actor(args.checkpoint, args.format, args.out, args.env)
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {out} and {side}")
+    except OSError as err:  # the files could not be written (a name too long, permissions, disk full)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"{'replaced' if existed else 'wrote'} {out} and {side}")
     return 0
 
 

@@ -74,6 +74,16 @@ def test_errors_name_what_was_wrong(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     assert average.main([str(tmp_path / "run"), "--last", "1", "--out", str(tmp_path / "afile")]) == 2
     assert "afile is a file, expected a run directory" in capsys.readouterr().err
+    # an unset $OUT wrote into the current directory; a folder of other files lost its config.yaml
+    assert average.main([str(tmp_path / "run"), "--last", "1", "--out", ""]) == 2
+    assert "--out is empty" in capsys.readouterr().err
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.yaml").write_text("seed: 7\n", encoding="utf-8")
+    assert average.main([str(tmp_path / "run"), "--last", "1", "--out", str(tmp_path / "other")]) == 2
+    assert "a folder that holds files" in capsys.readouterr().err
+    assert (tmp_path / "other" / "config.yaml").read_text(encoding="utf-8") == "seed: 7\n"
+    # RUN/checkpoints names RUN, as for agents.evaluate and agents.export
+    assert average.main([str(tmp_path / "run" / "checkpoints"), "--last", "2", "--out", str(tmp_path / "two")]) == 0
 
 
 def test_checkpoints_of_another_network_are_refused(tmp_path):
@@ -84,5 +94,12 @@ def test_checkpoints_of_another_network_are_refused(tmp_path):
     ckpt.save_checkpoint(tmp_path / "run", state, keep=3)
     with pytest.raises(ValueError, match="another model config"):
         average.average_run(tmp_path / "run", 2)
+    run_with_checkpoints(tmp_path / "seeds", 1)
+    other = build_learner(tiny_config("seed=1"), torch.device("cpu"))  # another run's checkpoint, copied beside
+    state = learner_state(other)
+    state["env_steps"] = 5000
+    ckpt.save_checkpoint(tmp_path / "seeds", state, keep=3)
+    with pytest.raises(ValueError, match="another seed config"):
+        average.average_run(tmp_path / "seeds", 2)
     with pytest.raises(ValueError, match="other weights than the newest"):
         average.average_weights([{"w": torch.zeros(2)}, {"w": torch.zeros(3)}])

@@ -174,7 +174,7 @@ def test_the_sidecar_says_what_to_feed(tmp_path):
     ]
     assert [a["name"] for a in info["actions"]] == ["hover", "north", "south", "west", "east"]
     assert (info["actions"][1]["d_row"], info["actions"][4]["d_col"]) == (-1, 1)
-    assert info["checkpoint"] == str(ckpt.list_checkpoints(run_dir)[-1]) and len(info["config_sha256"]) == 64
+    assert info["checkpoint"] == str(ckpt.list_checkpoints(run_dir)[-1].resolve()) and len(info["config_sha256"]) == 64
     assert info["env"] == env_cfg.to_dict() and info["model"]["actor_shared_map"] is True
     # the layout is where the env puts each part (after a step: the time is not zero)
     env = UAVSwarmEnv(env_cfg, num_envs=2, seed=3)
@@ -216,6 +216,30 @@ def test_errors_name_what_was_wrong_and_what_was_expected(tmp_path, monkeypatch,
     assert "error: unknown format 'tflite'" in capsys.readouterr().err
     assert export.main([str(run_dir), "--format", "torchscript"]) == 0
     assert (run_dir / "actor.pt").is_file() and f"wrote {run_dir / 'actor.pt'}" in capsys.readouterr().out
+    out = run_dir / "actor.pt"
+    assert export.main([str(run_dir), "--format", "torchscript", "--out", str(out)]) == 0
+    assert f"replaced {out}" in capsys.readouterr().out
+
+    # the checkpoint it exports, or another file of the run, is never written over (it was, without a word)
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    before = newest.read_bytes()
+    (run_dir / "config.yaml").write_text("seed: 0\n", encoding="utf-8")
+    for fmt, bad in (
+        ("torchscript", newest),
+        ("onnx", run_dir / "config.yaml"),
+        ("torchscript", run_dir / "ckpt_1.pt"),
+    ):
+        assert export.main([str(newest), "--format", fmt, "--out", str(bad)]) == 2
+        assert "an existing file that is not an exported actor" in capsys.readouterr().err or bad.name == "ckpt_1.pt"
+    assert newest.read_bytes() == before and (run_dir / "config.yaml").read_text(encoding="utf-8") == "seed: 0\n"
+    # a sidecar that cannot be written: refused before anything is, and an OSError is one line, no file left
+    (tmp_path / "blocked.pt.json").mkdir()
+    assert export.main([str(run_dir), "--format", "torchscript", "--out", str(tmp_path / "blocked.pt")]) == 2
+    assert "blocked.pt.json is a directory" in capsys.readouterr().err and not (tmp_path / "blocked.pt").exists()
+    long = tmp_path / ("a" * 250 + ".pt")  # the sidecar's name, 5 longer, is past most file systems' 255
+    code = export.main([str(run_dir), "--format", "torchscript", "--out", str(long)])
+    err = capsys.readouterr().err  # refused before writing, where the file system takes no such name
+    assert (code, long.exists()) == (0, True) or (code == 2 and "cannot be used" in err and not long.exists())
 
 
 def test_the_layout_names_the_memory_and_window_path_parts_where_the_env_puts_them():
