@@ -28,7 +28,7 @@ with interrupt_held():
     from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
     from agents.algo.replicas import Replicas
     from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
-    from agents.config.recipe import choose_recipe, recipe_paths
+    from agents.config.recipe import GPU_RECIPE, choose_recipe, recipe_paths
     from agents.run import checkpoint as ckpt
     from agents.run import machine_defaults, run_lock
     from agents.run.control import (
@@ -201,16 +201,21 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
             desc="mappo",
         )
         _loop(learner, logger, timer, bar, run_dir, last_good, iterations)
-    except KeyboardInterrupt:
-        newest = ckpt.list_checkpoints(run_dir)
-        raise TrainingInterrupted(
+    except (KeyboardInterrupt, OSError) as err:
+        newest = []
+        with contextlib.suppress(OSError):  # the folder may be what went away
+            newest = ckpt.list_checkpoints(run_dir)
+        stopped = TrainingInterrupted(
             learner.env_steps,
             run_dir,
             newest[-1] if newest else source,
             source,
             launcher_command(replicas.world_size),
             replicas.is_main,
-        ) from None
+        )
+        if isinstance(err, OSError):  # the run directory became unwritable (disk full, permissions): what is left
+            raise OSError(f"{err}\n{stopped}") from err
+        raise stopped from None
     finally:
         if bar is not None:
             bar.close()
@@ -294,12 +299,25 @@ def _save(learner: Learner, run_dir: Path) -> Path | None:
     return ckpt.save_checkpoint(run_dir, state, cfg.run.keep_checkpoints, beside={"config.yaml": to_yaml(cfg)})
 
 
+class _Once(argparse.Action):
+    """An option given once: a second `--config` silently replaced the first (the presets are not layered)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest) is not None:
+            parser.error(f"{option_string} given twice; one preset, then key=value overrides")
+        setattr(namespace, self.dest, values)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m agents.train_mappo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--config", default=None, help="YAML preset file, e.g. configs/smoke.yaml (default: configs/default.yaml)"
+        "--config",
+        default=None,
+        action=_Once,
+        help="YAML preset file, e.g. configs/smoke.yaml (default: configs/default.yaml; on CUDA with "
+        "configs/recipe_gpu.yaml laid over it, run.recipe=auto); the keys: --print-config, docs/training.md",
     )
     p.add_argument(
         "--resume",
@@ -322,6 +340,11 @@ def resolve_config(args: argparse.Namespace) -> Config:
     file or option."""
     if args.resume is None:
         preset = args.config or DEFAULT_CONFIG
+        if Path(preset).resolve() == GPU_RECIPE.resolve():  # alone it lays its keys over the schema's, not a preset
+            raise ValueError(
+                f"--config {preset}: the GPU recipe is laid over a preset, not one itself; pass run.recipe=gpu "
+                "(over configs/default.yaml, or over --config PRESET)"
+            )
         cfg = load_config(preset, args.overrides)
         device = pick_device(cfg.run.device)
         recipe = choose_recipe(cfg.run.recipe, device.type, default_preset=args.config is None)

@@ -100,8 +100,15 @@ def _fix_yaml_scalars(schema: DictConfig, other: DictConfig, source: str) -> Dic
             child = node._get_node(key) if isinstance(node, DictConfig) and key in node else None
             if isinstance(value, dict) and isinstance(child, DictConfig):
                 walk(child, value, f"{prefix}{key}.")
-            elif isinstance(value, bool) and isinstance(child, EnumNode):
-                d[key] = "off" if value is False else "on"
+            elif isinstance(child, DictConfig) and value is not None and not isinstance(value, dict):  # `env: 5`
+                raise TypeError(
+                    f"config key '{prefix}{key}' (from {source}) is a section of keys, got {value!r}; "
+                    f"e.g. {key}: {{KEY: VALUE}} in YAML, or {prefix}{key}.KEY=VALUE on the command line"
+                )
+            elif isinstance(value, bool) and isinstance(child, EnumNode):  # YAML 1.1 reads `off` as false
+                word = "off" if value is False else "on"
+                if word in child.enum_type.__members__:  # else the error quotes what the user wrote, not `off`
+                    d[key] = word
             elif isinstance(child, BooleanNode) and not _bool_like(value):
                 raise TypeError(f"{source}: {prefix}{key} must be true or false, got {value!r}")
 

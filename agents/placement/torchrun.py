@@ -96,7 +96,10 @@ def pick_device(env: DistEnv | None = None, prefer: Literal["auto", "cuda", "cpu
     if prefer == "cpu" or (prefer == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError("prefer='cuda' but torch.cuda.is_available() is False")
+        raise ValueError(
+            f"a CUDA device was asked for, but this torch ({torch.__version__}) sees none: use the CPU "
+            "(run.device=cpu) or install a CUDA build of torch (docs/install.md)"
+        )
     count = torch.cuda.device_count()
     if env.local_rank < count:
         return torch.device("cuda", env.local_rank)

@@ -110,7 +110,7 @@ def short_budget_note(cfg: Config, world_size: int = 1) -> str | None:
         return None
     return (
         f"note: train.total_env_steps={total} is not whole iterations {iteration}: it trains {trained} env steps, "
-        f"{total // per_iteration} iterations"
+        f"{total // per_iteration} iteration{'s' if total // per_iteration != 1 else ''}"
     )
 
 

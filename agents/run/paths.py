@@ -29,7 +29,8 @@ def new_run_dir(seed: int, root: Path = Path("runs")) -> Path:
                 k += 1
                 path = root / f"{base}-{k}"
     except OSError as err:
-        raise ValueError(f"cannot make the run directory {path}: {err.strerror or err}; set run.dir=DIR") from None
+        where = f"{root} is a file" if root.is_file() else (err.strerror or str(err))  # not the run's name: its folder
+        raise ValueError(f"cannot make the run directory {path}: {where}; set run.dir=DIR") from None
 
 
 def dir_problem(path: str | Path) -> str | None:

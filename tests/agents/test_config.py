@@ -120,6 +120,16 @@ def test_a_plain_value_for_a_list_key_and_an_enum_say_what_to_write():
         load_config(None, ["run.evaluate_env=path_radius=12"])
     with pytest.raises(ValueError, match=r"config key 'imitation.teacher' must be none .*, got 'greedy'$"):
         load_config(None, ["model.recurrent=true", "imitation.teacher=greedy"])
+    with pytest.raises(ValueError, match=r"imitation.teacher.*Invalid value 'False'"):  # not the `off` it was read as
+        load_config(None, ["imitation.teacher=false"])
+    assert load_config(None, ["train.amp=off"]).train.amp == Amp.off  # YAML 1.1's false, where `off` is a value
+
+
+def test_a_scalar_for_a_section_names_the_section(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("env: 5\n", encoding="utf-8")  # OmegaConf: "config key '?' ... int is not a subclass of EnvSection"
+    with pytest.raises(TypeError, match=r"config key 'env' \(from .*bad\.yaml\) is a section of keys, got 5"):
+        load_config(f)
 
 
 def test_malformed_override_and_missing_file(tmp_path):

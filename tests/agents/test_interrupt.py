@@ -239,6 +239,23 @@ def test_an_os_error_during_training_is_one_line_and_exit_1(tmp_path, monkeypatc
     assert err.strip() == "error: [Errno 28] No space left on device"
 
 
+def test_a_run_directory_that_becomes_unwritable_says_how_to_go_on(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    real, saves = train_mappo._save, []
+
+    def save_then_disk_full(*args, **kwargs):  # the second checkpoint finds the disk full
+        saves.append(1)
+        if len(saves) == 2:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mappo, "_save", save_then_disk_full)
+    assert train_mappo.main([*TINY, "run.checkpoint_interval=32", f"run.dir={run}"]) == 1
+    err = capsys.readouterr().err
+    assert "error: [Errno 28] No space left on device\ninterrupted at 64 env steps; last checkpoint" in err
+    assert err.strip().endswith(f"continue with: python -m agents.train_mappo --resume {run}")
+
+
 def test_ctrl_c_while_starting_is_held_and_then_exits_130(capsys):
     import signal
     import threading

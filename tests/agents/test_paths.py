@@ -47,6 +47,14 @@ def test_a_folder_that_cannot_be_looked_into_is_a_reason_not_an_exception(tmp_pa
     assert file_problem(tmp_path / "locked" / "out.json").endswith("cannot be used: Permission denied")
 
 
+def test_a_file_where_the_runs_folder_should_be_is_named(tmp_path):
+    from agents.run.paths import new_run_dir
+
+    (tmp_path / "runs").write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"cannot make the run directory .*: .*runs is a file; set run.dir=DIR"):
+        new_run_dir(0, tmp_path / "runs")
+
+
 def test_a_failed_write_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     # `agents.evaluate --out` wrote in place: a full disk halfway left half a JSON where the last results were
     from agents.run.paths import write_text_atomically

@@ -59,6 +59,15 @@ def test_the_command_line_resolves_the_recipe_for_its_device(monkeypatch):
     assert smoke.run.recipe == Recipe.preset and smoke == load_config(SMOKE, ["run.recipe=preset"])
 
 
+def test_the_gpu_recipe_alone_and_a_second_preset_are_refused(capsys):
+    # alone the recipe went over the schema's defaults (a 7x7 window, no memory, no teacher), as "preset"
+    with pytest.raises(ValueError, match="the GPU recipe is laid over a preset, not one itself; pass run.recipe=gpu"):
+        resolve_config(parse_args(["--config", str(GPU_RECIPE)]))
+    with pytest.raises(SystemExit):  # the second replaced the first without a word
+        parse_args(["--config", str(SMOKE), "--config", "configs/default.yaml"])
+    assert "--config given twice" in capsys.readouterr().err
+
+
 def test_a_gpu_recipe_runs_saved_config_repeats_the_run_with_its_overrides(tmp_path):
     # RUN/config.yaml holds the recipe and the run's overrides of it; laid over it, the recipe undid them
     shape = ["env.num_envs=16", "train.num_steps=8", "train.update_epochs=1", "train.num_minibatches=2"]

@@ -252,9 +252,10 @@ def banner(device: torch.device | str, **fields: Any) -> str:
     """The lines every entry point prints at start: device, torch and its build, threads, then the
     caller's `fields` (e.g. precision="bf16 (why)", environments=64), and any CUDA warning."""
     wait = os.environ.get("OMP_WAIT_POLICY")  # the user's, when set: it changes the speed (docs/performance.md)
+    threads = torch.get_num_threads()
     lines = [
         f"device: {describe_device(device)}",
-        f"torch: {torch.__version__} ({torch_build()} build), {torch.get_num_threads()} threads"
+        f"torch: {torch.__version__} ({torch_build()} build), {threads} thread{'s' if threads != 1 else ''}"
         + (f" (OMP_WAIT_POLICY={wait})" if wait else ""),
     ]
     lines += [f"{name.replace('_', ' ')}: {value}" for name, value in fields.items()]

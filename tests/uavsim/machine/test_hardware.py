@@ -83,7 +83,9 @@ def test_banner_names_device_class_build_threads_and_the_callers_fields(monkeypa
     text = hardware.banner("cpu", precision="fp32 (auto: because)", environments="64 (auto: CPU)")
     lines = text.splitlines()
     assert lines[0].startswith("device: cpu ") and hardware.cpu_class() in lines[0] and "usable cores" in lines[0]
-    assert lines[1] == f"torch: {torch.__version__} ({hardware.torch_build()} build), {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    plural = "s" if threads != 1 else ""  # "1 thread" under the suite's one thread
+    assert lines[1] == f"torch: {torch.__version__} ({hardware.torch_build()} build), {threads} thread{plural}"
     assert "precision: fp32 (auto: because)" in lines and "environments: 64 (auto: CPU)" in lines
     assert "warning" not in text
 
