@@ -138,7 +138,7 @@ def evaluate_all(
 
     Args:
         record: draw the first episode of each of `RECORDED`.
-        progress: a bar of steps per policy (None: only on a terminal).
+        progress: a bar of steps per policy (None: on a terminal; elsewhere a line as each policy is done).
         temperature: `policy_sampled` draws from `softmax(logits / temperature)`.
         cache: the baselines' results are read from it where it holds them, else played and stored
             (`agents.evaluate.baseline_cache`); the results are the same either way.
@@ -174,6 +174,11 @@ def evaluate_all(
             if drawn is not None:
                 frames[name] = drawn
             bar.update((i + 1) * env_cfg.max_steps - bar.n)  # episodes that all ended early (or cached)
+            if progress is None and bar.disable:  # off a terminal (a log): a line a policy, not silence till the end
+                print(
+                    f"evaluate: {name} done ({i + 1}/{len(POLICIES)}, {bar.format_dict['elapsed']:.0f} s)",
+                    file=sys.stderr,
+                )
     results = {name: summarize(res) for name, res in raw.items()}
     results.update(paired_results(raw))
     if env_cfg.maps is not None:  # which of the set's layouts each policy fails on

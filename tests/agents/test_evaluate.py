@@ -173,7 +173,7 @@ def test_evaluate_refuses_a_checkpoint_that_does_not_fit_its_config_and_bad_out_
 
 def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
     from agents.algo.networks import make_actor
-    from agents.evaluate import evaluate_all
+    from agents.evaluate import POLICIES, evaluate_all
     from tests.agents.conftest import tiny_config
 
     cfg = tiny_config()
@@ -188,6 +188,11 @@ def test_evaluate_all_shows_progress_without_changing_its_results(capsys):
         len(frames[k]) == len(shown_frames[k]) and all(np.array_equal(a, b) for a, b in zip(frames[k], shown_frames[k]))
         for k in frames
     )
+    # progress=None (the command's): off a terminal, as here, a line as each policy is done, not silence
+    logged, _ = evaluate_all(actor, cfg.env_config(), 6, 3, torch.device("cpu"), progress=None, record=False)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"evaluate: {name} done" for name in POLICIES]
+    assert lines[-1].startswith(f"evaluate: {POLICIES[-1]} done ({len(POLICIES)}/{len(POLICIES)}, ") and logged == quiet
 
 
 def test_evaluate_all_reports_both_baselines_paired_and_their_coverage_curves():
