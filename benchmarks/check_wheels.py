@@ -36,7 +36,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from benchmarks.out_paths import free_stem, out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, free_stem, out_dir_arg
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLATFORMS = ("win_amd64", "manylinux_2_28_x86_64")
@@ -354,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated extras to check beside the runtime ones (default: all of pyproject.toml's; '' for none)",
     )
     parser.add_argument("--index-url", default=PYPI)
-    parser.add_argument("--out-dir", type=out_dir_arg, default=ROOT / "benchmarks" / "results")  # checked before asking
+    parser.add_argument(
+        "--out-dir", type=out_dir_arg, default=ROOT / "benchmarks" / "results", help=OUT_DIR_HELP
+    )  # checked before asking
     args = parser.parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python):
         parser.error(f"--python must look like 3.11, got {args.python!r}")

@@ -36,7 +36,7 @@ from benchmarks.common import (
     sync,
     write_results,
 )
-from benchmarks.out_paths import out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, out_dir_arg
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None):
     )
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--quick", action="store_true", help="short phases, few envs (CI smoke)")
-    p.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    p.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR, help=OUT_DIR_HELP)
     args = p.parse_args(argv)
     if args.worker:
         worker(args)

@@ -75,6 +75,12 @@ def working_tree() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def base_commit(revision: str) -> str:
+    """The commit ``revision`` names now (``git rev-parse --short``), or "unknown"."""
+    done = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
 def same_step(a: tuple, b: tuple) -> bool:
     """Whether two `env.step` results hold the same observations, final observations, rewards and ends."""
     obs_a, reward_a, term_a, trunc_a, info_a = a
@@ -140,10 +146,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
     if args.steps < 1:
         parser.error(f"--steps must be positive, got {args.steps}")
+    if not args.config.is_file():
+        parser.error(f"--config {args.config} is not a file (a trainer config whose env is the task)")
     cfg = preset_env_config(args.config)
     points = []
     with tempfile.TemporaryDirectory() as folder:
-        base = base_package(args.base, Path(folder))
+        try:
+            base = base_package(args.base, Path(folder))
+        except ValueError as err:  # a revision git does not know: its own message, not a traceback
+            parser.error(str(err))
         for num_envs in args.envs:
             for threads in args.threads:
                 point = compare(base, cfg, num_envs, threads, args.steps)
@@ -158,6 +169,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         config = args.config.resolve()
         payload = {
             "base": args.base,
+            "base_commit": base_commit(args.base),  # `HEAD~3` names another commit once more are made
             "after": working_tree(),
             "config": config.relative_to(ROOT).as_posix() if config.is_relative_to(ROOT) else str(config),
             "machine": machine_info(),

@@ -50,7 +50,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.env_throughput_report import plot, table
-from benchmarks.out_paths import out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, out_dir_arg
 from uavsim import EnvConfig
 from uavsim.compile_compat import prepare_inductor
 from uavsim.machine import hardware
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--max-gpu-envs", type=int, default=262144)
     parser.add_argument("--backends", nargs="+", default=None, help="only these backends")
     parser.add_argument("--compile-cpu", action="store_true", help="also time torch.compile on the CPU")
-    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR, help=OUT_DIR_HELP)
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5

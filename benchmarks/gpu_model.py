@@ -297,12 +297,22 @@ def run(counts: dict, results: Path = RESULTS_DIR) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0]
+        + f" Writes {OUT.relative_to(RESULTS_DIR.parent.parent).as_posix()}.json and .md (the model the docs cite), "
+        f"over the last; --merge updates {COUNTS.relative_to(RESULTS_DIR.parent.parent).as_posix()}."
+    )
     parser.add_argument("--merge", type=Path, help="fold benchmarks.gpu_counts outputs (DIR/*.json) into COUNTS first")
     args = parser.parse_args(argv)
     if args.merge:
+        if not args.merge.is_dir():
+            parser.error(f"--merge {args.merge}: not a folder of benchmarks.gpu_counts outputs")
         old = json.loads(COUNTS.read_text(encoding="utf-8")) if COUNTS.exists() else None
-        COUNTS.write_text(json.dumps(merge(args.merge, old), indent=1) + "\n", encoding="utf-8")
+        try:
+            merged = merge(args.merge, old)
+        except (KeyError, ValueError, TypeError) as err:  # a JSON that is no gpu_counts output
+            parser.error(f"--merge {args.merge}: a file there is not a benchmarks.gpu_counts output ({err!r})")
+        COUNTS.write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
     payload = run(json.loads(COUNTS.read_text(encoding="utf-8")))
     OUT.with_suffix(".json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     OUT.with_suffix(".md").write_text(report(payload), encoding="utf-8")

@@ -257,3 +257,7 @@ def described(node: torch.fx.Node) -> str:
         if trace:
             return f"{node.name} ({trace.strip().splitlines()[-1].strip()})"
     return node.name
+
+
+if __name__ == "__main__":  # `python -m benchmarks.graph_audit --help` printed nothing
+    raise SystemExit(f"{__spec__.name} is a library of counts: run python -m benchmarks.step_cost (see its --help)")

@@ -42,14 +42,16 @@ CONFIGS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=63, help="env.num_envs (63: 7 per group of the 9)")
-    parser.add_argument("--iterations", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + " Prints its table; writes no file.")
+    parser.add_argument("--num-envs", type=int, default=63, help="env.num_envs (63: 7 per group of the 9; >= 9)")
+    parser.add_argument("--iterations", type=int, default=2, help="timed training iterations per config and round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds over the configs, alternating them")
     args = parser.parse_args()
     for name in ("num_envs", "iterations", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.num_envs < 9:  # the mixed configs' 9 size groups each need an environment
+        parser.error(f"--num-envs must be >= 9 (one per size group of the mixed configs), got {args.num_envs}")
     torch.set_num_threads(1)
     device = torch.device("cpu")
     common = [f"env.num_envs={args.num_envs}", "train.amp=off", "run.torch_threads=1"]

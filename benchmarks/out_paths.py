@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+OUT_DIR_HELP = (
+    "folder of the results: NAME-MACHINE-DATE[-quick|-subset][-2...].json and .md (and .png where it plots); "
+    "default: benchmarks/results"
+)
+
 
 def out_dir_arg(value: str) -> Path:
     """argparse `type` for `--out-dir`: a folder that can be written, checked before measuring."""

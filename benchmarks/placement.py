@@ -35,7 +35,7 @@ import torch
 
 from agents.placement import inventory_report
 from agents.placement.pool.arguments import check_devices
-from benchmarks.out_paths import free_stem, out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, free_stem, out_dir_arg
 from benchmarks.placement_accelerate import Accelerate
 from benchmarks.placement_contenders import LocalPool, ProcessPool, RayActorPool, RayBackend, Skip, measure, ray_session
 from benchmarks.placement_pipeline import bench_stage_pipeline
@@ -235,7 +235,9 @@ def parse_devices(parser: argparse.ArgumentParser, value: str | None) -> list[st
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI): checks the outputs, not the speed")
-    parser.add_argument("--out-dir", type=out_dir_arg, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument(
+        "--out-dir", type=out_dir_arg, default=Path(__file__).resolve().parent / "results", help=OUT_DIR_HELP
+    )
     parser.add_argument(
         "--devices",
         default=None,

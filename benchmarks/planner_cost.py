@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.common import RESULTS_DIR, machine_info, setup_host, write_results
 from benchmarks.op_count import OpCounter
-from benchmarks.out_paths import out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, out_dir_arg
 from uavsim import EnvConfig, UAVSwarmEnv
 from uavsim.coordinated import CoordinatedFrontierPolicy
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats of each counted call")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR, help=OUT_DIR_HELP)
     args = parser.parse_args(argv)
     for name in ("calls", "repeats", "threads"):
         if getattr(args, name) < 1:
@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None):
         "settings": {k: getattr(args, k) for k in ("num_envs", "calls", "warmup", "repeats", "threads", "device")},
         "rows": rows,
     }
-    return write_results("planner_cost", payload, table(payload), None, args.out_dir)
+    full = (args.num_envs, args.calls, args.warmup, args.repeats) == ([64, 1024], 6, 20, 3)
+    return write_results("planner_cost", payload, table(payload), None, args.out_dir, subset=not full)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import torch
 
 from benchmarks.common import RESULTS_DIR, machine_info, write_results
 from benchmarks.cost_common import count_calls, graph_breaks, staggered_env, whole_periods
-from benchmarks.out_paths import out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, out_dir_arg
 from benchmarks.step_cost_report import table
 from benchmarks.trainer_cost import captured_paths, fused_paths, trainer_paths
 from uavsim import EnvConfig
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None):
         help="also count the rollout step and the PPO minibatch as captured on CUDA, with their launches "
         "under CUDA graphs (default: on, off with --env-only)",
     )
-    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR, help=OUT_DIR_HELP)
     args = parser.parse_args(argv)
     quick = args.quick
     args.num_envs = (64 if quick else 1024) if args.num_envs is None else args.num_envs

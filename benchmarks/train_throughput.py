@@ -52,7 +52,7 @@ from benchmarks.common import (
     sync,
     write_results,
 )
-from benchmarks.out_paths import out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, out_dir_arg
 from benchmarks.torchrl_pipeline import SAME_TASK, torchrl_runner
 
 
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
         metavar="N",
         help="also profile N iterations of each pipeline: where the time goes (0: off)",
     )
-    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR, help=OUT_DIR_HELP)
     args = parser.parse_args(argv)
     if args.profile < 0:
         parser.error(f"--profile must be >= 0 (iterations to profile), got {args.profile}")

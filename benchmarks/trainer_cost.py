@@ -217,3 +217,7 @@ def fused_paths(args) -> dict[str, dict[str, Any]]:
         )
         out[name]["eager_path"] = "policy step[bf16]"
     return out
+
+
+if __name__ == "__main__":  # `python -m benchmarks.trainer_cost --help` printed nothing
+    raise SystemExit(f"{__spec__.name} is a library of counts: run python -m benchmarks.step_cost (see its --help)")

@@ -36,7 +36,7 @@ from benchmarks.common import (
     setup_host,
     write_results,
 )
-from benchmarks.out_paths import out_dir_arg
+from benchmarks.out_paths import OUT_DIR_HELP, out_dir_arg
 
 
 def layer_shapes(minibatch: int) -> dict[str, tuple[int, int]]:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument("--minibatch", type=int, default=None, help="rows (default: the trainer config's minibatch)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR)
+    parser.add_argument("--out-dir", type=out_dir_arg, default=RESULTS_DIR, help=OUT_DIR_HELP)
     args = parser.parse_args(argv)
     if args.minibatch is None:
         args.minibatch = 256 if args.quick else default_minibatch()

@@ -92,6 +92,23 @@ def test_settings_a_benchmark_would_ignore_or_misreport_are_refused(tmp_path, ca
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_the_library_modules_and_a_bad_merge_folder_say_so(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    for module in ("trainer_cost", "graph_audit"):  # `--help` printed nothing and exited 0
+        done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--help"], capture_output=True, text=True)
+        assert done.returncode == 1 and "run python -m benchmarks.step_cost" in done.stderr
+    few = [sys.executable, "-m", "benchmarks.mixed_sizes", "--num-envs", "5"]  # a traceback after 5 s of building
+    done = subprocess.run(few, capture_output=True, text=True)
+    assert done.returncode == 2 and "--num-envs must be >= 9 (one per size group" in done.stderr
+    from benchmarks import gpu_model
+
+    with pytest.raises(SystemExit) as exit_info:  # it merged nothing and rewrote the committed counts
+        gpu_model.main(["--merge", str(tmp_path / "nowhere")])
+    assert exit_info.value.code == 2 and "not a folder of benchmarks.gpu_counts outputs" in capsys.readouterr().err
+
+
 def test_the_planner_benchmark_finds_the_preset_from_any_folder(tmp_path, monkeypatch):
     from benchmarks import planner_cost
 

@@ -32,6 +32,8 @@ def test_the_committed_env_steps_as_the_working_tree_with_a_time_for_each(tmp_pa
     assert point["counts"]["after"]["kernels"] > 50 and point["counts"]["after"]["bytes_per_env_step"] > 0
     saved = json.loads(out.read_text())
     assert saved["points"] == [point] and saved["base"] == "HEAD" and "cpu" in saved["machine"]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert saved["base_commit"] == head.stdout.strip()  # HEAD~3 names another commit once more are made
     assert saved["config"] == "configs/default.yaml" and saved["after"]
 
 
@@ -58,3 +60,10 @@ def test_bad_counts_are_rejected(capsys):
     with pytest.raises(SystemExit):
         env_ab.main(["HEAD", "--envs", "0"])
     assert "--envs must be positive" in capsys.readouterr().err
+    for argv, message in (  # each was a traceback
+        (["no-such-revision", "--envs", "4", "--steps", "2"], "cannot read uavsim at 'no-such-revision'"),
+        (["HEAD", "--config", "/no/such.yaml"], "--config /no/such.yaml is not a file"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            env_ab.main(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
