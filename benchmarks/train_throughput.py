@@ -206,12 +206,13 @@ def profile_table(rows: list[dict[str, Any]]) -> list[str]:
     cell = lambda p, k: f"{p[k]:.0f}" if k in p else "-"  # noqa: E731
     lines = [
         "",
-        "Where the time goes (torch.profiler, self CPU time, ms per iteration; rollout and update from "
-        "the trainer's phase marks, unprofiled):",
+        "Where the time goes (torch.profiler, self CPU time, ms per iteration; iteration, rollout and update "
+        "unprofiled, from the trainer's phase marks; matmuls + compiled kernels + other ops + outside ops add up to "
+        "the profiled iteration, which the profiler slows):",
         "",
-        "| pipeline | device | AMP | iteration | rollout | update | matmuls | compiled kernels | other ops "
-        "| outside ops | top ops (ms) |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| pipeline | device | AMP | iteration | rollout | update | profiled iteration | matmuls | compiled kernels "
+        "| other ops | outside ops | top ops (ms) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         if "profile" not in r:
@@ -220,7 +221,7 @@ def profile_table(rows: list[dict[str, Any]]) -> list[str]:
         top = ", ".join(f"{o['op']} {o['self_ms']:.0f}" for o in p["top_ops"][:3])
         lines.append(
             f"| {r['pipeline']} | {r['device']} | {r['amp']} | {1e3 * statistics.median(r['iteration_seconds']):.0f} "
-            f"| {cell(p, 'rollout_ms')} | {cell(p, 'update_ms')} | {cell(p, 'matmul_ms')} "
+            f"| {cell(p, 'rollout_ms')} | {cell(p, 'update_ms')} | {cell(p, 'profiled_ms')} | {cell(p, 'matmul_ms')} "
             f"| {cell(p, 'compiled_kernels_ms')} | {cell(p, 'other_ops_ms')} | {cell(p, 'outside_ops_ms')} | {top} |"
         )
     return lines
