@@ -28,16 +28,14 @@ reference, bit for bit).
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
-import numpy as np
 import torch
 
 from uavsim.config import EnvConfig
 from uavsim.device import canonical_device  # noqa: F401 -- re-exported: the adapters import it from here
 from uavsim.dynamics import Layout, into, step_coverage
-from uavsim.env_checks import check_actions, check_choice, check_mask
+from uavsim.env_checks import check_actions, check_batch, check_choice, check_mask
 from uavsim.env_state import EnvState
 from uavsim.episode_start import StartTables, launch_can_end, min_episode_length, start_episodes
 from uavsim.memory import sense_and_share
@@ -99,19 +97,9 @@ class UAVSwarmEnv(EnvState):
         self.config = cfg = config if config is not None else EnvConfig()
         if not isinstance(cfg, EnvConfig):
             raise TypeError(f"config must be an EnvConfig, got {type(cfg).__name__}")
-        for name, value in (("num_envs", num_envs), ("seed", seed), ("first_env_index", first_env_index)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        num_envs, seed, first_env_index = int(num_envs), int(seed), int(first_env_index)  # NumPy ints too
-        if not isinstance(check_action_range, (bool, np.bool_)):  # a string such as "no" would be truthy
-            raise TypeError(f"check_action_range must be a bool, got {type(check_action_range).__name__}")
-        check_action_range = bool(check_action_range)
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if not 0 <= seed < MAX_KEY:
-            raise ValueError(f"seed must be in [0, 2**31), got {seed}")
-        if first_env_index < 0 or first_env_index + num_envs > MAX_KEY:
-            raise ValueError(f"environment indices must lie in [0, 2**31), got first_env_index={first_env_index}")
+        num_envs, seed, first_env_index, check_action_range = check_batch(
+            num_envs, seed, first_env_index, check_action_range, MAX_KEY
+        )
         self.device = canonical_device(device)
         reset_mode = "prepared" if reset_mode is None else reset_mode  # on every device (module docstring)
         check_choice("reset_mode", reset_mode, RESET_MODES)

@@ -30,12 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import psutil
 import torch
 
 import uavsim
 from agents.evaluate.stats import METRICS
-from agents.run.paths import dir_problem
+from agents.run.paths import dir_problem, remove_orphaned_temporaries
 from agents.run.resume import owning_run_dir
 from uavsim.config import EnvConfig
 from uavsim.maps import load_map_set
@@ -192,11 +191,9 @@ def write_entry(path: Path, key: dict, raw: dict[str, np.ndarray], frames: list[
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
-    for orphan in path.parent.glob(f".{path.stem}-*-*.tmp"):  # of writers killed mid-write
-        pid = orphan.name[len(path.stem) + 2 :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
-            with contextlib.suppress(OSError):
-                orphan.unlink()
+    # `.<stem>-<pid>-<uuid>.tmp` of writers killed mid-write
+    orphans = path.parent.glob(f".{path.stem}-*-*.tmp")
+    remove_orphaned_temporaries(orphans, lambda tmp: tmp.name[len(path.stem) + 2 :].split("-", 1)[0])
 
 
 def add_cache_arguments(p: argparse.ArgumentParser) -> None:

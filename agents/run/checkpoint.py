@@ -26,10 +26,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 
-from agents.run.paths import write_text_atomically
+from agents.run.paths import remove_orphaned_temporaries, write_text_atomically
 
 MAGIC = b"UAVCKPT1"
 FORMAT_VERSION = 2  # 2: the action noise is a counter (agents.algo.action_noise), not a generator state
@@ -152,17 +151,9 @@ def _sigint_deferred():
 
 
 def _remove_orphaned_temporaries(d: Path) -> None:
-    """Delete temporary files that a process killed mid-write left behind (`.<name>.tmp-<pid>`
-    of a pid that no longer runs). Only the main process of a run writes checkpoints."""
-    for tmp in d.glob(".ckpt_*.pt.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _running(pid: int) -> bool:
-    # psutil, not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the pid's console group
-    return psutil.pid_exists(pid)
+    """Delete `.<name>.tmp-<pid>` files of writers killed mid-write. Only the main process of a run writes
+    checkpoints."""
+    remove_orphaned_temporaries(d.glob(".ckpt_*.pt.tmp-*"), lambda tmp: tmp.name.rsplit("-", 1)[-1])
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

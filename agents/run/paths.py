@@ -4,9 +4,11 @@ measuring."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -78,3 +80,16 @@ def write_text_atomically(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_orphaned_temporaries(temporaries: Iterable[Path], pid_of: Callable[[Path], str]) -> None:
+    """Delete the temporary files that a process killed mid-write left behind: those of `temporaries` whose
+    writer's pid (`pid_of(path)`, the digits in its name) is not this process and no longer runs."""
+    import psutil  # here: `benchmarks.out_paths` imports this module before anything is installed
+
+    for tmp in temporaries:
+        pid = pid_of(tmp)
+        # psutil, not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the pid's console group
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):  # another process removed it first
+                tmp.unlink()

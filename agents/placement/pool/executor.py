@@ -49,6 +49,20 @@ class Slot:
         self.kill_reason, self.init_error, self.timed_out_task, self.where = None, None, None, ""
         self.answered = False
 
+    def claim_restart(self, blamed: bool, budget: int) -> tuple[bool, str]:
+        """Whether this worker, just dead (``blamed``: on a task it was running), is restarted, and the words
+        saying so. `budget` (the pool's ``restarts``; 0: never) counts deaths in a row without an answered task
+        (a broken device, a make_worker that crashes); a worker that answered tasks and then died on one is
+        restarted regardless, since the item's ``retries`` bound those deaths (a bad item would otherwise use up
+        the budget and leave the pool without workers)."""
+        charged = not (blamed and self.answered)
+        if budget == 0 or (charged and self.restarts_used >= budget):
+            return False, "not restarted"
+        self.restarts_used += charged
+        if charged:
+            return True, f"restarting ({self.restarts_used}/{budget} in a row)"
+        return True, "restarting (blamed on the item, whose retries count it)"
+
     def name(self) -> str:
         return f"worker {self.index} on {self.device}" + (f" ({self.where})" if self.where else "")
 

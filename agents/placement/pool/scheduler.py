@@ -152,17 +152,13 @@ class Scheduler:
             (self.retry if index in self.last_error else self.pending).appendleft(index)
 
     # ------------------------------------------------------------------ results out
-    def finish(
-        self, index: int, value: Any, slot: Slot | None, *, journaled: bool = False, journaled_here: bool = False
-    ) -> None:
-        """``index`` has its result (read from the journal, when ``journaled``; just written to it, when
-        ``journaled_here``) or failure record."""
+    def finish(self, index: int, value: Any, slot: Slot | None, *, journaled: bool = False) -> None:
+        """``index`` has its result (in the journal already: `handle` writes a task's results there first) or
+        failure record; ``journaled``: read from the journal, not run."""
         if not journaled:
             if index not in self.items:  # cannot happen by the invariants; guard them anyway
                 raise RuntimeError(f"internal error: item {index} finished twice")
-            stored = self.items.pop(index)
-            if self.journal is not None and not journaled_here and not isinstance(value, ItemFailure):
-                self.journal.put(index, stored, value)
+            self.items.pop(index)
         for state in (self.attempts, self.avoid, self.last_error, self.batch_error):
             state.pop(index, None)  # a stream of millions keeps nothing per finished item
         self.total_bar.update(1)
@@ -254,7 +250,7 @@ class Scheduler:
                 done = [(i, self.items[i], v) for i, v in zip(task.indices, values) if i in self.items]
                 self.journal.put_many([d for d in done if not isinstance(d[2], ItemFailure)])
             for index, value in zip(task.indices, values):
-                self.finish(index, value, slot, journaled_here=True)
+                self.finish(index, value, slot)
         elif kind == "error":
             summary = last_line(payload) + (f" (batch {list(task.indices)})" if self.batched else "")
             self.fail(task.indices, slot, summary, payload)
@@ -300,21 +296,10 @@ class Scheduler:
             note += f" while running {_what(blamed)}"
             text = f"{slot.name()} died while running this item: {reason}"
             self.fail(blamed.indices, slot, text.splitlines()[0], text)
-        # A worker that answered tasks and then died on one (restarts > 0; 0 never restarts): the item's `retries`
-        # bound such deaths, so a bad item does not use up the budget and leave the pool without workers; deaths
-        # in a row without an answer (a broken device, a make_worker that crashes) are what `restarts` counts.
-        charged = blamed is None or not slot.answered
-        restart = self.executor.restarts > 0 and (not charged or slot.restarts_used < self.executor.restarts)
+        restart, words = slot.claim_restart(blamed is not None, self.executor.restarts)
         note += f"; {len(queued)} queued item(s) requeued" if queued else ""
-        if not restart:
-            note += "; not restarted"
-        elif charged:
-            note += f"; restarting ({slot.restarts_used + 1}/{self.executor.restarts} in a row)"
-        else:
-            note += "; restarting (blamed on the item, whose retries count it)"
-        warnings.warn(WorkerDiedWarning(note), stacklevel=2)
+        warnings.warn(WorkerDiedWarning(f"{note}; {words}"), stacklevel=2)
         if restart:
-            slot.restarts_used += charged
             self.executor.start(slot)
         else:
             slot.state = "dead"
