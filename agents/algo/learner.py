@@ -48,6 +48,7 @@ class SizeGroup:
     action_noise: ActionNoise
     obs: dict[str, torch.Tensor]
     hidden: torch.Tensor | None
+    stats: EpisodeStats  # the learner's, writing this group's share of the current coverage (`for_group`)
 
 
 @dataclass
@@ -141,6 +142,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         )
         first += num_envs
     env = envs[0]
+    stats = EpisodeStats(device, env.config.max_steps, [e.num_envs for e in envs])
     init_gen = torch.Generator().manual_seed(cfg.seed)
     # Form.epilogue: the rollout's and evaluation's no-grad calls fuse bias and ReLU into each GEMM
     actor = make_actor(env.config, cfg.model, init_gen, Form.epilogue).to(device)
@@ -160,7 +162,7 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         action_noise=ActionNoise(cfg.seed, env.env_index, env.num_uavs),
         minibatch_gen=torch.Generator(device).manual_seed(cfg.seed + 2 + 1000 * replicas.rank),
         storage=allocate_storage(cfg, env),
-        stats=EpisodeStats(device, env.config.max_steps),
+        stats=stats,
         obs=env.reset(),
         hidden=actor.initial_hidden(env.num_envs, env.num_uavs, device) if actor.recurrent else None,
         autocast=make_autocast(cfg.train.amp, device),
@@ -172,15 +174,15 @@ def build_learner(cfg: Config, device: torch.device, replicas: Replicas | None =
         clone=make_actor(env.config, cfg.model, init_gen).to(device).requires_grad_(False)
         if cfg.train.clone_kl_coef > 0
         else None,  # its weights: the warm start's clone, or the checkpoint's
-        more_groups=[size_group(cfg, other, actor) for other in envs[1:]],
+        more_groups=[size_group(cfg, other, actor, stats.for_group(i)) for i, other in enumerate(envs[1:], 1)],
     )
 
 
-def size_group(cfg: Config, env: UAVSwarmEnv, actor: Actor) -> SizeGroup:
-    """A mixed-size run's group of `env`, reset, with its storage, noise and hidden state."""
+def size_group(cfg: Config, env: UAVSwarmEnv, actor: Actor, stats: EpisodeStats) -> SizeGroup:
+    """A mixed-size run's group of `env`, reset, with its storage, noise, hidden state and `stats` handle."""
     hidden = actor.initial_hidden(env.num_envs, env.num_uavs, env.device) if actor.recurrent else None
     noise = ActionNoise(cfg.seed, env.env_index, env.num_uavs)
-    return SizeGroup(env, allocate_storage(cfg, env), noise, env.reset(), hidden)
+    return SizeGroup(env, allocate_storage(cfg, env), noise, env.reset(), hidden, stats)
 
 
 def allocate_storage(cfg: Config, env) -> Storage:
@@ -215,7 +217,7 @@ def rollout_once(
     `group` (None: the learner's own)."""
     g = learner if group is None else group
     g.obs, g.hidden = learner.rollout_fn(
-        g.env, learner.policy, g.storage, learner.stats, g.action_noise, learner.autocast, agent, g.obs, g.hidden, t
+        g.env, learner.policy, g.storage, g.stats, g.action_noise, learner.autocast, agent, g.obs, g.hidden, t
     )
 
 
@@ -232,14 +234,14 @@ def collect(learner: Learner) -> None:
     """
     groups, tc = learner.groups, learner.cfg.train
     if lockstep_applies(len(groups), learner.actor, tc.compile_rollout):  # one actor call a step over every group
-        lockstep_collect(groups, learner.policy, learner.stats, learner.autocast)
+        lockstep_collect(groups, learner.policy, learner.autocast)
     else:
         for group in groups:  # each group's T steps, one group after the other
             env = group.env
             agent = agent_ids(env.num_envs, env.num_uavs, env.device)
             t = group.storage.row.zero_()
             if tc.compile_rollout:  # what the captured step writes keeps its address: CUDA graphs replay it
-                mark_static_tensors(env, group.storage, learner.stats, group.action_noise)
+                mark_static_tensors(env, group.storage, group.stats, group.action_noise)
             for _ in range(group.storage.actions.shape[0]):
                 rollout_once(learner, agent, t, group)
     critic, norm, autocast = learner.critic, learner.value_norm, learner.autocast
@@ -376,6 +378,6 @@ def read_episode_stats(learner: Learner) -> dict[str, float]:
     """The iteration's episode statistics, summed over ranks (`last_coverage` averaged)."""
     if learner.replicas.active:
         summed = learner.replicas.sum(learner.stats.sums)
-        summed[EpisodeStats.KEYS.index("last_coverage")] /= learner.replicas.world_size
+        summed[len(EpisodeStats.KEYS) - 1 :] /= learner.replicas.world_size  # each group's coverage share
         learner.stats.sums.copy_(summed)
     return learner.stats.read()

@@ -21,7 +21,7 @@ import torch
 
 from agents.algo.action_noise import ActionNoise
 from agents.algo.networks import Actor
-from agents.algo.rollout import EpisodeStats, agent_ids, record_step
+from agents.algo.rollout import agent_ids, record_step
 
 
 class JoinedNoise:
@@ -45,10 +45,10 @@ def lockstep_applies(num_groups: int, actor: Actor, compile_rollout: bool) -> bo
 
 @torch.no_grad()
 def lockstep_collect(
-    groups: Sequence, policy: Actor, stats: EpisodeStats, autocast: Callable[[], contextlib.AbstractContextManager]
+    groups: Sequence, policy: Actor, autocast: Callable[[], contextlib.AbstractContextManager]
 ) -> None:
     """`T` steps of every size group (a learner's `groups`: each with its `env`, `storage`,
-    `action_noise` and `obs`, advanced in place), one call of `policy` a step, into each group's
+    `action_noise`, `stats` and `obs`, advanced in place), one call of `policy` a step, into each group's
     storage and `stats`. No host read."""
     rows = [g.env.num_envs * g.env.num_uavs for g in groups]
     device = groups[0].env.device
@@ -60,7 +60,7 @@ def lockstep_collect(
         actions, logprob, _, _ = policy.act({"local": local, "state": None}, agent, noise, autocast)
         for g, a, lp in zip(groups, actions.split(rows, 1), logprob.split(rows, 1)):
             shape = (g.env.num_envs, g.env.num_uavs)
-            g.obs, _ = record_step(g.env, g.storage, stats, g.obs, a.view(shape), lp.view(shape), None, t)
+            g.obs, _ = record_step(g.env, g.storage, g.stats, g.obs, a.view(shape), lp.view(shape), None, t)
         t.add_(1)
     for g in groups:  # each storage's counter says how many rows were written, as `collect` leaves it
         g.storage.row.copy_(t)

@@ -13,7 +13,8 @@ iteration to iteration), zeroed where an episode ended, and stored at the start 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -126,9 +127,22 @@ class EpisodeStats:
         "last_coverage",
     )
 
-    def __init__(self, device: torch.device, max_steps: int):
+    def __init__(self, device: torch.device, max_steps: int, group_envs: Sequence[int] = (1,)):
+        """`group_envs`: each size group's environment count (a mixed-size run's `Learner.groups`): the
+        current coverage (`last_coverage`) is their mean over every environment, each group's share in its
+        own slot of `sums` (its `for_group` handle writes it), so no group's step overwrites another's."""
+        if not group_envs or any(n < 1 for n in group_envs):
+            raise ValueError(f"group_envs must be positive environment counts, got {tuple(group_envs)}")
         self.max_steps = max_steps
-        self.sums = torch.zeros(len(self.KEYS), dtype=torch.float64, device=device)
+        self.sums = torch.zeros(len(self.KEYS) - 1 + len(group_envs), dtype=torch.float64, device=device)
+        self._weights = [n / sum(group_envs) for n in group_envs]
+        self._slot = len(self.KEYS) - 1  # this handle's coverage slot: group 0's
+
+    def for_group(self, index: int) -> EpisodeStats:
+        """A handle on the same sums whose `add` writes size group `index`'s share of the coverage."""
+        handle = copy.copy(self)
+        handle._slot = len(self.KEYS) - 1 + index
+        return handle
 
     def reset(self) -> None:
         self.sums.zero_()
@@ -148,15 +162,17 @@ class EpisodeStats:
                 info["episode_near_misses"].to(torch.float64) * d,
                 torch.where(terminated, length, torch.full_like(length, self.max_steps)) * d,
                 terminated.to(torch.float64),
-                torch.zeros_like(d),
             ]
         )
-        self.sums[:-1] += per_env[:-1].sum(1)
-        self.sums[-1] = info["coverage"].to(torch.float64).mean()  # current coverage (progress bar)
+        ended = len(self.KEYS) - 1
+        self.sums[:ended] += per_env.sum(1)
+        weight = self._weights[self._slot - ended]  # current coverage (progress bar): this group's share
+        self.sums[self._slot] = info["coverage"].to(torch.float64).mean() * weight
 
     def read(self) -> dict[str, float]:
         """Host read, once per iteration: means per episode (NaN when no episode ended)."""
-        s = dict(zip(self.KEYS, self.sums.tolist()))
+        values, ended = self.sums.tolist(), len(self.KEYS) - 1
+        s = dict(zip(self.KEYS[:ended], values[:ended]), last_coverage=sum(values[ended:]))
         n = s["episodes"]
         out = {"episodes": n, "last_coverage": s["last_coverage"]}
         for k in ("return", "length", "coverage", "collisions", "near_misses", "steps_to_target"):

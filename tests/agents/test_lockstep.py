@@ -12,7 +12,7 @@ from agents.algo import learner as learner_module
 from agents.algo.action_noise import ActionNoise
 from agents.algo.learner import build_learner, collect
 from agents.algo.lockstep import JoinedNoise, lockstep_applies
-from agents.algo.rollout import Storage
+from agents.algo.rollout import EpisodeStats, Storage
 
 MIXED = (
     "model.size_agnostic=true",
@@ -76,3 +76,22 @@ def test_joined_noise_is_each_groups_own_stream_in_order():
         got = joined.uniform()
         assert got.shape == (1, 3 * 2 + 2 * 4) and torch.equal(got[0], want)
     assert [int(n.step) for n in joined.noises] == [3, 3]
+
+
+@pytest.mark.parametrize("group_by_group", [False, True])
+def test_current_coverage_is_the_mean_over_every_groups_environments(make_config, monkeypatch, group_by_group):
+    # the progress bar's `now=`: each group's step wrote the whole slot, so it showed the last group's only
+    learner = build_learner(make_config(*MIXED, "train.amp=off"), torch.device("cpu"))
+    if group_by_group:
+        monkeypatch.setattr(learner_module, "lockstep_applies", lambda *_: False)
+    collect(learner)
+    # the last step's coverage before any reset: the final observation's state ends with it
+    last = [g.storage.final_state[-1][:, -1].double() for g in learner.groups]
+    assert len({round(float(c.mean()), 6) for c in last}) > 1  # the groups differ: the mean is not one group's
+    got = learner.stats.read()["last_coverage"]
+    assert got == pytest.approx(float(torch.cat(last).mean()), rel=1e-12)
+
+
+def test_episode_stats_refuse_empty_groups():
+    with pytest.raises(ValueError, match="group_envs"):
+        EpisodeStats(torch.device("cpu"), 10, [3, 0])
