@@ -263,6 +263,10 @@ def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
     ]
     mixed = len(gae) > 1
     returns = torch.cat([r.reshape(-1) for _, r in gae]) if mixed else gae[0][1]
+    # the critic's outputs at the rollout, on the scale it computed them in: the statistics before this update
+    # (normalized by the updated ones they differ from the critic's own values before any gradient step, by
+    # the statistics' shift, and the clipped value loss dropped the rows where that shift passed vf_clip_coef)
+    old_values = [learner.value_norm.normalize(g.storage.values) for g in learner.groups]
     learner.value_norm.update(returns, reduce=learner.replicas.mean if learner.replicas.active else None)
     if tc.norm_adv and tc.norm_adv_per_group:
         gae = [(normalized(a), r) for a, r in gae]
@@ -271,7 +275,8 @@ def prepare_batch(learner: Learner) -> tuple[Batch | list[Batch], torch.Tensor]:
         b_advantages = normalized(b_advantages)
     sizes = [a.numel() for a, _ in gae]
     batches = [
-        group_batch(learner, g, adv, r) for g, adv, (_, r) in zip(learner.groups, b_advantages.split(sizes), gae)
+        group_batch(learner, g, adv, r, v)
+        for g, adv, (_, r), v in zip(learner.groups, b_advantages.split(sizes), gae, old_values)
     ]
     if learner.clone is not None:  # every group's rows stay near the clone
         for b in batches:
@@ -284,8 +289,11 @@ def normalized(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
-def group_batch(learner: Learner, group: Learner | SizeGroup, advantages: torch.Tensor, returns: torch.Tensor) -> Batch:
-    """The flattened batch of one size group's storage (`advantages [T*B*N]`, `returns [T, B, N]`)."""
+def group_batch(
+    learner: Learner, group: Learner | SizeGroup, advantages: torch.Tensor, returns: torch.Tensor, values: torch.Tensor
+) -> Batch:
+    """The flattened batch of one size group's storage (`advantages [T*B*N]`, `returns [T, B, N]`, the
+    critic's rollout `values [T, B, N]` normalized as it computed them)."""
     s, recurrent = group.storage, learner.actor.recurrent
     if recurrent:  # step t began an episode where step t - 1 ended one (t = 0: the stored state says so)
         starts = torch.zeros_like(s.terminated)
@@ -296,7 +304,7 @@ def group_batch(learner: Learner, group: Learner | SizeGroup, advantages: torch.
         heading=s.heading.reshape(-1, s.heading.shape[-1]),
         actions=s.actions.reshape(-1),
         logprobs=s.logprobs.reshape(-1),
-        values=learner.value_norm.normalize(s.values).reshape(-1),
+        values=values.reshape(-1),
         returns=learner.value_norm.normalize(returns).reshape(-1),
         advantages=advantages,
         num_agents=group.env.num_uavs,

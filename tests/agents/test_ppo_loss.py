@@ -67,3 +67,29 @@ def test_policy_gradient_zero_when_clipped_and_minus_advantage_at_ratio_one():
     logp, (loss, _) = loss_of(new_logprob=(0.0, 0.0))
     loss.backward()
     torch.testing.assert_close(logp.grad, torch.tensor([-0.5, 1.0]))
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_clipped_value_loss_starts_at_the_critics_own_values(make_config, mixed):
+    # The old values of the clipped value loss are the critic's outputs at the rollout: before any gradient
+    # step the critic gives them again, whatever the value normalizer's update in between (it shifted them by
+    # the statistics' change, up to ~1 on the normalized scale in the first iterations: the clip dropped rows)
+    from agents.algo.learner import build_learner, collect, prepare_batch, train_iteration
+    from agents.algo.ppo import evaluate_actions
+
+    sizes = ("model.size_agnostic=true", "model.agent_id=false", "env.grid_height=[8,10]", "env.grid_width=[8,10]")
+    sizes = (*sizes, "env.num_envs=6") if mixed else ()
+    learner = build_learner(make_config(*sizes), torch.device("cpu"))
+    for _ in range(2):  # statistics that have seen returns, and move again at the next update
+        train_iteration(learner)
+    collect(learner)
+    mean_before = learner.value_norm.mean_var()[0].clone()
+    batches, _ = prepare_batch(learner)
+    assert not torch.equal(mean_before, learner.value_norm.mean_var()[0])  # the update moved the statistics
+    for batch, group in zip(batches if mixed else [batches], learner.groups):
+        steps = group.storage.actions.shape[0] * group.env.num_envs
+        with torch.no_grad():
+            rows, _, _, new_values = evaluate_actions(
+                learner.actor, learner.critic, batch, torch.arange(steps), learner.autocast
+            )
+        torch.testing.assert_close(new_values, batch.values[rows], rtol=1e-5, atol=1e-5)
