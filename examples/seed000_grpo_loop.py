@@ -76,4 +76,6 @@ def main(prompts=PROMPTS, group=4, iterations=2, new_tokens=6, steps=2):
 
 
 if __name__ == "__main__":
-    main()
+    from command_line import run  # examples/command_line.py: --help and the sizes as options
+
+    run(main, __doc__)

@@ -58,4 +58,6 @@ def main(images=256, batch_size=16, accumulate=2):
 
 
 if __name__ == "__main__":
-    main()
+    from command_line import run  # examples/command_line.py: --help and the sizes as options
+
+    run(main, __doc__)

@@ -63,4 +63,6 @@ def main(n=16, batch_size=4, folder="seed002_vlm_scoring"):
 
 
 if __name__ == "__main__":
-    main()
+    from command_line import run  # examples/command_line.py: --help and the sizes as options
+
+    run(main, __doc__)

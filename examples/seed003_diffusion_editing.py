@@ -60,4 +60,6 @@ def main(n=8, batch_size=2, folder="seed003_diffusion_editing"):
 
 
 if __name__ == "__main__":
-    main()
+    from command_line import run  # examples/command_line.py: --help and the sizes as options
+
+    run(main, __doc__)

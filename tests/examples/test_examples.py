@@ -147,3 +147,21 @@ def test_example_runs_as_a_script(script, tmp_path):
         assert len(scores) == 16 and all(0.0 < s < 1.0 for s in scores.values())
     else:
         assert len(list((tmp_path / "seed003_diffusion_editing" / "edited").glob("*-edited.png"))) == 8
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_and_a_mistyped_option_start_no_worker(script, tmp_path):
+    # before, every argument was ignored: `--help` (or `--batchsize 8`) ran the whole job, on every GPU
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def run(*args):
+        command = [sys.executable, str(EXAMPLES / script), *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+
+    shown = run("--help")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert f"Seed {script[4:7]}" in shown.stdout and "default: " in shown.stdout  # its note, and its sizes as options
+    bad = run("--batchsize", "8")
+    assert bad.returncode == 2 and "unrecognized arguments: --batchsize" in bad.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written, no worker started
