@@ -46,6 +46,7 @@ with interrupt_held():
     from agents.run.paths import new_run_dir
     from agents.run.process import pick_device, setup_process
     from agents.run.resume import check_run_dir, resume_config, resume_run_dir
+    from agents.run.stop_request import StopRequest
     from uavsim.machine import hardware
     from uavsim.machine.contention import contention_warning
 
@@ -186,6 +187,8 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
     logger = Logger(run_dir, purge_step=start, enabled=replicas.is_main)
     logger.hyperparameters(flatten(to_dict(cfg)), start)
     last_good, bar = source, None
+    stop = StopRequest(enabled=replicas.world_size == 1)  # Ctrl-C in the loop: a checkpoint, then stop
+    finished = False
     try:  # Ctrl-C in imitation too (minutes of a run) says what is left to resume, if anything
         if payload is None and cfg.imitation.teacher != Teacher.none:  # a resumed actor was cloned before
             _warm_start(learner, logger)
@@ -201,7 +204,9 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
             disable=not (cfg.run.progress and replicas.is_main),
             desc="mappo",
         )
-        _loop(learner, logger, timer, bar, run_dir, last_good, iterations)
+        with stop:
+            _loop(learner, logger, timer, bar, run_dir, last_good, iterations, stop)
+        finished = True
     except (KeyboardInterrupt, OSError) as err:
         newest = []
         with contextlib.suppress(OSError):  # the folder may be what went away
@@ -216,12 +221,19 @@ def _train(cfg: Config, resume: str | Path | None, replicas: Replicas, device: t
         )
         if isinstance(err, OSError):  # the run directory became unwritable (disk full, permissions): what is left
             raise OSError(f"{err}\n{stopped}") from err
+        stopped.exit_status = stop.exit_status
         raise stopped from None
     finally:
         if bar is not None:
             bar.close()
-        logger.close()
-        run_lock.release(lock)
+        try:
+            logger.close()  # a TensorBoard writer whose disk filled raises that error again here
+        except OSError:
+            if finished:
+                raise
+            # else the run's own error (what is left to resume) says more than the same disk's, and goes on
+        finally:
+            run_lock.release(lock)
     return learner
 
 
@@ -249,13 +261,20 @@ def _loop(
     run_dir: Path,
     last_good: Path | None,
     iterations: int,
+    stop: StopRequest,
 ) -> None:
-    """Iterations until `iterations`: log, evaluate and checkpoint as configured."""
+    """Iterations until `iterations`: log, evaluate and checkpoint as configured; after the iteration in
+    which `stop` received a signal, a checkpoint (unless that iteration went wrong), then KeyboardInterrupt."""
     from agents.evaluate import evaluate_for_tensorboard  # evaluation images during training
 
     cfg, replicas = learner.cfg, learner.replicas
     shown: dict[str, str] = {}  # episode-end coverage of the latest iteration that ended episodes
+    saved_at = None  # the env steps of the loop's latest checkpoint
     while learner.iteration < iterations:
+        if stop.signal is not None:  # between iterations the learner is whole: keep what it did
+            if saved_at != learner.env_steps and learner.bad_iterations == 0:
+                _save(learner, run_dir)
+            raise KeyboardInterrupt
         before = learner.env_steps
         metrics = train_iteration(learner, timer.mark)
         m, ep, t = read_metrics(metrics, replicas), read_episode_stats(learner), timer.seconds()
@@ -287,7 +306,7 @@ def _loop(
                 logger.scalars({tag: value}, learner.env_steps)
         last = learner.iteration == iterations
         if crossed(cfg.run.checkpoint_interval, before, learner.env_steps) or last:
-            last_good = _save(learner, run_dir) or last_good
+            last_good, saved_at = _save(learner, run_dir) or last_good, learner.env_steps
 
 
 def _save(learner: Learner, run_dir: Path) -> Path | None:
@@ -362,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as err:  # Ctrl-C: say where to continue from, exit like an interrupted shell command
         if getattr(err, "is_main", True):
             print(f"\n{str(err) or 'interrupted'}", file=sys.stderr)
-        return 130
+        return getattr(err, "exit_status", 130)  # 143 after a SIGTERM
     except (TrainingStopped, ckpt.CheckpointError) as err:
         if getattr(err, "is_main", first_rank):
             print(f"error: {err}", file=sys.stderr)

@@ -239,21 +239,43 @@ def test_an_os_error_during_training_is_one_line_and_exit_1(tmp_path, monkeypatc
     assert err.strip() == "error: [Errno 28] No space left on device"
 
 
-def test_a_run_directory_that_becomes_unwritable_says_how_to_go_on(tmp_path, monkeypatch, capsys):
-    run = tmp_path / "run"
+def disk_full_at_the_second_checkpoint(monkeypatch) -> None:
     real, saves = train_mappo._save, []
 
-    def save_then_disk_full(*args, **kwargs):  # the second checkpoint finds the disk full
+    def save_then_disk_full(*args, **kwargs):
         saves.append(1)
         if len(saves) == 2:
             raise OSError(28, "No space left on device")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(train_mappo, "_save", save_then_disk_full)
+
+
+def test_a_run_directory_that_becomes_unwritable_says_how_to_go_on(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    disk_full_at_the_second_checkpoint(monkeypatch)
     assert train_mappo.main([*TINY, "run.checkpoint_interval=32", f"run.dir={run}"]) == 1
     err = capsys.readouterr().err
     assert "error: [Errno 28] No space left on device\ninterrupted at 64 env steps; last checkpoint" in err
     assert err.strip().endswith(f"continue with: python -m agents.train_mappo --resume {run}")
+
+
+def test_a_tensorboard_writer_on_the_full_disk_keeps_the_message_and_frees_the_run(tmp_path, monkeypatch, capsys):
+    # TensorBoard's writer thread remembers the disk's error and raises it again when closed: that replaced the
+    # message above with its own one line, and left train.lock behind
+    from agents.run.logger import Logger
+
+    run = tmp_path / "run"
+    disk_full_at_the_second_checkpoint(monkeypatch)
+
+    def close_on_full_disk(self):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Logger, "close", close_on_full_disk)
+    assert train_mappo.main([*TINY, "run.checkpoint_interval=32", f"run.dir={run}"]) == 1
+    err = capsys.readouterr().err
+    assert "error: [Errno 28] No space left on device\ninterrupted at 64 env steps; last checkpoint" in err
+    assert not (run / "train.lock").exists()
 
 
 def test_ctrl_c_while_starting_is_held_and_then_exits_130(capsys):
