@@ -12,6 +12,7 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch
 from agents.placement import DPMapError, ItemFailure, WorkerDiedWarning, WorkerInitError
 from agents.placement.journal import Journal
 from agents.placement.pool import RayWorkerPool
-from agents.placement.pool.ray import ray_gpus
+from agents.placement.pool.ray import RayExecutor, ray_gpus
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='needs pip install -e ".[ray]"')
 HERE = Path(__file__).resolve().parent
@@ -269,7 +270,9 @@ def test_more_workers_than_cpus_share_them_by_default(free_ray):
     # the default threads_per_worker asked for a whole CPU each: 3 workers on this 2-CPU Ray were refused,
     # where the local backend runs them
     with RayWorkerPool(rh.make_toolbox, ["cpu"] * 3) as three:
-        assert three.executor.threads == 1 and three.executor.actor_cpus == pytest.approx(2 / 3)
+        assert three.executor.threads == 1 and three.executor.actor_cpus == pytest.approx(
+            2 / 3, abs=1e-4
+        )  # in Ray's unit, rounded down
         assert three.map(items("id", 6), progress=False) == list(range(6))
 
 
@@ -284,6 +287,44 @@ def test_an_actor_killed_mid_map_hands_its_items_to_the_other(free_ray):
             out += list(it)
         assert out == list(range(30))
         assert solo_pool.map(items("id", 5), progress=False) == list(range(5))  # the survivor serves on
+
+
+@needs_ray
+def test_an_actor_is_sent_one_call_at_a_time(pool, monkeypatch):
+    # a call queued behind a finished one could take that one's reply with it when the actor died on it, and
+    # the finished item was blamed (and failed with retries=0) where the crashing one should be
+    submitted = []
+    submit = pool.executor.submit
+
+    def recording(slot, task, batched, payload):
+        submitted.append(len(slot.inflight))
+        return submit(slot, task, batched, payload)
+
+    monkeypatch.setattr(pool.executor, "submit", recording)
+    assert pool.prefetch == 2 and pool.map(items("id", 12), progress=False) == list(range(12))
+    assert len(submitted) == 12 and set(submitted) == {0}
+
+
+@needs_ray
+def test_an_actor_that_dies_idle_costs_no_item_an_attempt(free_ray):
+    with RayWorkerPool(rh.make_toolbox, ["cpu"], restarts=1) as solo_pool:
+        assert solo_pool.map(items("id", 3), progress=False) == [0, 1, 2]
+        free_ray.kill(solo_pool.executor.slots[0].actor)  # between two maps: the OOM killer, a lost node
+        time.sleep(1)
+        with pytest.warns(WorkerDiedWarning, match=r"died \(ActorDiedError while idle\); restarting"):
+            out = solo_pool.map(items("id", 3), retries=0, on_error="collect", progress=False)
+        assert out == [0, 1, 2]  # the first item was blamed for the death, and failed with retries=0
+
+
+@needs_ray
+def test_cpu_shares_add_up_to_the_cluster(ray_instance, monkeypatch):
+    # 14 / 25 CPUs each added up to 14.000000000000002: "the workers ask for 14.000000000000002 CPU(s) ... has 14"
+    monkeypatch.setattr(ray_instance, "cluster_resources", lambda: {"CPU": 14.0})
+    for workers in range(1, 65):
+        options = {"prefetch": 2, "restarts": 1, "startup_timeout": None, "runtime_env": None, "address": None}
+        executor = RayExecutor(rh.make_toolbox, ["cpu"] * workers, None, **options)  # starts no actor
+        assert executor.actor_cpus * workers <= 14 + 1e-9 and executor.actor_cpus > min(14 / workers, 1) - 1e-4
+        executor.close(0)
 
 
 @needs_ray

@@ -31,6 +31,7 @@ from .arguments import (
 from .errors import DPMapError, ItemFailure, stream_failure
 from .local import LocalExecutor
 from .process import check_python, python_path
+from .ray import ray_devices
 from .scheduler import Scheduler
 
 __all__ = ["WorkerPool", "RayWorkerPool", "dp_map", "check_devices"]
@@ -53,7 +54,9 @@ class WorkerPool:
             ``num_cpus``); default: the physical CPU cores this process may use (its affinity within its cgroup's
             quota; on Ray the cluster's) divided among the workers.
         prefetch: Tasks (items, or batches with ``batch_size``) queued per worker, so that it
-            never waits for the parent.
+            never waits for the parent. The local backend's: a Ray actor is sent one task at a time (an
+            actor that dies loses the answers it had not sent, and a task queued behind a finished one would
+            take the blame for its death).
         restarts: How many times in a row each worker is restarted after it dies without answering a
             task (a broken device, a crashing ``make_worker``); a worker that answered tasks and then
             died on an item is restarted whatever this says (the item's ``retries`` bound those deaths),
@@ -333,10 +336,12 @@ def dp_map(
     check_items(items)
     check_map_args(batch_size, retries, on_error, item_timeout, journal)
     check_backend(backend)
-    if backend == "local":  # the Ray pool checks its own (a head node may have no GPU of its own)
-        args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, python)
-        check_pool_args(*args, runtime_env, address, local=True)
+    args = (make_worker, devices, threads_per_worker, prefetch, restarts, startup_timeout, stagger, python)
+    check_pool_args(*args, runtime_env, address, local=backend == "local")
+    if backend == "local":
         python_path(python)  # the pool runs it (seconds: it imports torch); here only that it is a file
+    else:  # the entries as Ray counts them (a head node may have no GPU of its own: not against this machine's)
+        ray_devices(devices)
     items = list(items)
     if journal is not None:
         done = journaled_results(journal, job_key_for(make_worker), items)

@@ -11,8 +11,10 @@ Ray's object store).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
+import threading
 import time
 import traceback
 import weakref
@@ -48,6 +50,13 @@ def ray_gpus(entry: Any) -> int:
     return 0 if dev.type == "cpu" else 1
 
 
+def ray_devices(devices: Any) -> list[int]:
+    """The GPUs each entry of a Ray pool's ``devices`` asks for (`ray_gpus`), or a ValueError naming what is wrong."""
+    if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
+        raise ValueError(f"devices must be a non-empty list such as ['cuda', 'cuda'] or ['cpu'], got {devices!r}")
+    return [ray_gpus(d) for d in devices]
+
+
 class RayWorker:
     """Builds ``make_worker(device)`` once, then runs tasks (pickled lists of items) through it.
 
@@ -77,6 +86,11 @@ class RayWorker:
         """``("ok", pickled list of results)`` for the pickled list of items, or ``("error", traceback)``."""
         return run_task(self.fn, batched, payload)
 
+    def watch(self) -> None:
+        """Never returns (called in its own concurrency group): its reference fails when the actor dies, which
+        tells the pool of an idle actor's death before it is sent an item it would then be blamed for."""
+        threading.Event().wait()
+
 
 @dataclass(eq=False)
 class RaySlot(Slot):
@@ -85,6 +99,7 @@ class RaySlot(Slot):
     gpus: int = 0
     actor: Any = None
     ready_ref: Any = None
+    watch_ref: Any = None  # RayWorker.watch's: fails when the actor dies
 
 
 class RayExecutor:
@@ -108,9 +123,7 @@ class RayExecutor:
         runtime_env: dict | None,
         address: str | None,
     ):
-        if isinstance(devices, (str, int, torch.device)) or not isinstance(devices, Sequence) or not devices:
-            raise ValueError(f"devices must be a non-empty list such as ['cuda', 'cuda'] or ['cpu'], got {devices!r}")
-        gpus = [ray_gpus(d) for d in devices]
+        gpus = ray_devices(devices)
         if runtime_env is not None and not isinstance(runtime_env, dict):
             raise TypeError(f"runtime_env must be a dict or None, got {type(runtime_env).__name__}")
         if address is not None and not isinstance(address, str):
@@ -134,9 +147,10 @@ class RayExecutor:
         # CPUs (Ray schedules fractions; torch's threads are whole), as the local backend runs them
         share = cluster.get("CPU", 1) / len(devices)
         self.threads = threads if threads is not None else max(1, int(share))
-        self.actor_cpus = threads if threads is not None else min(share, self.threads)
+        # rounded down to Ray's resource unit (1e-4), so that the shares add up to no more than the cluster has
+        self.actor_cpus = threads if threads is not None else min(math.floor(share * 1e4) / 1e4, self.threads)
         for what, need in (("GPU", sum(gpus)), ("CPU", self.actor_cpus * len(devices))):
-            if need > cluster.get(what, 0):  # the actors would wait for resources forever
+            if need > cluster.get(what, 0) + 1e-9:  # the actors would wait for resources forever (1e-9: float sums)
                 raise ValueError(
                     f"the workers ask for {need} {what}(s) in all (devices, threads_per_worker) but the Ray "
                     f"cluster has {cluster.get(what, 0):g} (ray.cluster_resources())"
@@ -147,7 +161,7 @@ class RayExecutor:
         except Exception as exc:
             raise TypeError(f"make_worker cannot be pickled to reach the Ray actors: {exc}") from exc
         self.runtime_env = runtime_env
-        self.actor_class = ray.remote(RayWorker)
+        self.actor_class = ray.remote(concurrency_groups={"watch": 1})(RayWorker)  # `watch` beside the calls
         self.devices = [f"{g} GPUs" if isinstance(d, (list, tuple)) else str(d) for d, g in zip(devices, gpus)]
         self.slots = [RaySlot(i, label, gpus=g) for i, (label, g) in enumerate(zip(self.devices, gpus))]
         self._finalizer = weakref.finalize(self, _kill_all, ray, self.slots)
@@ -156,10 +170,19 @@ class RayExecutor:
         options = {"num_cpus": self.actor_cpus, "num_gpus": s.gpus, "max_restarts": 0, "runtime_env": self.runtime_env}
         s.actor = self.actor_class.options(**options).remote(self.make_worker, s.gpus, self.threads)
         s.ready_ref = s.actor.ready.remote()
+        s.watch_ref = s.actor.watch.options(concurrency_group="watch").remote()
         s.starting()
 
     def accepts(self, s: RaySlot) -> bool:
-        return s.state == "ready"
+        # One call at a time: an actor that dies loses the replies it had not sent, so with a call queued
+        # behind a finished one, the finished one's reply could vanish with it and the blame (an attempt) fall on
+        # it instead of on the call that was running. Prefetch is the local pool's (its workers send each
+        # answer before they take the next task).
+        # An actor that died idle is not sent an item (it would be blamed for it): `wait` reports its death.
+        return s.state == "ready" and not s.inflight and not self._died_idle(s)
+
+    def _died_idle(self, s: RaySlot) -> bool:
+        return bool(self.ray.wait([s.watch_ref], num_returns=1, timeout=0)[0])
 
     def submit(self, s: RaySlot, task: Task, batched: bool, payload: bytes) -> bool:
         task.ref = s.actor.run.remote(batched, payload)
@@ -170,8 +193,8 @@ class RayExecutor:
         for s in self.slots:
             if s.state == "starting":
                 by_ref[s.ready_ref] = s
-            elif s.state == "ready" and s.inflight:
-                by_ref[s.inflight[0].ref] = s  # an actor answers in order: its oldest call is next
+            elif s.state == "ready":  # its call's answer, or, idle, its death (`watch`)
+                by_ref[s.inflight[0].ref if s.inflight else s.watch_ref] = s
         if not by_ref:
             time.sleep(min(timeout, 0.05))
             return []
@@ -201,6 +224,11 @@ class RayExecutor:
                 events.append((s, "died", None, _how(exc)))
                 break
             events.append((s, kind, task.id, payload))
+        if s.state == "ready" and not s.inflight and self._died_idle(s):
+            try:
+                self.ray.get(s.watch_ref)
+            except Exception as exc:  # it died idle: no item was running, none is blamed
+                return [(s, "died", None, f"{type(exc).__name__} while idle")]
         return events
 
     def kill(self, s: RaySlot) -> None:
