@@ -27,11 +27,10 @@ with interrupt_held():
     from agents.algo.compiled import cpu_rollout_warning
     from agents.algo.learner import Learner, build_learner, read_episode_stats, read_metrics, train_iteration
     from agents.algo.replicas import Replicas
-    from agents.config import Config, Recipe, Teacher, load_config, to_dict, to_yaml
-    from agents.config.recipe import GPU_RECIPE, choose_recipe, recipe_paths
+    from agents.config import Config, Teacher, to_dict, to_yaml
     from agents.run import checkpoint as ckpt
     from agents.run import machine_defaults, run_lock
-    from agents.run.command_line import parse_train_args
+    from agents.run.command_line import parse_train_args, resolve_config
     from agents.run.control import (
         TrainingInterrupted,
         TrainingStopped,
@@ -45,12 +44,10 @@ with interrupt_held():
     from agents.run.logger import Logger, PhaseTimer, flatten, iteration_scalars
     from agents.run.paths import new_run_dir
     from agents.run.process import pick_device, setup_process
-    from agents.run.resume import check_run_dir, resume_config, resume_run_dir
+    from agents.run.resume import check_run_dir, resume_run_dir
     from agents.run.stop_request import StopRequest
     from uavsim.machine import hardware
     from uavsim.machine.contention import contention_warning
-
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 
 
 # -- the loop ------------------------------------------------------------------------------------
@@ -321,37 +318,6 @@ def _save(learner: Learner, run_dir: Path) -> Path | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parse_train_args(argv, __doc__)
-
-
-def resolve_config(args: argparse.Namespace) -> Config:
-    """The config the command line names: a preset (under `run.recipe`, `agents.config.recipe`) and
-    overrides, or a resumed run's with overrides. Raises ValueError or TypeError naming the bad key,
-    file or option."""
-    if args.resume is None:
-        preset = args.config or DEFAULT_CONFIG
-        if Path(preset).resolve() == GPU_RECIPE.resolve():  # alone it lays its keys over the schema's, not a preset
-            raise ValueError(
-                f"--config {preset}: the GPU recipe is laid over a preset, not one itself; pass run.recipe=gpu "
-                "(over configs/default.yaml, or over --config PRESET)"
-            )
-        cfg = load_config(preset, args.overrides)
-        device = pick_device(cfg.run.device)
-        recipe = choose_recipe(cfg.run.recipe, device.type, default_preset=args.config is None)
-        as_preset = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, recipe=Recipe.preset))
-        if recipe == Recipe.preset:
-            return as_preset
-        gpu = load_config(recipe_paths(preset, recipe), [*args.overrides, f"run.recipe={recipe.value}"])
-        # chosen here, not asked for: a GPU too small for the recipe's batch (a 4-6 GiB laptop's) runs the preset;
-        # under torchrun every rank must choose alike, so there a run that does not fit is refused, as ever
-        single = machine_defaults.launched_ranks() == 1
-        shortfall = machine_defaults.recipe_shortfall(gpu, device) if cfg.run.recipe == Recipe.auto and single else None
-        if shortfall:
-            print(f"note: {shortfall}: the preset instead (run.recipe=gpu insists)", file=sys.stderr)
-            return as_preset
-        return gpu
-    if args.config is not None:
-        raise ValueError("--resume continues with the run's saved config; pass key=value overrides instead of --config")
-    return resume_config(args.resume, args.overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

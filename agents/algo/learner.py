@@ -386,6 +386,6 @@ def read_episode_stats(learner: Learner) -> dict[str, float]:
     """The iteration's episode statistics, summed over ranks (`last_coverage` averaged)."""
     if learner.replicas.active:
         summed = learner.replicas.sum(learner.stats.sums)
-        summed[len(EpisodeStats.KEYS) - 1 :] /= learner.replicas.world_size  # each group's coverage share
+        summed[len(EpisodeStats.KEYS) - 1 :] /= learner.replicas.world_size  # each group's current coverage
         learner.stats.sums.copy_(summed)
     return learner.stats.read()

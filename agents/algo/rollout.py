@@ -128,9 +128,9 @@ class EpisodeStats:
     )
 
     def __init__(self, device: torch.device, max_steps: int, group_envs: Sequence[int] = (1,)):
-        """`group_envs`: each size group's environment count (a mixed-size run's `Learner.groups`): the
-        current coverage (`last_coverage`) is their mean over every environment, each group's share in its
-        own slot of `sums` (its `for_group` handle writes it), so no group's step overwrites another's."""
+        """`group_envs`: each size group's environment count (a mixed-size run's `Learner.groups`): each
+        group's current coverage has its own slot of `sums` (its `for_group` handle writes it), so no group's
+        step overwrites another's, and `last_coverage` is their mean over every environment."""
         if not group_envs or any(n < 1 for n in group_envs):
             raise ValueError(f"group_envs must be positive environment counts, got {tuple(group_envs)}")
         self.max_steps = max_steps
@@ -164,15 +164,14 @@ class EpisodeStats:
                 terminated.to(torch.float64),
             ]
         )
-        ended = len(self.KEYS) - 1
-        self.sums[:ended] += per_env.sum(1)
-        weight = self._weights[self._slot - ended]  # current coverage (progress bar): this group's share
-        self.sums[self._slot] = info["coverage"].to(torch.float64).mean() * weight
+        self.sums[: len(self.KEYS) - 1] += per_env.sum(1)
+        self.sums[self._slot] = info["coverage"].to(torch.float64).mean()  # this group's current coverage
 
     def read(self) -> dict[str, float]:
         """Host read, once per iteration: means per episode (NaN when no episode ended)."""
         values, ended = self.sums.tolist(), len(self.KEYS) - 1
-        s = dict(zip(self.KEYS[:ended], values[:ended]), last_coverage=sum(values[ended:]))
+        now = sum(w * c for w, c in zip(self._weights, values[ended:]))  # over every group's environments
+        s = dict(zip(self.KEYS[:ended], values[:ended]), last_coverage=now)
         n = s["episodes"]
         out = {"episodes": n, "last_coverage": s["last_coverage"]}
         for k in ("return", "length", "coverage", "collisions", "near_misses", "steps_to_target"):

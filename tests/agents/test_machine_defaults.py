@@ -145,7 +145,7 @@ def test_cpu_ranks_of_one_machine_are_checked_against_its_memory_together(monkey
 
 def test_the_gpu_recipe_s_shortfall_on_a_small_gpu(monkeypatch):
     from agents.config.recipe import recipe_paths
-    from agents.train_mappo import DEFAULT_CONFIG
+    from agents.run.command_line import DEFAULT_CONFIG
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))  # an RTX 30x0 laptop
     gpu = load_config(recipe_paths(DEFAULT_CONFIG, md.Recipe.gpu), ["run.recipe=gpu"])

@@ -7,11 +7,11 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from agents import train_mappo
 from agents.config import ModelConfig, Recipe, load_config, to_yaml
 from agents.config.recipe import GPU_RECIPE, choose_recipe, describe_recipe, recipe_paths
-from agents.run import machine_defaults
-from agents.train_mappo import DEFAULT_CONFIG, parse_args, resolve_config
+from agents.run import command_line, machine_defaults
+from agents.run.command_line import DEFAULT_CONFIG, resolve_config
+from agents.train_mappo import parse_args
 from benchmarks.common import RESULTS_DIR
 
 SMOKE = DEFAULT_CONFIG.parent / "smoke.yaml"
@@ -50,7 +50,7 @@ def test_the_command_line_resolves_the_recipe_for_its_device(monkeypatch):
     on_cpu = resolve_config(parse_args(["run.recipe=gpu", "run.device=cpu", "train.num_minibatches=4"]))
     assert on_cpu.run.recipe == Recipe.gpu and on_cpu.env.num_envs == 2048
     assert on_cpu.train.num_minibatches == 4  # an override is laid over the recipe
-    monkeypatch.setattr(train_mappo, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(command_line, "pick_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(machine_defaults, "recipe_shortfall", lambda cfg, device: None)  # a GPU the recipe fits
     gpu = resolve_config(parse_args([]))
     assert gpu.run.recipe == Recipe.gpu and gpu.env.num_envs == 2048
@@ -81,7 +81,7 @@ def test_a_gpu_recipe_runs_saved_config_repeats_the_run_with_its_overrides(tmp_p
 
 
 def test_a_gpu_too_small_for_the_recipe_runs_the_preset_unless_the_recipe_is_asked_for(monkeypatch, capsys):
-    monkeypatch.setattr(train_mappo, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(command_line, "pick_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(machine_defaults, "recipe_shortfall", lambda cfg, device: "the GPU recipe needs about 5 GiB")
     small = resolve_config(parse_args([]))
     assert small.run.recipe == Recipe.preset and small.env.num_envs == "auto"
